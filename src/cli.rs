@@ -1,0 +1,205 @@
+//! The `dljob` command line. Each subcommand is a thin edge over the core.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::Config;
+use crate::manifest;
+
+/// dljob wires up distributed deep-learning training on the Pods,
+/// StatefulSets and Indexed Jobs you already have. Label them with
+/// dljob.dev/job and dljob.dev/role, annotate dljob.dev/framework and
+/// dljob.dev/replicas, and the admission webhook injects TF_CONFIG,
+/// MASTER_ADDR/RANK/WORLD_SIZE, DMLC_*, MPI hostfiles, ports and stable
+/// hostnames; the reconciler keeps a DLJob status per job.
+#[derive(Debug, Parser)]
+#[command(name = "dljob", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the admission webhook over HTTPS (and the reconciler when a
+    /// cluster is reachable).
+    Serve(ServeArgs),
+    /// Rewrite manifests offline exactly as the webhook would: prints the
+    /// mutated multi-document YAML on stdout, warnings on stderr.
+    Mutate(ManifestArgs),
+    /// Check manifests offline against the contract; prints every problem
+    /// and exits 1 if there is any. Members in one file are checked against
+    /// each other.
+    Validate(ManifestArgs),
+    /// Print the DLJob CustomResourceDefinition generated from the Rust types.
+    Crd,
+    /// Generate a CA and a serving certificate for the webhook Service.
+    Certs(CertsArgs),
+    /// Print Mutating/ValidatingWebhookConfigurations that point at a URL,
+    /// for running `dljob serve` outside the cluster during development.
+    WebhookConfig(WebhookConfigArgs),
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0:8443", env = "DLJOB_LISTEN")]
+    pub listen: SocketAddr,
+    /// PEM certificate chain. Re-read when it changes (rotation without
+    /// restart). Without it, a self-signed certificate for localhost and
+    /// 127.0.0.1 is generated and its CA written to a file named in the log.
+    #[arg(long, requires = "tls_key", env = "DLJOB_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key matching --tls-cert.
+    #[arg(long, requires = "tls_cert", env = "DLJOB_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Config file (YAML: clusterDomain, accelerators, ports). Re-read when it
+    /// changes; an invalid new version is logged and the old one kept.
+    #[arg(long, env = "DLJOB_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Log format: one line per review either way.
+    #[arg(long, value_enum, default_value = "text", env = "DLJOB_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Largest AdmissionReview body accepted, in bytes (UPDATE reviews carry
+    /// two objects).
+    #[arg(long, default_value_t = 3 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Seconds a client may take to send its request before it is answered
+    /// with 408 and disconnected.
+    #[arg(long, default_value_t = 10)]
+    pub read_timeout_secs: u64,
+    /// Where the generated self-signed CA is written (without --tls-cert).
+    #[arg(long, default_value = "dljob-ca.pem")]
+    pub self_signed_ca_out: PathBuf,
+    /// Run only the reconciler (development against a cluster).
+    #[arg(long, conflicts_with = "no_reconciler")]
+    pub no_webhook: bool,
+    /// Run only the webhook, even when a cluster is reachable.
+    #[arg(long)]
+    pub no_reconciler: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ManifestArgs {
+    /// Manifest file (multi-document YAML), or - for standard input.
+    #[arg(short = 'f', long = "filename", value_name = "FILE|-")]
+    pub file: String,
+    /// Config file, as for `serve`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Namespace for objects that name none (what kubectl would use).
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsArgs {
+    /// Namespace of the webhook Service.
+    #[arg(long, default_value = "dljob-system")]
+    pub namespace: String,
+    /// Name of the webhook Service.
+    #[arg(long, default_value = "dljob")]
+    pub service: String,
+    /// Output directory for ca.pem, tls.crt, tls.key and the kustomize inputs.
+    #[arg(long, default_value = "certs")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WebhookConfigArgs {
+    /// Base URL of the webhook, e.g. https://192.0.2.10:8443.
+    #[arg(long)]
+    pub url: String,
+    /// CA certificate (PEM) that signed the webhook's certificate.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+}
+
+/// Reads a file, or standard input for `-`.
+pub fn read_input(file: &str) -> anyhow::Result<String> {
+    if file == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading standard input")?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))
+    }
+}
+
+/// Loads the config file, or the default config when none is given.
+pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
+    match path {
+        None => Ok(Config::default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading config {}", p.display()))?;
+            Config::from_yaml(&text).with_context(|| format!("config {}", p.display()))
+        }
+    }
+}
+
+/// `dljob mutate`.
+pub fn mutate(args: &ManifestArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(args.config.as_deref())?;
+    let docs = manifest::parse(&read_input(&args.file)?)
+        .with_context(|| format!("parsing {}", args.file))?;
+    match manifest::mutate(&docs, Some(&args.namespace), &config) {
+        Ok(out) => {
+            let mut stderr = std::io::stderr().lock();
+            for w in &out.warnings {
+                writeln!(stderr, "Warning: {w}")?;
+            }
+            std::io::stdout().lock().write_all(out.yaml.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err((name, violations)) => {
+            let mut stderr = std::io::stderr().lock();
+            writeln!(stderr, "error: {name} is refused by dljob:")?;
+            for v in violations.0 {
+                writeln!(stderr, "  - {v}")?;
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `dljob validate`.
+pub fn validate(args: &ManifestArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(args.config.as_deref())?;
+    let docs = manifest::parse(&read_input(&args.file)?)
+        .with_context(|| format!("parsing {}", args.file))?;
+    let (problems, warnings) = manifest::validate(&docs, Some(&args.namespace), &config);
+    let mut stderr = std::io::stderr().lock();
+    for w in &warnings {
+        writeln!(stderr, "Warning: {w}")?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    for (name, p) in &problems {
+        writeln!(stdout, "{name}: {p}")?;
+    }
+    if problems.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        writeln!(
+            stderr,
+            "{} problem{} found",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" }
+        )?;
+        Ok(ExitCode::FAILURE)
+    }
+}

@@ -1,0 +1,186 @@
+//! The webhook's config file (DESIGN §6). YAML; every key optional.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The parsed config file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Config {
+    /// When set, hosts become `j-r-i.j.ns.svc.<domain>`.
+    #[serde(default)]
+    pub cluster_domain: String,
+    /// Extended resource name → what a container requesting it gets.
+    #[serde(default)]
+    pub accelerators: BTreeMap<String, Accelerator>,
+    /// Framework name → port, overriding the framework's default.
+    #[serde(default)]
+    pub ports: BTreeMap<String, u16>,
+}
+
+/// Host libraries and env for containers that request one resource.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Accelerator {
+    #[serde(default)]
+    pub volumes: Vec<HostVolume>,
+    #[serde(default)]
+    pub env: Vec<EnvPair>,
+}
+
+/// A hostPath volume mounted into the container.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostVolume {
+    pub name: String,
+    pub host_path: String,
+    pub mount_path: String,
+}
+
+/// A plain `name: value` env var.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvPair {
+    pub name: String,
+    pub value: String,
+}
+
+/// Why a config file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config is not valid YAML for dljob: {0}")]
+    Parse(String),
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Parses and checks a config document. An empty document is the default.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        if text.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        let config: Option<Config> =
+            serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let config = config.unwrap_or_default();
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        if !self.cluster_domain.is_empty()
+            && !self
+                .cluster_domain
+                .split('.')
+                .all(crate::contract::is_dns_label)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "clusterDomain \"{}\" is not a DNS name (e.g. cluster.local)",
+                self.cluster_domain
+            )));
+        }
+        for name in self.ports.keys() {
+            if crate::frameworks::by_name(name).is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "ports: unknown framework \"{name}\"; frameworks are {}",
+                    crate::frameworks::names()
+                )));
+            }
+        }
+        for (framework, port) in &self.ports {
+            if *port == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "ports.{framework}: 0 is not a port (1-65535)"
+                )));
+            }
+        }
+        for (resource, acc) in &self.accelerators {
+            for v in &acc.volumes {
+                if !crate::contract::is_dns_label(&v.name) {
+                    return Err(ConfigError::Invalid(format!(
+                        "accelerators.{resource}.volumes: name \"{}\" is not a DNS label",
+                        v.name
+                    )));
+                }
+                if !v.host_path.starts_with('/') || !v.mount_path.starts_with('/') {
+                    return Err(ConfigError::Invalid(format!(
+                        "accelerators.{resource}.volumes.{}: hostPath and mountPath must be absolute paths",
+                        v.name
+                    )));
+                }
+            }
+            for e in &acc.env {
+                if e.name.is_empty() {
+                    return Err(ConfigError::Invalid(format!(
+                        "accelerators.{resource}.env: a variable has an empty name"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The port for `framework`: config override, else the framework default.
+    pub fn port_for(&self, framework: &str, default: u16) -> u16 {
+        self.ports.get(framework).copied().unwrap_or(default)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_shape() {
+        let c = Config::from_yaml(
+            r#"
+clusterDomain: cluster.local
+accelerators:
+  nvidia.com/gpu:
+    volumes:
+    - name: nvidia-libraries
+      hostPath: /home/kubernetes/bin/nvidia/lib64
+      mountPath: /usr/local/nvidia/lib64
+    env:
+    - name: LD_LIBRARY_PATH
+      value: /usr/local/nvidia/lib64
+ports: {tensorflow: 2223}
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.cluster_domain, "cluster.local");
+        let gpu = &c.accelerators["nvidia.com/gpu"];
+        assert_eq!(
+            gpu.volumes[0].host_path,
+            "/home/kubernetes/bin/nvidia/lib64"
+        );
+        assert_eq!(gpu.env[0].value, "/usr/local/nvidia/lib64");
+        assert_eq!(c.port_for("tensorflow", 2222), 2223);
+        assert_eq!(c.port_for("mxnet", 9091), 9091);
+    }
+
+    #[test]
+    fn empty_config_is_default() {
+        assert_eq!(Config::from_yaml("").unwrap(), Config::default());
+        assert_eq!(Config::from_yaml("# nothing\n").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn rejects_typos_and_bad_values() {
+        let e = Config::from_yaml("acelerators: {}\n").unwrap_err();
+        assert!(e.to_string().contains("acelerators"), "{e}");
+        let e = Config::from_yaml("ports: {tensorflw: 1}\n").unwrap_err();
+        assert!(
+            e.to_string().contains("unknown framework \"tensorflw\""),
+            "{e}"
+        );
+        let e = Config::from_yaml("clusterDomain: \"bad_domain\"\n").unwrap_err();
+        assert!(e.to_string().contains("clusterDomain"), "{e}");
+        let e = Config::from_yaml(
+            "accelerators:\n  nvidia.com/gpu:\n    volumes:\n    - {name: libs, hostPath: lib, mountPath: /x}\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("absolute"), "{e}");
+    }
+}

@@ -1,0 +1,435 @@
+//! The user-facing contract: label and annotation keys (DESIGN §1) and their
+//! typed parsing. Everything here is pure and allocation-light.
+
+use std::fmt;
+
+/// API group of every dljob label and annotation.
+pub const GROUP: &str = "dljob.dev";
+
+/// Label: the job name. Selects members for the webhooks and the Service.
+pub const JOB: &str = "dljob.dev/job";
+/// Label: the member's role within its framework.
+pub const ROLE: &str = "dljob.dev/role";
+/// Annotation: the framework name.
+pub const FRAMEWORK: &str = "dljob.dev/framework";
+/// Annotation: the whole job's topology, e.g. `ps=2,worker=4`.
+pub const REPLICAS: &str = "dljob.dev/replicas";
+/// Annotation (plain Pods): replica index within the role.
+pub const INDEX: &str = "dljob.dev/index";
+/// Annotation: override of the framework's default port.
+pub const PORT: &str = "dljob.dev/port";
+/// Annotation: the name of the framework container.
+pub const CONTAINER: &str = "dljob.dev/container";
+/// Annotation (mpi/chainer): slots per worker host in the hostfile.
+pub const SLOTS: &str = "dljob.dev/slots";
+/// Annotation (pytorch): elastic range `min:max`.
+pub const ELASTIC: &str = "dljob.dev/elastic";
+/// Annotation (StatefulSet): keep the API server's `OrderedReady` start.
+pub const ORDERED_START: &str = "dljob.dev/ordered-start";
+/// Annotation (mpi/chainer): where the SSH Secret is mounted.
+pub const SSH_PATH: &str = "dljob.dev/ssh-path";
+/// Annotation written by dljob on pods: the hostfile content.
+pub const HOSTFILE: &str = "dljob.dev/hostfile";
+/// Annotation written by the reconciler on stopped StatefulSets.
+pub const SCALED_FROM: &str = "dljob.dev/scaled-from";
+/// Policy annotations.
+pub const RESTART_POLICY: &str = "dljob.dev/restart-policy";
+pub const BACKOFF_LIMIT: &str = "dljob.dev/backoff-limit";
+pub const CLEAN_POD_POLICY: &str = "dljob.dev/clean-pod-policy";
+pub const TTL_SECONDS_AFTER_FINISHED: &str = "dljob.dev/ttl-seconds-after-finished";
+pub const ACTIVE_DEADLINE_SECONDS: &str = "dljob.dev/active-deadline-seconds";
+
+/// Kubernetes-owned keys dljob reads.
+pub const K8S_DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
+pub const K8S_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
+pub const K8S_JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
+/// Annotations that every member of one job must agree on and that a
+/// workload copies into its pod template.
+pub const JOB_WIDE_ANNOTATIONS: &[&str] = &[
+    FRAMEWORK,
+    REPLICAS,
+    PORT,
+    SLOTS,
+    ELASTIC,
+    RESTART_POLICY,
+    BACKOFF_LIMIT,
+    CLEAN_POD_POLICY,
+    TTL_SECONDS_AFTER_FINISHED,
+    ACTIVE_DEADLINE_SECONDS,
+];
+
+/// Annotations a user may set on a member that are not job-wide.
+pub const MEMBER_ANNOTATIONS: &[&str] = &[INDEX, CONTAINER, ORDERED_START, SSH_PATH];
+
+/// Annotations dljob itself writes.
+pub const OWN_ANNOTATIONS: &[&str] = &[HOSTFILE, SCALED_FROM];
+
+/// Longest job name: leaves room for `-<role>-<index>` in a 63-char DNS label.
+pub const MAX_JOB_NAME: usize = 40;
+
+/// The job's topology: roles with their replica counts, in declared order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topology {
+    roles: Vec<(String, u32)>,
+}
+
+/// Why a `dljob.dev/replicas` value does not parse; the message says where.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TopologyError {
+    #[error("{REPLICAS} is empty: write role=count pairs, e.g. \"ps=2,worker=4\"")]
+    Empty,
+    #[error("{REPLICAS} entry \"{entry}\" has no '=': write role=count, e.g. \"worker=4\"")]
+    MissingEquals { entry: String },
+    #[error("{REPLICAS} entry \"{entry}\": role is empty")]
+    EmptyRole { entry: String },
+    #[error("{REPLICAS} entry \"{entry}\": count \"{count}\" is not a number")]
+    NotANumber { entry: String, count: String },
+    #[error("{REPLICAS} entry \"{entry}\": count must be at least 1 (leave the role out instead)")]
+    Zero { entry: String },
+    #[error("{REPLICAS}: role \"{role}\" appears twice")]
+    Duplicate { role: String },
+    #[error("{REPLICAS} entry \"{entry}\": role \"{role}\" is not a DNS label (lowercase letters, digits and '-', starting with a letter)")]
+    BadRole { entry: String, role: String },
+}
+
+impl Topology {
+    /// Parses `role=count[,role=count…]`; whitespace around items is ignored.
+    pub fn parse(text: &str) -> Result<Self, TopologyError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(TopologyError::Empty);
+        }
+        let mut roles: Vec<(String, u32)> = Vec::new();
+        for raw in text.split(',') {
+            let entry = raw.trim();
+            let Some((role, count)) = entry.split_once('=') else {
+                return Err(TopologyError::MissingEquals {
+                    entry: entry.to_owned(),
+                });
+            };
+            let (role, count) = (role.trim(), count.trim());
+            if role.is_empty() {
+                return Err(TopologyError::EmptyRole {
+                    entry: entry.to_owned(),
+                });
+            }
+            if !is_dns_label(role) {
+                return Err(TopologyError::BadRole {
+                    entry: entry.to_owned(),
+                    role: role.to_owned(),
+                });
+            }
+            let n: u32 = count.parse().map_err(|_| TopologyError::NotANumber {
+                entry: entry.to_owned(),
+                count: count.to_owned(),
+            })?;
+            if n == 0 {
+                return Err(TopologyError::Zero {
+                    entry: entry.to_owned(),
+                });
+            }
+            if roles.iter().any(|(r, _)| r == role) {
+                return Err(TopologyError::Duplicate {
+                    role: role.to_owned(),
+                });
+            }
+            roles.push((role.to_owned(), n));
+        }
+        Ok(Self { roles })
+    }
+
+    /// A topology with one role (inferred from a workload's size).
+    pub fn single(role: &str, count: u32) -> Self {
+        Self {
+            roles: vec![(role.to_owned(), count)],
+        }
+    }
+
+    /// Builds a topology from pairs (tests and benches).
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, u32)>) -> Self {
+        Self {
+            roles: pairs.into_iter().map(|(r, n)| (r.to_owned(), n)).collect(),
+        }
+    }
+
+    /// Replica count of `role`, if the topology names it.
+    pub fn count(&self, role: &str) -> Option<u32> {
+        self.roles.iter().find(|(r, _)| r == role).map(|(_, n)| *n)
+    }
+
+    /// Count of `role`, 0 when absent.
+    pub fn count_or_zero(&self, role: &str) -> u32 {
+        self.count(role).unwrap_or(0)
+    }
+
+    /// Total replicas over all roles.
+    pub fn total(&self) -> u32 {
+        self.roles.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Roles in declared order.
+    pub fn roles(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.roles.iter().map(|(r, n)| (r.as_str(), *n))
+    }
+
+    /// Same roles and counts, whatever the order they were written in.
+    pub fn same_as(&self, other: &Topology) -> bool {
+        self.roles.len() == other.roles.len()
+            && self.roles.iter().all(|(r, n)| other.count(r) == Some(*n))
+    }
+}
+
+impl fmt::Display for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (role, n)) in self.roles.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{role}={n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What to do when a member exits with a retryable code (128–255).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RestartPolicy {
+    /// Retry on 128–255, fail on 1–127 (default).
+    #[default]
+    ExitCode,
+    /// Never retry: any non-zero exit fails the job.
+    Never,
+}
+
+/// What to stop when the job finishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CleanPodPolicy {
+    /// Stop what still runs (default).
+    #[default]
+    Running,
+    /// Also remove finished pods.
+    All,
+    /// Leave everything.
+    None,
+}
+
+/// The job-wide policies of DESIGN §1.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policies {
+    pub restart: RestartPolicy,
+    pub backoff_limit: u32,
+    pub clean_pod: CleanPodPolicy,
+    pub ttl_seconds_after_finished: Option<u32>,
+    pub active_deadline_seconds: Option<u32>,
+}
+
+impl Default for Policies {
+    fn default() -> Self {
+        Self {
+            restart: RestartPolicy::ExitCode,
+            backoff_limit: DEFAULT_BACKOFF_LIMIT,
+            clean_pod: CleanPodPolicy::Running,
+            ttl_seconds_after_finished: None,
+            active_deadline_seconds: None,
+        }
+    }
+}
+
+pub const DEFAULT_BACKOFF_LIMIT: u32 = 3;
+/// Upper bounds that keep the values meaningful.
+pub const MAX_BACKOFF_LIMIT: u32 = 10_000;
+pub const MAX_SLOTS: u32 = 1024;
+
+impl RestartPolicy {
+    pub const VALUES: &'static str = "ExitCode, Never";
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "ExitCode" => Some(Self::ExitCode),
+            "Never" => Some(Self::Never),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ExitCode => "ExitCode",
+            Self::Never => "Never",
+        }
+    }
+}
+
+impl CleanPodPolicy {
+    pub const VALUES: &'static str = "Running, All, None";
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "Running" => Some(Self::Running),
+            "All" => Some(Self::All),
+            "None" => Some(Self::None),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "Running",
+            Self::All => "All",
+            Self::None => "None",
+        }
+    }
+}
+
+/// PyTorch elastic range (`dljob.dev/elastic: "min:max"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Elastic {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl Elastic {
+    /// Parses `min:max` with `1 <= min <= max`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "{ELASTIC} \"{s}\" is not a range: write \"min:max\" with 1 <= min <= max, e.g. \"2:4\""
+            )
+        };
+        let (a, b) = s.split_once(':').ok_or_else(bad)?;
+        let min: u32 = a.trim().parse().map_err(|_| bad())?;
+        let max: u32 = b.trim().parse().map_err(|_| bad())?;
+        if min == 0 || min > max {
+            return Err(bad());
+        }
+        Ok(Self { min, max })
+    }
+}
+
+impl fmt::Display for Elastic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.min, self.max)
+    }
+}
+
+/// RFC 1123 DNS label: lowercase alphanumerics and '-', at most 63 chars,
+/// starting and ending alphanumeric.
+pub fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// RFC 1035 label: a DNS label that starts with a letter.
+pub fn is_dns1035_label(s: &str) -> bool {
+    is_dns_label(s) && s.as_bytes()[0].is_ascii_lowercase()
+}
+
+/// The stable hostname of replica `index` of `role` in `job`: `j-r-i`.
+pub fn pod_hostname(job: &str, role: &str, index: u32) -> String {
+    let mut s = String::with_capacity(job.len() + role.len() + 12);
+    s.push_str(job);
+    s.push('-');
+    s.push_str(role);
+    s.push('-');
+    push_u32(&mut s, index);
+    s
+}
+
+/// Appends a decimal number to `s` (no intermediate allocation).
+pub fn push_u32(s: &mut String, n: u32) {
+    use std::fmt::Write;
+    let _ = write!(s, "{n}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topology_keeps_declared_order_and_counts() {
+        let t = Topology::parse("chief=1, worker=3 ,ps=2").unwrap();
+        assert_eq!(
+            t.roles().collect::<Vec<_>>(),
+            vec![("chief", 1), ("worker", 3), ("ps", 2)]
+        );
+        assert_eq!(t.total(), 6);
+        assert_eq!(t.count("ps"), Some(2));
+        assert_eq!(t.count("evaluator"), None);
+        assert_eq!(t.to_string(), "chief=1,worker=3,ps=2");
+    }
+
+    #[test]
+    fn topology_error_says_where_it_failed() {
+        let e = Topology::parse("ps=2,worker=three").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "dljob.dev/replicas entry \"worker=three\": count \"three\" is not a number"
+        );
+        assert_eq!(
+            Topology::parse("ps=2,worker").unwrap_err(),
+            TopologyError::MissingEquals {
+                entry: "worker".into()
+            }
+        );
+        assert_eq!(
+            Topology::parse("worker=0").unwrap_err(),
+            TopologyError::Zero {
+                entry: "worker=0".into()
+            }
+        );
+        assert_eq!(
+            Topology::parse("worker=1,worker=2").unwrap_err(),
+            TopologyError::Duplicate {
+                role: "worker".into()
+            }
+        );
+        assert_eq!(Topology::parse("  ").unwrap_err(), TopologyError::Empty);
+        assert!(matches!(
+            Topology::parse("Worker=2").unwrap_err(),
+            TopologyError::BadRole { .. }
+        ));
+        assert!(matches!(
+            Topology::parse("=2").unwrap_err(),
+            TopologyError::EmptyRole { .. }
+        ));
+        assert!(matches!(
+            Topology::parse("worker=-1").unwrap_err(),
+            TopologyError::NotANumber { .. }
+        ));
+    }
+
+    #[test]
+    fn topologies_compare_regardless_of_order() {
+        let a = Topology::parse("ps=2,worker=4").unwrap();
+        let b = Topology::parse("worker=4,ps=2").unwrap();
+        let c = Topology::parse("worker=4").unwrap();
+        assert!(a.same_as(&b));
+        assert!(!a.same_as(&c));
+        assert!(!c.same_as(&a));
+    }
+
+    #[test]
+    fn elastic_range_parses_and_rejects() {
+        assert_eq!(Elastic::parse("2:4").unwrap(), Elastic { min: 2, max: 4 });
+        assert!(Elastic::parse("4:2").is_err());
+        assert!(Elastic::parse("0:2").is_err());
+        assert!(Elastic::parse("3").is_err());
+    }
+
+    #[test]
+    fn dns_labels() {
+        assert!(is_dns1035_label("resnet"));
+        assert!(!is_dns1035_label("1resnet"));
+        assert!(is_dns_label("1resnet"));
+        assert!(!is_dns_label("res_net"));
+        assert!(!is_dns_label("resnet-"));
+        assert!(!is_dns_label(&"a".repeat(64)));
+    }
+
+    #[test]
+    fn hostnames_are_job_role_index() {
+        assert_eq!(pod_hostname("resnet", "worker", 12), "resnet-worker-12");
+        assert_eq!(pod_hostname("j", "ps", 0), "j-ps-0");
+    }
+}

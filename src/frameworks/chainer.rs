@@ -1,0 +1,82 @@
+//! ChainerMN: runs on mpiexec like mpi, with the master listed last.
+
+use super::mpi::mpi_env;
+use super::{push_hostfile_lines, Env, Framework, Job, Member, RoleRule, Roles};
+use crate::contract::Topology;
+
+pub struct Chainer;
+
+const ROLES: &[RoleRule] = &[RoleRule::exactly_one("master"), RoleRule::any("worker")];
+
+impl Framework for Chainer {
+    fn name(&self) -> &'static str {
+        "chainer"
+    }
+    fn roles(&self) -> Roles {
+        Roles::Fixed(ROLES)
+    }
+    fn default_port(&self) -> u16 {
+        22
+    }
+    fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
+        topology
+            .roles()
+            .find(|(r, _)| *r == "master")
+            .map(|(r, _)| (r, 0))
+    }
+    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+        mpi_env(job, member, env);
+    }
+    fn hostfile(&self, job: &Job<'_>, _member: &Member<'_>) -> String {
+        let mut out = String::new();
+        push_hostfile_lines(&mut out, job, "worker", job.slots);
+        push_hostfile_lines(&mut out, job, "master", job.slots);
+        out
+    }
+    fn uses_slots(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::contract::Topology;
+    use crate::frameworks::test_support::{env_of, get};
+    use crate::frameworks::{by_name, Job, Member};
+
+    #[test]
+    fn master_is_listed_last() {
+        let t = Topology::parse("master=1,worker=2").unwrap();
+        let job = Job {
+            name: "cmn",
+            namespace: "ns",
+            cluster_domain: "",
+            topology: &t,
+            port: 22,
+            slots: 4,
+            elastic: None,
+        };
+        let hf = by_name("chainer").unwrap().hostfile(
+            &job,
+            &Member {
+                role: "worker",
+                index: 1,
+                gpus: Some(4),
+            },
+        );
+        assert_eq!(
+            hf,
+            "cmn-worker-0.cmn.ns.svc slots=4\ncmn-worker-1.cmn.ns.svc slots=4\ncmn-master-0.cmn.ns.svc slots=4\n"
+        );
+    }
+
+    #[test]
+    fn role_is_exposed_like_mpi() {
+        let env = env_of("chainer", "master=1,worker=2", "master", 0, None);
+        assert_eq!(get(&env, "K_MPI_JOB_ROLE"), Some("master"));
+        assert_eq!(
+            get(&env, "OMPI_MCA_orte_default_hostfile"),
+            Some("/etc/dljob/hostfile")
+        );
+    }
+}

@@ -1,0 +1,47 @@
+//! JAX multi-process: coordinator address, process count and id.
+
+use super::{set, Env, Framework, Job, Member, RoleRule, Roles};
+use crate::contract::Topology;
+
+pub struct Jax;
+
+const ROLES: &[RoleRule] = &[RoleRule::at_least_one("worker")];
+
+impl Framework for Jax {
+    fn name(&self) -> &'static str {
+        "jax"
+    }
+    fn roles(&self) -> Roles {
+        Roles::Fixed(ROLES)
+    }
+    fn default_port(&self) -> u16 {
+        6666
+    }
+    fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
+        topology
+            .roles()
+            .find(|(r, _)| *r == "worker")
+            .map(|(r, _)| (r, 0))
+    }
+    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+        set(env, "JAX_COORDINATOR_ADDRESS", job.host_port("worker", 0));
+        set(env, "JAX_NUM_PROCESSES", job.topology.total().to_string());
+        set(env, "JAX_PROCESS_ID", member.index.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::frameworks::test_support::{env_of, get};
+
+    #[test]
+    fn process_id_is_the_worker_index() {
+        let env = env_of("jax", "worker=4", "worker", 3, None);
+        assert_eq!(
+            get(&env, "JAX_COORDINATOR_ADDRESS"),
+            Some("j-worker-0.j.ns.svc:6666")
+        );
+        assert_eq!(get(&env, "JAX_NUM_PROCESSES"), Some("4"));
+        assert_eq!(get(&env, "JAX_PROCESS_ID"), Some("3"));
+    }
+}

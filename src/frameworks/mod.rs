@@ -1,0 +1,524 @@
+//! Frameworks (DESIGN §3): one module each, behind one trait, registered in
+//! [`ALL`]. A framework says which roles it has, which replica coordinates,
+//! its default port, and the env vars a member gets — all pure functions of
+//! the topology and the member.
+
+use std::fmt::Write;
+
+use crate::contract::{push_u32, Elastic, Topology};
+
+mod chainer;
+mod generic;
+mod jax;
+mod mpi;
+mod mxnet;
+mod paddle;
+mod pytorch;
+mod tensorflow;
+mod xgboost;
+
+/// Every framework dljob knows, in the order `--help` lists them.
+pub static ALL: &[&dyn Framework] = &[
+    &tensorflow::TensorFlow,
+    &pytorch::PyTorch,
+    &mxnet::MxNet,
+    &mpi::Mpi,
+    &chainer::Chainer,
+    &jax::Jax,
+    &xgboost::XgBoost,
+    &paddle::Paddle,
+    &generic::Generic,
+];
+
+/// Looks a framework up by its `dljob.dev/framework` name.
+pub fn by_name(name: &str) -> Option<&'static dyn Framework> {
+    ALL.iter().copied().find(|f| f.name() == name)
+}
+
+/// "tensorflow, pytorch, …" for error messages.
+pub fn names() -> String {
+    ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// How many replicas a role may have.
+#[derive(Clone, Copy, Debug)]
+pub struct RoleRule {
+    pub name: &'static str,
+    pub min: u32,
+    pub max: Option<u32>,
+}
+
+impl RoleRule {
+    pub const fn any(name: &'static str) -> Self {
+        Self {
+            name,
+            min: 0,
+            max: None,
+        }
+    }
+    pub const fn at_most_one(name: &'static str) -> Self {
+        Self {
+            name,
+            min: 0,
+            max: Some(1),
+        }
+    }
+    pub const fn exactly_one(name: &'static str) -> Self {
+        Self {
+            name,
+            min: 1,
+            max: Some(1),
+        }
+    }
+    pub const fn at_least_one(name: &'static str) -> Self {
+        Self {
+            name,
+            min: 1,
+            max: None,
+        }
+    }
+}
+
+/// The roles a framework accepts.
+#[derive(Clone, Copy, Debug)]
+pub enum Roles {
+    /// Only these, coordinator first; rank order follows this list.
+    Fixed(&'static [RoleRule]),
+    /// Any DNS-label role; rank order is the topology's declared order.
+    Any,
+}
+
+/// The job as the frameworks see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Job<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    /// Empty, or a domain appended to `…svc`.
+    pub cluster_domain: &'a str,
+    pub topology: &'a Topology,
+    pub port: u16,
+    /// Hostfile slots per worker host.
+    pub slots: u32,
+    pub elastic: Option<Elastic>,
+}
+
+/// The member being wired, as the frameworks see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Member<'a> {
+    pub role: &'a str,
+    pub index: u32,
+    /// GPUs the framework container requests (limits, else requests).
+    pub gpus: Option<u32>,
+}
+
+/// Env vars in injection order.
+pub type Env = Vec<(String, String)>;
+
+/// One framework.
+pub trait Framework: Sync {
+    /// The `dljob.dev/framework` value.
+    fn name(&self) -> &'static str;
+    /// Accepted roles, coordinator first.
+    fn roles(&self) -> Roles;
+    /// Port used when neither the config nor `dljob.dev/port` overrides it.
+    fn default_port(&self) -> u16;
+    /// The replica whose exit code decides the job: (role, index).
+    fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)>;
+    /// Framework env vars for `member` (the generic `DLJOB_*` vars are added
+    /// by the caller).
+    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env);
+    /// Topology rules beyond per-role counts; messages name the fix.
+    fn check_topology(&self, _topology: &Topology) -> Vec<String> {
+        Vec::new()
+    }
+    /// The hostfile: by default every host in rank order, `slots` each.
+    fn hostfile(&self, job: &Job<'_>, _member: &Member<'_>) -> String {
+        let mut out = String::new();
+        for role in rank_order(self, job.topology) {
+            push_hostfile_lines(&mut out, job, role, job.slots);
+        }
+        out
+    }
+    /// Whether the framework takes `dljob.dev/slots` from the hostfile
+    /// launcher's point of view (mpi, chainer): warn when GPUs ≠ slots.
+    fn uses_slots(&self) -> bool {
+        false
+    }
+}
+
+/// Roles of `topology` in rank order.
+pub fn rank_order<'t, F: Framework + ?Sized>(
+    framework: &F,
+    topology: &'t Topology,
+) -> Vec<&'t str> {
+    match framework.roles() {
+        Roles::Fixed(rules) => rules
+            .iter()
+            .filter_map(|rule| {
+                topology
+                    .roles()
+                    .find(|(r, _)| *r == rule.name)
+                    .map(|(r, _)| r)
+            })
+            .collect(),
+        Roles::Any => topology.roles().map(|(r, _)| r).collect(),
+    }
+}
+
+/// Global rank of (role, index): replicas of earlier roles come first.
+pub fn rank<F: Framework + ?Sized>(
+    framework: &F,
+    topology: &Topology,
+    role: &str,
+    index: u32,
+) -> u32 {
+    let mut before = 0;
+    for r in rank_order(framework, topology) {
+        if r == role {
+            return before + index;
+        }
+        before += topology.count_or_zero(r);
+    }
+    before + index
+}
+
+/// Checks the topology against the framework's role rules and extra checks.
+pub fn check_topology(framework: &dyn Framework, topology: &Topology) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Roles::Fixed(rules) = framework.roles() {
+        for (role, n) in topology.roles() {
+            match rules.iter().find(|r| r.name == role) {
+                None => problems.push(format!(
+                    "{}: role \"{role}\" is not a {} role; {} roles are {}",
+                    crate::contract::REPLICAS,
+                    framework.name(),
+                    framework.name(),
+                    role_list(rules)
+                )),
+                Some(rule) => {
+                    if let Some(max) = rule.max {
+                        if n > max {
+                            problems.push(format!(
+                                "{}: {} {role} replicas declared, but a {} job has {} {role}",
+                                crate::contract::REPLICAS,
+                                n,
+                                framework.name(),
+                                if rule.min == max {
+                                    format!("exactly {max}")
+                                } else {
+                                    format!("at most {max}")
+                                }
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        for rule in rules.iter().filter(|r| r.min > 0) {
+            if topology.count(rule.name).is_none() {
+                problems.push(format!(
+                    "{}: a {} job needs {} {} {} replica{}; add \"{}={}\"",
+                    crate::contract::REPLICAS,
+                    framework.name(),
+                    if rule.max == Some(rule.min) {
+                        "exactly"
+                    } else {
+                        "at least"
+                    },
+                    rule.min,
+                    rule.name,
+                    if rule.min == 1 { "" } else { "s" },
+                    rule.name,
+                    rule.min
+                ));
+            }
+        }
+    }
+    problems.extend(framework.check_topology(topology));
+    problems
+}
+
+/// "chief, master, worker, ps, evaluator" for error messages.
+pub fn role_list(rules: &[RoleRule]) -> String {
+    rules.iter().map(|r| r.name).collect::<Vec<_>>().join(", ")
+}
+
+/// Whether `role` is acceptable for the framework, else a message listing the valid roles.
+pub fn check_role(framework: &dyn Framework, role: &str) -> Result<(), String> {
+    match framework.roles() {
+        Roles::Fixed(rules) if !rules.iter().any(|r| r.name == role) => Err(format!(
+            "{}: \"{role}\" is not a {} role; use one of {}",
+            crate::contract::ROLE,
+            framework.name(),
+            role_list(rules)
+        )),
+        Roles::Any if !crate::contract::is_dns_label(role) => Err(format!(
+            "{}: \"{role}\" is not a DNS label (lowercase letters, digits and '-')",
+            crate::contract::ROLE
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl Job<'_> {
+    /// Appends `j-r-i.j.ns.svc[.domain]` to `out`.
+    pub fn push_host(&self, out: &mut String, role: &str, index: u32) {
+        out.push_str(self.name);
+        out.push('-');
+        out.push_str(role);
+        out.push('-');
+        push_u32(out, index);
+        out.push('.');
+        out.push_str(self.name);
+        out.push('.');
+        out.push_str(self.namespace);
+        out.push_str(".svc");
+        if !self.cluster_domain.is_empty() {
+            out.push('.');
+            out.push_str(self.cluster_domain);
+        }
+    }
+
+    /// `j-r-i.j.ns.svc[.domain]`.
+    pub fn host(&self, role: &str, index: u32) -> String {
+        let mut s = String::with_capacity(self.host_len_hint(role));
+        self.push_host(&mut s, role, index);
+        s
+    }
+
+    /// `host:port`.
+    pub fn host_port(&self, role: &str, index: u32) -> String {
+        let mut s = String::with_capacity(self.host_len_hint(role) + 6);
+        self.push_host(&mut s, role, index);
+        let _ = write!(s, ":{}", self.port);
+        s
+    }
+
+    /// Comma list of the hosts of `role` (optionally with `:port`).
+    pub fn host_list(&self, role: &str, with_port: bool) -> String {
+        let n = self.topology.count_or_zero(role);
+        let mut s = String::with_capacity(n as usize * (self.host_len_hint(role) + 7));
+        for i in 0..n {
+            if i > 0 {
+                s.push(',');
+            }
+            self.push_host(&mut s, role, i);
+            if with_port {
+                let _ = write!(s, ":{}", self.port);
+            }
+        }
+        s
+    }
+
+    fn host_len_hint(&self, role: &str) -> usize {
+        2 * self.name.len() + role.len() + self.namespace.len() + self.cluster_domain.len() + 16
+    }
+}
+
+/// Appends `host slots=N` lines for every replica of `role`.
+pub fn push_hostfile_lines(out: &mut String, job: &Job<'_>, role: &str, slots: u32) {
+    let n = job.topology.count_or_zero(role);
+    out.reserve(n as usize * (job.host_len_hint(role) + 10));
+    for i in 0..n {
+        job.push_host(out, role, i);
+        let _ = writeln!(out, " slots={slots}");
+    }
+}
+
+/// The generic `DLJOB_*` vars every member gets.
+pub fn generic_env(framework: &dyn Framework, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    let r = rank(framework, job.topology, member.role, member.index);
+    env.push(("DLJOB_JOB".into(), job.name.to_owned()));
+    env.push(("DLJOB_ROLE".into(), member.role.to_owned()));
+    env.push(("DLJOB_INDEX".into(), member.index.to_string()));
+    env.push(("DLJOB_RANK".into(), r.to_string()));
+    env.push(("DLJOB_WORLD_SIZE".into(), job.topology.total().to_string()));
+    for role in rank_order(framework, job.topology) {
+        env.push((hosts_var(role), job.host_list(role, false)));
+    }
+}
+
+/// `DLJOB_HOSTS_<ROLE>` with the role upper-cased and '-' as '_'.
+pub fn hosts_var(role: &str) -> String {
+    let mut s = String::with_capacity(12 + role.len());
+    s.push_str("DLJOB_HOSTS_");
+    s.extend(role.chars().map(|c| {
+        if c == '-' {
+            '_'
+        } else {
+            c.to_ascii_uppercase()
+        }
+    }));
+    s
+}
+
+/// Coordinator rule shared by several frameworks: `role` if present, else worker 0.
+pub fn named_else_worker0<'t>(topology: &'t Topology, named: &[&str]) -> Option<(&'t str, u32)> {
+    named
+        .iter()
+        .find_map(|n| topology.roles().find(|(r, _)| r == n))
+        .or_else(|| topology.roles().find(|(r, _)| *r == "worker"))
+        .map(|(r, _)| (r, 0))
+}
+
+/// Pushes one var.
+pub fn set(env: &mut Env, name: &str, value: impl Into<String>) {
+    env.push((name.to_owned(), value.into()));
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// Env of `framework` for (role, index) in namespace `ns` (framework vars only).
+    pub fn env_of(
+        framework: &str,
+        topology: &str,
+        role: &str,
+        index: u32,
+        gpus: Option<u32>,
+    ) -> Env {
+        env_with(framework, topology, role, index, gpus, None)
+    }
+
+    pub fn env_with(
+        framework: &str,
+        topology: &str,
+        role: &str,
+        index: u32,
+        gpus: Option<u32>,
+        elastic: Option<Elastic>,
+    ) -> Env {
+        let f = by_name(framework).unwrap();
+        let topology = Topology::parse(topology).unwrap();
+        let job = Job {
+            name: "j",
+            namespace: "ns",
+            cluster_domain: "",
+            topology: &topology,
+            port: f.default_port(),
+            slots: 1,
+            elastic,
+        };
+        let mut env = Env::new();
+        f.env(&job, &Member { role, index, gpus }, &mut env);
+        env
+    }
+
+    pub fn get<'e>(env: &'e Env, name: &str) -> Option<&'e str> {
+        env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_knows_every_framework_of_the_contract() {
+        assert_eq!(
+            names(),
+            "tensorflow, pytorch, mxnet, mpi, chainer, jax, xgboost, paddle, generic"
+        );
+        assert!(by_name("tensorflw").is_none());
+    }
+
+    #[test]
+    fn hosts_are_job_role_index_under_the_job_service() {
+        let t = Topology::parse("worker=2").unwrap();
+        let mut job = Job {
+            name: "j",
+            namespace: "ns",
+            cluster_domain: "",
+            topology: &t,
+            port: 1234,
+            slots: 1,
+            elastic: None,
+        };
+        assert_eq!(job.host("worker", 1), "j-worker-1.j.ns.svc");
+        assert_eq!(job.host_port("worker", 0), "j-worker-0.j.ns.svc:1234");
+        assert_eq!(
+            job.host_list("worker", true),
+            "j-worker-0.j.ns.svc:1234,j-worker-1.j.ns.svc:1234"
+        );
+        job.cluster_domain = "cluster.local";
+        assert_eq!(job.host("worker", 1), "j-worker-1.j.ns.svc.cluster.local");
+    }
+
+    #[test]
+    fn generic_vars_rank_in_role_order() {
+        let t = Topology::parse("worker=2,master=1").unwrap();
+        let f = by_name("pytorch").unwrap();
+        let job = Job {
+            name: "j",
+            namespace: "ns",
+            cluster_domain: "",
+            topology: &t,
+            port: 1,
+            slots: 1,
+            elastic: None,
+        };
+        let mut env = Env::new();
+        generic_env(
+            f,
+            &job,
+            &Member {
+                role: "worker",
+                index: 1,
+                gpus: None,
+            },
+            &mut env,
+        );
+        let want: Env = [
+            ("DLJOB_JOB", "j"),
+            ("DLJOB_ROLE", "worker"),
+            ("DLJOB_INDEX", "1"),
+            ("DLJOB_RANK", "2"),
+            ("DLJOB_WORLD_SIZE", "3"),
+            ("DLJOB_HOSTS_MASTER", "j-master-0.j.ns.svc"),
+            (
+                "DLJOB_HOSTS_WORKER",
+                "j-worker-0.j.ns.svc,j-worker-1.j.ns.svc",
+            ),
+        ]
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        assert_eq!(env, want);
+    }
+
+    #[test]
+    fn hosts_var_upper_cases_and_replaces_dashes() {
+        assert_eq!(hosts_var("param-server"), "DLJOB_HOSTS_PARAM_SERVER");
+    }
+
+    #[test]
+    fn role_rules_name_the_fix() {
+        let mx = by_name("mxnet").unwrap();
+        let p = check_topology(
+            mx,
+            &Topology::parse("scheduler=2,server=1,worker=1").unwrap(),
+        );
+        assert_eq!(
+            p,
+            vec!["dljob.dev/replicas: 2 scheduler replicas declared, but a mxnet job has exactly 1 scheduler"]
+        );
+        let p = check_topology(mx, &Topology::parse("server=1,worker=1").unwrap());
+        assert_eq!(
+            p,
+            vec!["dljob.dev/replicas: a mxnet job needs exactly 1 scheduler replica; add \"scheduler=1\""]
+        );
+        let p = check_topology(
+            mx,
+            &Topology::parse("scheduler=1,server=1,worker=1,ps=1").unwrap(),
+        );
+        assert_eq!(
+            p,
+            vec!["dljob.dev/replicas: role \"ps\" is not a mxnet role; mxnet roles are scheduler, server, worker"]
+        );
+        assert_eq!(
+            check_role(mx, "ps").unwrap_err(),
+            "dljob.dev/role: \"ps\" is not a mxnet role; use one of scheduler, server, worker"
+        );
+    }
+}

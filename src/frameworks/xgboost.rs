@@ -1,0 +1,65 @@
+//! XGBoost (Rabit/collective tracker).
+
+use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
+use crate::contract::Topology;
+
+pub struct XgBoost;
+
+const ROLES: &[RoleRule] = &[RoleRule::at_most_one("master"), RoleRule::any("worker")];
+
+impl Framework for XgBoost {
+    fn name(&self) -> &'static str {
+        "xgboost"
+    }
+    fn roles(&self) -> Roles {
+        Roles::Fixed(ROLES)
+    }
+    fn default_port(&self) -> u16 {
+        9999
+    }
+    fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
+        named_else_worker0(topology, &["master"])
+    }
+    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+        let Some((coord_role, coord_index)) = self.coordinator(job.topology) else {
+            return;
+        };
+        let master = job.host(coord_role, coord_index);
+        let port = job.port.to_string();
+        let world = job.topology.total().to_string();
+        let r = rank(self, job.topology, member.role, member.index).to_string();
+        set(env, "MASTER_ADDR", master.clone());
+        set(env, "MASTER_PORT", port.clone());
+        set(env, "WORLD_SIZE", world.clone());
+        set(env, "RANK", r.clone());
+        set(env, "WORKER_PORT", port.clone());
+        set(env, "WORKER_ADDRS", job.host_list("worker", false));
+        set(env, "DMLC_TRACKER_URI", master);
+        set(env, "DMLC_TRACKER_PORT", port);
+        set(env, "DMLC_TASK_ID", r);
+        set(env, "DMLC_NUM_WORKER", world);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::frameworks::test_support::{env_of, get};
+
+    #[test]
+    fn tracker_is_the_master() {
+        let env = env_of("xgboost", "master=1,worker=2", "worker", 1, None);
+        assert_eq!(get(&env, "MASTER_ADDR"), Some("j-master-0.j.ns.svc"));
+        assert_eq!(get(&env, "MASTER_PORT"), Some("9999"));
+        assert_eq!(get(&env, "WORLD_SIZE"), Some("3"));
+        assert_eq!(get(&env, "RANK"), Some("2"));
+        assert_eq!(get(&env, "WORKER_PORT"), Some("9999"));
+        assert_eq!(
+            get(&env, "WORKER_ADDRS"),
+            Some("j-worker-0.j.ns.svc,j-worker-1.j.ns.svc")
+        );
+        assert_eq!(get(&env, "DMLC_TRACKER_URI"), Some("j-master-0.j.ns.svc"));
+        assert_eq!(get(&env, "DMLC_TRACKER_PORT"), Some("9999"));
+        assert_eq!(get(&env, "DMLC_TASK_ID"), Some("2"));
+        assert_eq!(get(&env, "DMLC_NUM_WORKER"), Some("3"));
+    }
+}

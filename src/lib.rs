@@ -1,0 +1,22 @@
+//! dljob: distributed deep-learning training on plain Kubernetes workloads.
+//!
+//! The pure core — [`contract`], [`frameworks`], [`member`], [`mutate`],
+//! [`validate`] — turns one object plus the [`config::Config`] into a mutated
+//! object with warnings, or violations that name the fix. It does no I/O;
+//! the webhook server, the reconciler and the CLI only translate between the
+//! wire and it.
+
+pub mod certs;
+pub mod cli;
+pub mod config;
+pub mod contract;
+pub mod crd;
+pub mod frameworks;
+pub mod install;
+pub mod manifest;
+pub mod member;
+pub mod mutate;
+pub mod object;
+pub mod reconciler;
+pub mod validate;
+pub mod webhook;

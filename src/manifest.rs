@@ -1,0 +1,170 @@
+//! Multi-document YAML manifests for the offline commands: the same code
+//! path as the webhook, applied to each document of a file.
+
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::member::Violations;
+use crate::mutate::{self, Operation};
+use crate::object::Kind;
+use crate::validate;
+
+/// One document of a manifest file: its text as written and, when it is
+/// not empty, its parsed value.
+#[derive(Debug)]
+pub struct Document {
+    pub text: String,
+    pub value: Option<Value>,
+}
+
+/// Why a manifest could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("document {index}: {message}")]
+pub struct ManifestError {
+    /// 1-based position in the file.
+    pub index: usize,
+    pub message: String,
+}
+
+/// Splits `text` at YAML document markers (`---` at the start of a line)
+/// and parses each document with serde-saphyr. The text of each document
+/// is kept so that documents dljob does not touch are printed unchanged.
+pub fn parse(text: &str) -> Result<Vec<Document>, ManifestError> {
+    let mut docs = Vec::new();
+    let mut current = String::new();
+    let mut push = |current: &mut String| -> Result<(), ManifestError> {
+        let chunk = std::mem::take(current);
+        let index = docs.len() + 1;
+        let value: Option<Value> = if chunk.lines().all(|l| {
+            let l = l.trim();
+            l.is_empty() || l.starts_with('#')
+        }) {
+            None
+        } else {
+            serde_saphyr::from_str(&chunk).map_err(|e| ManifestError {
+                index,
+                message: e.to_string(),
+            })?
+        };
+        docs.push(Document { text: chunk, value });
+        Ok(())
+    };
+    for line in text.split_inclusive('\n') {
+        let is_marker =
+            line == "---\n" || line == "---" || line.starts_with("--- ") || line == "---\r\n";
+        if is_marker {
+            push(&mut current)?;
+            // Content after the marker on the same line belongs to the new document.
+            if let Some(rest) = line.strip_prefix("--- ") {
+                current.push_str(rest);
+            }
+        } else if line.trim_end() == "..." {
+            continue;
+        } else {
+            current.push_str(line);
+        }
+    }
+    push(&mut current)?;
+    // Drop empty documents (e.g. before a leading `---`) but keep comments
+    // that carry text.
+    docs.retain(|d| d.value.is_some() || !d.text.trim().is_empty());
+    Ok(docs)
+}
+
+/// Result of mutating a manifest.
+#[derive(Debug, Default)]
+pub struct MutatedManifest {
+    /// The output YAML (multi-document).
+    pub yaml: String,
+    /// Warnings, prefixed with the document's kind/name.
+    pub warnings: Vec<String>,
+}
+
+/// A document's display name: `Kind/name`.
+pub fn describe(value: &Value) -> String {
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("object");
+    let meta = value.get("metadata");
+    let name = meta
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            meta.and_then(|m| m.get("generateName"))
+                .and_then(Value::as_str)
+        })
+        .unwrap_or("(unnamed)");
+    format!("{kind}/{name}")
+}
+
+/// Mutates every member document; others pass through as written.
+/// Stops at the first document that is refused, naming it.
+pub fn mutate(
+    docs: &[Document],
+    namespace: Option<&str>,
+    config: &Config,
+) -> Result<MutatedManifest, (String, Violations)> {
+    let mut out = MutatedManifest::default();
+    for (i, doc) in docs.iter().enumerate() {
+        if i > 0 {
+            out.yaml.push_str("---\n");
+        }
+        let mutated = match &doc.value {
+            Some(value) => match Kind::of(value) {
+                Some(kind) => mutate::mutate(kind, value, namespace, Operation::Create, config)
+                    .map_err(|v| (describe(value), v))?,
+                None => None,
+            },
+            None => None,
+        };
+        match mutated {
+            Some(m) if Some(&m.object) != doc.value.as_ref() => {
+                let name = describe(&m.object);
+                out.warnings
+                    .extend(m.warnings.into_iter().map(|w| format!("{name}: {w}")));
+                let yaml =
+                    serde_saphyr::to_string(&m.object).expect("a JSON value serialises to YAML");
+                out.yaml.push_str(&yaml);
+            }
+            other => {
+                if let Some(m) = other {
+                    let name = describe(&m.object);
+                    out.warnings
+                        .extend(m.warnings.into_iter().map(|w| format!("{name}: {w}")));
+                }
+                out.yaml.push_str(&doc.text);
+                if !doc.text.ends_with('\n') && !doc.text.is_empty() {
+                    out.yaml.push('\n');
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Validates every member document, each against the others as peers.
+/// Returns (document name, problem) pairs and warnings.
+pub fn validate(
+    docs: &[Document],
+    namespace: Option<&str>,
+    config: &Config,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let members: Vec<(Kind, &Value)> = docs
+        .iter()
+        .filter_map(|d| d.value.as_ref())
+        .filter_map(|v| Kind::of(v).map(|k| (k, v)))
+        .collect();
+    let peers = validate::peers_of(members.iter().copied(), namespace, config);
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+    for (kind, value) in &members {
+        let name = describe(value);
+        match validate::validate(*kind, value, None, namespace, config, &peers) {
+            Ok(w) => warnings.extend(w.into_iter().map(|w| format!("{name}: {w}"))),
+            Err(v) => problems.extend(v.0.into_iter().map(|p| (name.clone(), p))),
+        }
+    }
+    (problems, warnings)
+}

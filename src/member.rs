@@ -1,0 +1,760 @@
+//! Parsing one object into a [`MemberSpec`]: which job it belongs to, its role,
+//! index and everything the job's members must agree on. Every check that
+//! needs no cluster state happens here, and all problems are reported at once.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::config::Config;
+use crate::contract::{self as c, CleanPodPolicy, Elastic, Policies, RestartPolicy, Topology};
+use crate::frameworks::{self, Framework};
+use crate::object::{self, at, str_at, Kind};
+
+/// Problems that make an object unacceptable; each message names the fix.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Violations(pub Vec<String>);
+
+impl fmt::Display for Violations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join("; "))
+    }
+}
+
+impl std::error::Error for Violations {}
+
+impl Violations {
+    pub fn push(&mut self, msg: impl Into<String>) {
+        self.0.push(msg.into());
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// `Ok(v)` when nothing was found.
+    pub fn into_result<T>(self, v: T) -> Result<T, Violations> {
+        if self.0.is_empty() {
+            Ok(v)
+        } else {
+            Err(self)
+        }
+    }
+}
+
+/// Where a pod's index comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodOwner {
+    /// A plain pod: `dljob.dev/index`.
+    None,
+    /// A StatefulSet pod: its ordinal.
+    StatefulSet,
+    /// An Indexed Job pod: its completion index.
+    Job,
+}
+
+/// Everything dljob reads from one member object.
+#[derive(Clone)]
+pub struct MemberSpec {
+    pub kind: Kind,
+    /// May be empty for `generateName` pods.
+    pub name: String,
+    pub namespace: String,
+    pub job: String,
+    pub role: String,
+    pub framework: &'static dyn Framework,
+    pub topology: Topology,
+    /// The topology was not written but inferred from a workload's size.
+    pub topology_inferred: bool,
+    /// Pods: the replica index within the role.
+    pub index: Option<u32>,
+    /// Pods: who created it.
+    pub owner: PodOwner,
+    /// StatefulSet replicas or Job completions.
+    pub size: Option<u32>,
+    /// Effective port (annotation, else config, else framework default).
+    pub port: u16,
+    pub slots: u32,
+    pub elastic: Option<Elastic>,
+    pub policies: Policies,
+    /// `dljob.dev/container`, when set.
+    pub container: Option<String>,
+    pub ordered_start: bool,
+    pub ssh_path: String,
+}
+
+impl fmt::Debug for MemberSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemberSpec")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("namespace", &self.namespace)
+            .field("job", &self.job)
+            .field("role", &self.role)
+            .field("framework", &self.framework.name())
+            .field("topology", &self.topology.to_string())
+            .field("index", &self.index)
+            .field("size", &self.size)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A parsed member and the warnings parsing produced.
+#[derive(Debug)]
+pub struct Parsed {
+    pub member: MemberSpec,
+    pub warnings: Vec<String>,
+}
+
+/// Default mount path of the SSH Secret for mpi/chainer.
+pub const DEFAULT_SSH_PATH: &str = "/root/.ssh";
+/// Default hostfile slots per host.
+pub const DEFAULT_SLOTS: u32 = 1;
+
+/// The labels and annotations of a member: the object's own metadata and,
+/// for workloads, its pod template's, read as one.
+struct Meta<'v> {
+    labels: [Option<&'v Map<String, Value>>; 2],
+    annotations: [Option<&'v Map<String, Value>>; 2],
+}
+
+impl<'v> Meta<'v> {
+    fn of(kind: Kind, object: &'v Value) -> Self {
+        let own = |which| object::string_map(object, &[], which);
+        let tpl = |which| match kind {
+            Kind::Pod => None,
+            _ => object::string_map(object, Kind::StatefulSet.pod_path(), which),
+        };
+        Self {
+            labels: [own("labels"), tpl("labels")],
+            annotations: [own("annotations"), tpl("annotations")],
+        }
+    }
+
+    fn find(maps: &[Option<&'v Map<String, Value>>; 2], key: &str) -> Option<&'v str> {
+        maps.iter().flatten().find_map(|m| m.get(key)?.as_str())
+    }
+
+    fn label(&self, key: &str) -> Option<&'v str> {
+        Self::find(&self.labels, key)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&'v str> {
+        Self::find(&self.annotations, key)
+    }
+
+    /// Keys whose workload and template values differ.
+    fn disagreements(&self, v: &mut Violations) {
+        for (which, maps) in [("label", &self.labels), ("annotation", &self.annotations)] {
+            let (Some(own), Some(tpl)) = (maps[0], maps[1]) else {
+                continue;
+            };
+            for (k, val) in own {
+                if !k.starts_with("dljob.dev/") {
+                    continue;
+                }
+                if let Some(t) = tpl.get(k) {
+                    if t != val {
+                        v.push(format!(
+                            "{which} {k} is {val} on the workload but {t} in its pod template; make them equal"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Warnings for `dljob.dev/*` keys dljob does not know (typos).
+    fn unknown_keys(&self, warnings: &mut Vec<String>) {
+        let known_annotation = |k: &str| {
+            c::JOB_WIDE_ANNOTATIONS.contains(&k)
+                || c::MEMBER_ANNOTATIONS.contains(&k)
+                || c::OWN_ANNOTATIONS.contains(&k)
+        };
+        let mut seen: Vec<&str> = Vec::new();
+        for m in self.annotations.iter().flatten() {
+            for k in m.keys() {
+                if k.starts_with("dljob.dev/")
+                    && !known_annotation(k)
+                    && !seen.contains(&k.as_str())
+                {
+                    seen.push(k);
+                    warnings.push(format!(
+                        "annotation {k} is not a dljob annotation and is ignored; known ones are {}",
+                        known_annotations()
+                    ));
+                }
+            }
+        }
+        for m in self.labels.iter().flatten() {
+            for k in m.keys() {
+                if k.starts_with("dljob.dev/")
+                    && k != c::JOB
+                    && k != c::ROLE
+                    && !seen.contains(&k.as_str())
+                {
+                    seen.push(k);
+                    warnings.push(format!(
+                        "label {k} is not a dljob label and is ignored; dljob labels are {} and {}",
+                        c::JOB,
+                        c::ROLE
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn known_annotations() -> String {
+    c::JOB_WIDE_ANNOTATIONS
+        .iter()
+        .chain(c::MEMBER_ANNOTATIONS)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The job label of an object (own metadata), if it is a member at all.
+pub fn job_label(object: &Value) -> Option<&str> {
+    object::meta_str(object, &[], "labels", c::JOB)
+}
+
+/// Parses `object` of `kind`. `Ok(None)`: not a member (no `dljob.dev/job`
+/// label). `namespace` is the request's namespace, used when the object has
+/// none (pods with `generateName` may arrive without one).
+pub fn parse(
+    kind: Kind,
+    object: &Value,
+    namespace: Option<&str>,
+    config: &Config,
+) -> Result<Option<Parsed>, Violations> {
+    let Some(job) = job_label(object) else {
+        return Ok(None);
+    };
+    let meta = Meta::of(kind, object);
+    let mut v = Violations::default();
+    let mut warnings = Vec::new();
+    meta.disagreements(&mut v);
+    meta.unknown_keys(&mut warnings);
+
+    if !c::is_dns1035_label(job) || job.len() > c::MAX_JOB_NAME {
+        v.push(format!(
+            "{} \"{job}\" is not a valid job name: use at most {} lowercase letters, digits and '-', starting with a letter (it names the Service and every pod's hostname)",
+            c::JOB,
+            c::MAX_JOB_NAME
+        ));
+    }
+
+    let role = meta.label(c::ROLE);
+    if role.is_none() {
+        v.push(format!(
+            "label {} is missing: every member names its role",
+            c::ROLE
+        ));
+    }
+    let framework = match meta.annotation(c::FRAMEWORK) {
+        None => {
+            v.push(format!(
+                "annotation {} is missing; set one of {}",
+                c::FRAMEWORK,
+                frameworks::names()
+            ));
+            None
+        }
+        Some(name) => {
+            let f = frameworks::by_name(name);
+            if f.is_none() {
+                v.push(format!(
+                    "{}: unknown framework \"{name}\"; frameworks are {}",
+                    c::FRAMEWORK,
+                    frameworks::names()
+                ));
+            }
+            f
+        }
+    };
+    if let (Some(f), Some(r)) = (framework, role) {
+        if let Err(e) = frameworks::check_role(f, r) {
+            v.push(e);
+        }
+    }
+
+    let size = workload_size(kind, object, &mut v);
+    if kind != Kind::Pod && meta.annotation(c::INDEX).is_some() {
+        v.push(format!(
+            "annotation {} is for plain Pods; a {}'s pods take their index from the {}: remove it",
+            c::INDEX,
+            kind.as_str(),
+            if kind == Kind::Job {
+                "completion index"
+            } else {
+                "ordinal"
+            }
+        ));
+    }
+
+    // Topology: written, or inferred from a one-role workload.
+    let (topology, inferred) = match meta.annotation(c::REPLICAS) {
+        Some(text) => match Topology::parse(text) {
+            Ok(t) => (Some(t), false),
+            Err(e) => {
+                v.push(e.to_string());
+                (None, false)
+            }
+        },
+        None => match (kind, role, size) {
+            (Kind::StatefulSet | Kind::Job, Some(r), Some(n)) if n > 0 => {
+                (Some(Topology::single(r, n)), true)
+            }
+            (Kind::Pod, _, _) if pod_owner(object) != PodOwner::None => {
+                v.push(format!(
+                    "annotation {} is missing on a pod created by a {}: its pod template was not mutated by dljob (was the webhook down when the workload was created?); add {} to the template",
+                    c::REPLICAS,
+                    owner_name(pod_owner(object)),
+                    c::REPLICAS
+                ));
+                (None, false)
+            }
+            _ => {
+                v.push(format!(
+                    "annotation {} is missing: declare the whole job's topology, e.g. \"worker=4\" (only a single-role StatefulSet or Indexed Job may leave it out)",
+                    c::REPLICAS
+                ));
+                (None, false)
+            }
+        },
+    };
+
+    if let (Some(f), Some(t)) = (framework, &topology) {
+        v.0.extend(frameworks::check_topology(f, t));
+    }
+    if let (Some(t), Some(r)) = (&topology, role) {
+        match t.count(r) {
+            None => v.push(format!(
+                "role \"{r}\" is not in {} \"{t}\"; add it there or fix {}",
+                c::REPLICAS,
+                c::ROLE
+            )),
+            Some(count) => {
+                if let (Some(n), false) = (size, inferred) {
+                    if n != count {
+                        v.push(size_mismatch(kind, n, r, count, t));
+                    }
+                }
+            }
+        }
+        let digits = (t.roles().map(|(_, n)| n).max().unwrap_or(1) - 1)
+            .to_string()
+            .len();
+        for (role, _) in t.roles() {
+            if job.len() + role.len() + digits + 2 > 63 {
+                v.push(format!(
+                    "hostname \"{job}-{role}-N\" would be longer than 63 characters: shorten the job name or the role"
+                ));
+            }
+        }
+    }
+
+    let (index, owner) = if kind == Kind::Pod {
+        pod_index(object, &meta, role, topology.as_ref(), &mut v)
+    } else {
+        (None, PodOwner::None)
+    };
+
+    let policies = parse_policies(&meta, &mut v);
+    let port_annotation =
+        parse_number(&meta, c::PORT, 1, 65535, "a port number (1-65535)", &mut v).map(|p| p as u16);
+    let slots = parse_number(
+        &meta,
+        c::SLOTS,
+        1,
+        c::MAX_SLOTS,
+        &format!("a slot count (1-{})", c::MAX_SLOTS),
+        &mut v,
+    )
+    .unwrap_or(DEFAULT_SLOTS);
+    let elastic = meta
+        .annotation(c::ELASTIC)
+        .and_then(|s| match Elastic::parse(s) {
+            Ok(e) => Some(e),
+            Err(msg) => {
+                v.push(msg);
+                None
+            }
+        });
+    if let Some(e) = elastic {
+        if framework.is_some_and(|f| f.name() != "pytorch") {
+            v.push(format!(
+                "annotation {} is only for pytorch jobs: remove it",
+                c::ELASTIC
+            ));
+        }
+        if let Some(t) = &topology {
+            if t.total() < e.min || t.total() > e.max {
+                v.push(format!(
+                    "{} \"{e}\" does not include the {} replicas of {} \"{t}\"",
+                    c::ELASTIC,
+                    t.total(),
+                    c::REPLICAS
+                ));
+            }
+        }
+    }
+    let ordered_start = match meta.annotation(c::ORDERED_START) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            v.push(format!(
+                "{} \"{other}\" must be \"true\" or \"false\"",
+                c::ORDERED_START
+            ));
+            false
+        }
+    };
+    let ssh_path = match meta.annotation(c::SSH_PATH) {
+        None => DEFAULT_SSH_PATH.to_owned(),
+        Some(p) if p.starts_with('/') && p.len() > 1 => p.trim_end_matches('/').to_owned(),
+        Some(p) => {
+            v.push(format!(
+                "{} \"{p}\" must be an absolute directory path, e.g. /root/.ssh",
+                c::SSH_PATH
+            ));
+            DEFAULT_SSH_PATH.to_owned()
+        }
+    };
+    let container = meta.annotation(c::CONTAINER).map(str::to_owned);
+    if let Some(name) = &container {
+        let spec = at(object, kind.pod_path()).and_then(|p| p.get("spec"));
+        let names: Vec<&str> = spec
+            .map(object::containers)
+            .unwrap_or(&[])
+            .iter()
+            .map(object::name_of)
+            .collect();
+        if !names.contains(&name.as_str()) {
+            v.push(format!(
+                "{} \"{name}\" names no container of this {}; containers are {}",
+                c::CONTAINER,
+                kind.as_str(),
+                names.join(", ")
+            ));
+        }
+    }
+
+    if !v.is_empty() {
+        return Err(v);
+    }
+    // Everything below was checked above.
+    let (Some(framework), Some(role), Some(topology)) = (framework, role, topology) else {
+        unreachable!("missing pieces are violations");
+    };
+    let port = port_annotation
+        .unwrap_or_else(|| config.port_for(framework.name(), framework.default_port()));
+    let namespace = str_at(object, &["metadata", "namespace"])
+        .filter(|s| !s.is_empty())
+        .or(namespace)
+        .unwrap_or("default");
+    Ok(Some(Parsed {
+        member: MemberSpec {
+            kind,
+            name: str_at(object, &["metadata", "name"])
+                .unwrap_or("")
+                .to_owned(),
+            namespace: namespace.to_owned(),
+            job: job.to_owned(),
+            role: role.to_owned(),
+            framework,
+            topology,
+            topology_inferred: inferred,
+            index,
+            owner,
+            size,
+            port,
+            slots,
+            elastic,
+            policies,
+            container,
+            ordered_start,
+            ssh_path,
+        },
+        warnings,
+    }))
+}
+
+fn size_mismatch(kind: Kind, n: u32, role: &str, count: u32, t: &Topology) -> String {
+    let field = if kind == Kind::Job {
+        "completions"
+    } else {
+        "replicas"
+    };
+    format!(
+        "{} {field} is {n} but {} \"{t}\" declares {role}={count}; make them equal (change the topology on every member of the job)",
+        kind.as_str(),
+        c::REPLICAS
+    )
+}
+
+fn owner_name(owner: PodOwner) -> &'static str {
+    match owner {
+        PodOwner::StatefulSet => "StatefulSet",
+        PodOwner::Job => "Job",
+        PodOwner::None => "user",
+    }
+}
+
+/// StatefulSet `replicas` (default 1) or Job `completions`; Job shape checks.
+fn workload_size(kind: Kind, object: &Value, v: &mut Violations) -> Option<u32> {
+    let num = |path: &[&str]| {
+        at(object, path)
+            .and_then(Value::as_u64)
+            .map(|n| n.min(u32::MAX as u64) as u32)
+    };
+    match kind {
+        Kind::Pod => None,
+        Kind::StatefulSet => Some(num(&["spec", "replicas"]).unwrap_or(1)),
+        Kind::Job => {
+            if str_at(object, &["spec", "completionMode"]) != Some("Indexed") {
+                v.push(
+                    "a batch/v1 Job member needs spec.completionMode: Indexed (each pod needs a stable index)".to_owned(),
+                );
+            }
+            let completions = num(&["spec", "completions"]);
+            match completions {
+                None => v.push(
+                    "a Job member needs spec.completions: the number of replicas of its role"
+                        .to_owned(),
+                ),
+                Some(n) => {
+                    let parallelism = num(&["spec", "parallelism"]).unwrap_or(1);
+                    if parallelism < n {
+                        v.push(format!(
+                            "Job parallelism {parallelism} is below completions {n}: distributed training needs every replica running at once; set parallelism to {n}"
+                        ));
+                    }
+                }
+            }
+            completions
+        }
+    }
+}
+
+/// Who created the pod, from its controller ownerReference or the labels
+/// the controllers set.
+pub fn pod_owner(object: &Value) -> PodOwner {
+    let owner_kind = at(object, &["metadata", "ownerReferences"])
+        .and_then(Value::as_array)
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+                .and_then(|r| r.get("kind")?.as_str())
+        });
+    let has = |which, key| object::meta_str(object, &[], which, key).is_some();
+    match owner_kind {
+        Some("StatefulSet") => PodOwner::StatefulSet,
+        Some("Job") => PodOwner::Job,
+        _ if has("labels", c::K8S_POD_INDEX) => PodOwner::StatefulSet,
+        _ if has("annotations", c::K8S_JOB_COMPLETION_INDEX)
+            || has("labels", c::K8S_JOB_COMPLETION_INDEX) =>
+        {
+            PodOwner::Job
+        }
+        _ => PodOwner::None,
+    }
+}
+
+fn pod_index(
+    object: &Value,
+    meta: &Meta<'_>,
+    role: Option<&str>,
+    topology: Option<&Topology>,
+    v: &mut Violations,
+) -> (Option<u32>, PodOwner) {
+    let owner = pod_owner(object);
+    let count = match (role, topology) {
+        (Some(r), Some(t)) => t.count(r),
+        _ => None,
+    };
+    let parse = |s: &str| s.trim().parse::<u32>().ok();
+    let index = match owner {
+        PodOwner::StatefulSet => {
+            let from_label = meta.label(c::K8S_POD_INDEX);
+            let from_name = str_at(object, &["metadata", "name"])
+                .and_then(|n| n.rsplit_once('-'))
+                .map(|(_, s)| s);
+            match from_label.or(from_name).and_then(parse) {
+                Some(i) => Some(i),
+                None => {
+                    v.push(format!(
+                        "cannot tell this StatefulSet pod's ordinal: no {} label and no numeric name suffix",
+                        c::K8S_POD_INDEX
+                    ));
+                    None
+                }
+            }
+        }
+        PodOwner::Job => {
+            let raw = meta
+                .annotation(c::K8S_JOB_COMPLETION_INDEX)
+                .or_else(|| meta.label(c::K8S_JOB_COMPLETION_INDEX));
+            match raw.and_then(parse) {
+                Some(i) => Some(i),
+                None => {
+                    v.push(format!(
+                        "cannot tell this Job pod's index: {} is missing or not a number (is the Job Indexed?)",
+                        c::K8S_JOB_COMPLETION_INDEX
+                    ));
+                    None
+                }
+            }
+        }
+        PodOwner::None => match meta.annotation(c::INDEX) {
+            Some(s) => match parse(s) {
+                Some(i) => Some(i),
+                None => {
+                    v.push(format!(
+                        "{} \"{s}\" is not a number: use 0 to count-1",
+                        c::INDEX
+                    ));
+                    None
+                }
+            },
+            None => match count {
+                Some(1) => Some(0),
+                Some(n) => {
+                    v.push(format!(
+                        "annotation {} is missing: role \"{}\" has {n} replicas, so each pod needs its index (0 to {})",
+                        c::INDEX,
+                        role.unwrap_or_default(),
+                        n - 1
+                    ));
+                    None
+                }
+                None => None,
+            },
+        },
+    };
+    if let (Some(i), Some(n)) = (index, count) {
+        if i >= n {
+            let r = role.unwrap_or_default();
+            let t = topology.map(ToString::to_string).unwrap_or_default();
+            v.push(match owner {
+                PodOwner::None => format!(
+                    "{} {i} is out of range: role \"{r}\" has {n} replica{} in {} \"{t}\" (indexes 0 to {})",
+                    c::INDEX,
+                    if n == 1 { "" } else { "s" },
+                    c::REPLICAS,
+                    n - 1
+                ),
+                other => format!(
+                    "{} pod index {i} is out of range: role \"{r}\" has {n} replica{} in {} \"{t}\"; scale the {} back to {n}, or change the topology on every member of the job",
+                    owner_name(other),
+                    if n == 1 { "" } else { "s" },
+                    c::REPLICAS,
+                    owner_name(other)
+                ),
+            });
+        }
+    }
+    (index, owner)
+}
+
+fn parse_number(
+    meta: &Meta<'_>,
+    key: &str,
+    min: u32,
+    max: u32,
+    what: &str,
+    v: &mut Violations,
+) -> Option<u32> {
+    let s = meta.annotation(key)?;
+    match s.trim().parse::<u32>() {
+        Ok(n) if (min..=max).contains(&n) => Some(n),
+        _ => {
+            v.push(format!("{key} \"{s}\" is not {what}"));
+            None
+        }
+    }
+}
+
+fn parse_policies(meta: &Meta<'_>, v: &mut Violations) -> Policies {
+    let mut p = Policies::default();
+    if let Some(s) = meta.annotation(c::RESTART_POLICY) {
+        match RestartPolicy::parse(s) {
+            Some(r) => p.restart = r,
+            None => v.push(format!(
+                "{} \"{s}\" is not a restart policy; use one of {}",
+                c::RESTART_POLICY,
+                RestartPolicy::VALUES
+            )),
+        }
+    }
+    if let Some(s) = meta.annotation(c::CLEAN_POD_POLICY) {
+        match CleanPodPolicy::parse(s) {
+            Some(r) => p.clean_pod = r,
+            None => v.push(format!(
+                "{} \"{s}\" is not a clean-pod policy; use one of {}",
+                c::CLEAN_POD_POLICY,
+                CleanPodPolicy::VALUES
+            )),
+        }
+    }
+    let limit = format!("a whole number from 0 to {}", c::MAX_BACKOFF_LIMIT);
+    if let Some(n) = parse_number(meta, c::BACKOFF_LIMIT, 0, c::MAX_BACKOFF_LIMIT, &limit, v) {
+        p.backoff_limit = n;
+    }
+    p.ttl_seconds_after_finished = parse_number(
+        meta,
+        c::TTL_SECONDS_AFTER_FINISHED,
+        0,
+        u32::MAX,
+        "a whole number of seconds (0 or more)",
+        v,
+    );
+    p.active_deadline_seconds = parse_number(
+        meta,
+        c::ACTIVE_DEADLINE_SECONDS,
+        1,
+        u32::MAX,
+        "a whole number of seconds (1 or more)",
+        v,
+    );
+    p
+}
+
+impl MemberSpec {
+    /// The framework's view of the job.
+    pub fn job_view<'a>(&'a self, config: &'a Config) -> frameworks::Job<'a> {
+        frameworks::Job {
+            name: &self.job,
+            namespace: &self.namespace,
+            cluster_domain: &config.cluster_domain,
+            topology: &self.topology,
+            port: self.port,
+            slots: self.slots,
+            elastic: self.elastic,
+        }
+    }
+
+    /// What every member of the job must agree on, for cross-member checks:
+    /// (what, this member's value) pairs.
+    pub fn agreement(&self) -> [(&'static str, String); 5] {
+        let p = &self.policies;
+        [
+            (c::FRAMEWORK, self.framework.name().to_owned()),
+            (c::REPLICAS, self.topology.to_string()),
+            (c::PORT, self.port.to_string()),
+            (c::SLOTS, self.slots.to_string()),
+            (
+                "policies",
+                format!(
+                    "restart-policy={} backoff-limit={} clean-pod-policy={} ttl-seconds-after-finished={} active-deadline-seconds={} elastic={}",
+                    p.restart.as_str(),
+                    p.backoff_limit,
+                    p.clean_pod.as_str(),
+                    p.ttl_seconds_after_finished.map_or("none".into(), |n| n.to_string()),
+                    p.active_deadline_seconds.map_or("none".into(), |n| n.to_string()),
+                    self.elastic.map_or("none".into(), |e| e.to_string()),
+                ),
+            ),
+        ]
+    }
+}

@@ -1,0 +1,257 @@
+//! Reading and editing Kubernetes objects as JSON values.
+//!
+//! The core works on `serde_json::Value` rather than typed structs on purpose:
+//! an object from a newer API server may carry fields the typed structs do not
+//! know, and a round-trip through them would drop those fields and produce a
+//! patch that deletes them. Editing the value in place keeps everything else
+//! byte-for-byte and lets the patch be a plain diff.
+
+use serde_json::{Map, Value};
+
+/// The member kinds dljob handles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Pod,
+    StatefulSet,
+    Job,
+}
+
+impl Kind {
+    /// From `apiVersion` + `kind` (as in a manifest).
+    pub fn from_type(api_version: &str, kind: &str) -> Option<Self> {
+        match (api_version, kind) {
+            ("v1", "Pod") => Some(Self::Pod),
+            ("apps/v1", "StatefulSet") => Some(Self::StatefulSet),
+            ("batch/v1", "Job") => Some(Self::Job),
+            _ => None,
+        }
+    }
+
+    /// From an AdmissionReview `request.kind` (group, version, kind).
+    pub fn from_gvk(group: &str, version: &str, kind: &str) -> Option<Self> {
+        match (group, version, kind) {
+            ("", "v1", "Pod") => Some(Self::Pod),
+            ("apps", "v1", "StatefulSet") => Some(Self::StatefulSet),
+            ("batch", "v1", "Job") => Some(Self::Job),
+            _ => None,
+        }
+    }
+
+    /// Kind of a manifest document.
+    pub fn of(object: &Value) -> Option<Self> {
+        Self::from_type(str_at(object, &["apiVersion"])?, str_at(object, &["kind"])?)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pod => "Pod",
+            Self::StatefulSet => "StatefulSet",
+            Self::Job => "Job",
+        }
+    }
+
+    /// Path from the object to its pod spec's parent (`spec` or `spec.template`).
+    pub fn pod_path(self) -> &'static [&'static str] {
+        match self {
+            Self::Pod => &[],
+            Self::StatefulSet | Self::Job => &["spec", "template"],
+        }
+    }
+}
+
+/// The value at `path`, if every step exists.
+pub fn at<'v>(value: &'v Value, path: &[&str]) -> Option<&'v Value> {
+    path.iter().try_fold(value, |v, k| v.get(*k))
+}
+
+/// The string at `path`.
+pub fn str_at<'v>(value: &'v Value, path: &[&str]) -> Option<&'v str> {
+    at(value, path)?.as_str()
+}
+
+/// The object at `path`, created (with every missing parent) when absent.
+/// A non-object in the way is replaced only if it is `null`.
+pub fn object_at_mut<'v>(
+    value: &'v mut Value,
+    path: &[&str],
+) -> Option<&'v mut Map<String, Value>> {
+    let mut cur = value;
+    for key in path {
+        let map = cur.as_object_mut()?;
+        let entry = map.entry((*key).to_owned()).or_insert(Value::Null);
+        if entry.is_null() {
+            *entry = Value::Object(Map::new());
+        }
+        cur = entry;
+    }
+    cur.as_object_mut()
+}
+
+/// The array under `key` of `map`, created when absent or null.
+pub fn array_mut<'m>(map: &'m mut Map<String, Value>, key: &str) -> Option<&'m mut Vec<Value>> {
+    let entry = map.entry(key.to_owned()).or_insert(Value::Null);
+    if entry.is_null() {
+        *entry = Value::Array(Vec::new());
+    }
+    entry.as_array_mut()
+}
+
+/// A metadata string map (`labels`/`annotations`) at `meta_path`.
+pub fn string_map<'v>(
+    value: &'v Value,
+    meta_path: &[&str],
+    which: &str,
+) -> Option<&'v Map<String, Value>> {
+    at(value, meta_path)?
+        .get("metadata")?
+        .get(which)?
+        .as_object()
+}
+
+/// One label or annotation.
+pub fn meta_str<'v>(
+    value: &'v Value,
+    meta_path: &[&str],
+    which: &str,
+    key: &str,
+) -> Option<&'v str> {
+    string_map(value, meta_path, which)?.get(key)?.as_str()
+}
+
+/// True when `existing` holds everything `wanted` holds: every key of an
+/// object equal recursively, arrays element-wise. Fields the API server
+/// defaults later (e.g. `defaultMode`, `protocol`) are thus not conflicts.
+pub fn contains(existing: &Value, wanted: &Value) -> bool {
+    match (existing, wanted) {
+        (Value::Object(e), Value::Object(w)) => w
+            .iter()
+            .all(|(k, wv)| e.get(k).is_some_and(|ev| contains(ev, wv))),
+        (Value::Array(e), Value::Array(w)) => {
+            e.len() == w.len() && e.iter().zip(w).all(|(ev, wv)| contains(ev, wv))
+        }
+        // Quantities and ports may arrive as numbers or strings.
+        (Value::Number(n), Value::String(s)) | (Value::String(s), Value::Number(n)) => {
+            n.to_string() == *s
+        }
+        _ => existing == wanted,
+    }
+}
+
+/// The containers of a pod spec (empty when absent).
+pub fn containers(pod_spec: &Value) -> &[Value] {
+    pod_spec
+        .get("containers")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// Name of a container value.
+pub fn name_of(v: &Value) -> &str {
+    v.get("name").and_then(Value::as_str).unwrap_or("")
+}
+
+/// A quantity (number or string) as a whole count, if it is one.
+pub fn whole_quantity(v: &Value) -> Option<u32> {
+    match v {
+        Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// The container's count of `resource` (limits, else requests), if named.
+pub fn resource_count<'v>(container: &'v Value, resource: &str) -> Option<&'v Value> {
+    let res = container.get("resources")?;
+    res.get("limits")
+        .and_then(|l| l.get(resource))
+        .or_else(|| res.get("requests").and_then(|r| r.get(resource)))
+}
+
+/// Whether the container requests `resource` in limits or requests (a zero
+/// quantity does not count).
+pub fn requests_resource(container: &Value, resource: &str) -> bool {
+    resource_count(container, resource).is_some_and(|q| whole_quantity(q) != Some(0))
+}
+
+/// GPUs the container requests: the sum over resources named `…/gpu`.
+pub fn gpu_count(container: &Value) -> Option<u32> {
+    let res = container.get("resources")?;
+    let pick = |section: &str| -> Option<u32> {
+        let map = res.get(section)?.as_object()?;
+        let mut total = None;
+        for (k, v) in map {
+            if k.ends_with("/gpu") {
+                *total.get_or_insert(0) += whole_quantity(v).unwrap_or(0);
+            }
+        }
+        total
+    };
+    pick("limits").or_else(|| pick("requests"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn contains_ignores_defaulted_fields() {
+        let existing = json!({"name": "v", "downwardAPI": {"defaultMode": 420, "items": [{"path": "h", "fieldRef": {"apiVersion": "v1", "fieldPath": "x"}}]}});
+        let wanted = json!({"name": "v", "downwardAPI": {"items": [{"path": "h", "fieldRef": {"fieldPath": "x"}}]}});
+        assert!(contains(&existing, &wanted));
+        assert!(!contains(&wanted, &existing));
+        assert!(contains(
+            &json!({"containerPort": 22}),
+            &json!({"containerPort": 22})
+        ));
+        assert!(contains(&json!("1"), &json!(1)));
+        assert!(!contains(&json!({"a": [1, 2]}), &json!({"a": [1]})));
+    }
+
+    #[test]
+    fn object_at_mut_creates_missing_parents_only() {
+        let mut v = json!({"metadata": {"labels": {"a": "b"}}});
+        object_at_mut(&mut v, &["metadata", "labels"])
+            .unwrap()
+            .insert("c".into(), json!("d"));
+        object_at_mut(&mut v, &["metadata", "annotations"])
+            .unwrap()
+            .insert("e".into(), json!("f"));
+        assert_eq!(
+            v,
+            json!({"metadata": {"labels": {"a": "b", "c": "d"}, "annotations": {"e": "f"}}})
+        );
+    }
+
+    #[test]
+    fn gpu_count_prefers_limits_and_sums_gpu_resources() {
+        let c = json!({"resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "4"}, "requests": {"nvidia.com/gpu": 1}}});
+        assert_eq!(gpu_count(&c), Some(2));
+        let c = json!({"resources": {"requests": {"nvidia.com/gpu": 1}}});
+        assert_eq!(gpu_count(&c), Some(1));
+        assert_eq!(gpu_count(&json!({"resources": {}})), None);
+        assert!(requests_resource(
+            &json!({"resources": {"requests": {"nvidia.com/gpu": "1"}}}),
+            "nvidia.com/gpu"
+        ));
+        assert!(!requests_resource(
+            &json!({"resources": {"limits": {"nvidia.com/gpu": 0}}}),
+            "nvidia.com/gpu"
+        ));
+    }
+
+    #[test]
+    fn kinds_from_manifest_and_review() {
+        assert_eq!(
+            Kind::of(&json!({"apiVersion": "apps/v1", "kind": "StatefulSet"})),
+            Some(Kind::StatefulSet)
+        );
+        assert_eq!(
+            Kind::of(&json!({"apiVersion": "apps/v1", "kind": "Deployment"})),
+            None
+        );
+        assert_eq!(Kind::from_gvk("batch", "v1", "Job"), Some(Kind::Job));
+        assert_eq!(Kind::from_gvk("", "v1", "Pod"), Some(Kind::Pod));
+    }
+}

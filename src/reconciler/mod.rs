@@ -1,0 +1,15 @@
+//! The reconciler (DESIGN §5). Placeholder until the reconciler lands.
+
+use std::sync::Arc;
+
+use crate::validate::{NoPeers, PeerSource};
+
+/// Starts the reconciler in the background (leader election, controller)
+/// and returns the member cache the validating webhook reads peers from.
+/// Registers its metrics in `registry`.
+pub async fn start(
+    _client: kube::Client,
+    _registry: &mut prometheus_client::registry::Registry,
+) -> anyhow::Result<(Arc<dyn PeerSource>, tokio::task::JoinHandle<()>)> {
+    Ok((Arc::new(NoPeers), tokio::spawn(async {})))
+}

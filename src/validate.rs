@@ -1,0 +1,182 @@
+//! The validation of DESIGN §4: (object, old object, peers) → warnings or
+//! violations. Pure: the peers are whatever the caller knows of the job's
+//! other members (the reconciler's cache in the webhook, the other documents
+//! of the file offline) — never an API call.
+
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::contract::{self as c, Topology};
+use crate::member::{self, job_label, MemberSpec, Violations};
+use crate::object::{self, Kind};
+
+/// Validates `object` (with `old` on UPDATE) against the contract and
+/// against `peers`, the known members of the same job. Returns the
+/// warnings to show when the object is acceptable.
+pub fn validate(
+    kind: Kind,
+    object: &Value,
+    old: Option<&Value>,
+    namespace: Option<&str>,
+    config: &Config,
+    peers: &[MemberSpec],
+) -> Result<Vec<String>, Violations> {
+    let mut v = Violations::default();
+    if let Some(old) = old {
+        immutable_keys(kind, object, old, namespace, config, &mut v);
+    }
+    let parsed = match member::parse(kind, object, namespace, config) {
+        Ok(Some(p)) => p,
+        Ok(None) => return v.into_result(Vec::new()),
+        Err(e) => {
+            v.0.extend(e.0);
+            return Err(v);
+        }
+    };
+    agree_with_peers(&parsed.member, peers, &mut v);
+    v.into_result(parsed.warnings)
+}
+
+/// The identity keys of an existing member cannot change on UPDATE.
+fn immutable_keys(
+    kind: Kind,
+    new: &Value,
+    old: &Value,
+    namespace: Option<&str>,
+    config: &Config,
+    v: &mut Violations,
+) {
+    if job_label(old).is_none() {
+        return; // it is becoming a member now: nothing to compare with
+    }
+    let label = |o: &Value, k: &str| object::meta_str(o, &[], "labels", k).map(str::to_owned);
+    let annotation =
+        |o: &Value, k: &str| object::meta_str(o, &[], "annotations", k).map(str::to_owned);
+    for (key, before, after) in [
+        (c::JOB, label(old, c::JOB), label(new, c::JOB)),
+        (c::ROLE, label(old, c::ROLE), label(new, c::ROLE)),
+        (
+            c::FRAMEWORK,
+            annotation(old, c::FRAMEWORK),
+            annotation(new, c::FRAMEWORK),
+        ),
+    ] {
+        if before != after {
+            v.push(changed(key, before.as_deref(), after.as_deref()));
+        }
+    }
+    // The topology compares as written or inferred, so that scaling a
+    // single-role workload counts as a change too.
+    let effective = |o: &Value| -> Option<Topology> {
+        match member::parse(kind, o, namespace, config) {
+            Ok(Some(p)) => Some(p.member.topology),
+            _ => annotation(o, c::REPLICAS).and_then(|t| Topology::parse(&t).ok()),
+        }
+    };
+    let (before, after) = (effective(old), effective(new));
+    let same = match (&before, &after) {
+        (Some(a), Some(b)) => a.same_as(b),
+        (None, None) => annotation(old, c::REPLICAS) == annotation(new, c::REPLICAS),
+        _ => false,
+    };
+    if !same {
+        let show = |t: &Option<Topology>, o: &Value| {
+            t.as_ref()
+                .map(ToString::to_string)
+                .or_else(|| annotation(o, c::REPLICAS))
+        };
+        v.push(changed(
+            c::REPLICAS,
+            show(&before, old).as_deref(),
+            show(&after, new).as_deref(),
+        ));
+    }
+}
+
+fn changed(key: &str, before: Option<&str>, after: Option<&str>) -> String {
+    let show = |s: Option<&str>| s.map_or("(unset)".to_owned(), |s| format!("\"{s}\""));
+    format!(
+        "{key} cannot change on an existing member ({} → {}): delete and recreate the job's members to change it",
+        show(before),
+        show(after)
+    )
+}
+
+/// Every member of a job agrees on framework, topology and policies, and no
+/// two pods claim the same (role, index).
+fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
+    let mine = m.agreement();
+    for peer in peers {
+        if peer.job != m.job || peer.namespace != m.namespace {
+            continue;
+        }
+        if peer.kind == m.kind && !m.name.is_empty() && peer.name == m.name {
+            continue; // the same object
+        }
+        let who = format!("{} \"{}\"", peer.kind.as_str(), peer.name);
+        for ((what, value), (_, theirs)) in mine.iter().zip(peer.agreement().iter()) {
+            let agree = if *what == c::REPLICAS {
+                m.topology.same_as(&peer.topology)
+            } else {
+                value == theirs
+            };
+            if !agree {
+                v.push(format!(
+                    "{what} is {value} here but {theirs} on {who} of job \"{}\"; every member of a job must agree",
+                    m.job
+                ));
+            }
+        }
+        if m.kind == Kind::Pod
+            && peer.kind == Kind::Pod
+            && peer.role == m.role
+            && peer.index == m.index
+        {
+            v.push(format!(
+                "{who} already is {} {} of job \"{}\"; give this pod another {}",
+                m.role,
+                m.index.unwrap_or(0),
+                m.job,
+                c::INDEX
+            ));
+        }
+        if m.kind != Kind::Pod && peer.kind != Kind::Pod && peer.role == m.role {
+            v.push(format!(
+                "{who} already runs role \"{}\" of job \"{}\"; a role is one workload",
+                m.role, m.job
+            ));
+        }
+    }
+}
+
+/// Parses the peers among `objects` (e.g. the documents of one file),
+/// ignoring what does not parse (it is reported on its own).
+pub fn peers_of<'a>(
+    objects: impl IntoIterator<Item = (Kind, &'a Value)>,
+    namespace: Option<&str>,
+    config: &Config,
+) -> Vec<MemberSpec> {
+    objects
+        .into_iter()
+        .filter_map(|(k, o)| member::parse(k, o, namespace, config).ok().flatten())
+        .map(|p| p.member)
+        .collect()
+}
+
+/// What the validating webhook knows of a job's other members: the
+/// reconciler's in-process cache in the server, nothing offline. It must
+/// answer from memory; admission never waits on the API server.
+pub trait PeerSource: Send + Sync {
+    /// Known members of job `job` in `namespace`.
+    fn peers(&self, namespace: &str, job: &str) -> Vec<MemberSpec>;
+}
+
+/// No cluster: no peers.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoPeers;
+
+impl PeerSource for NoPeers {
+    fn peers(&self, _namespace: &str, _job: &str) -> Vec<MemberSpec> {
+        Vec::new()
+    }
+}
