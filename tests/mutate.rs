@@ -1,0 +1,630 @@
+//! The mutation of DESIGN §2 on real-shaped objects: identity, env, ports,
+//! hostfile, accelerators, workload templates, idempotence and the patch.
+//! Expected values are written by hand from the contract.
+
+use dljob::config::Config;
+use dljob::mutate::{mutate, patch, Mutation, Operation};
+use dljob::object::Kind;
+use serde_json::{json, Value};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/admission/");
+
+/// The `object` of a captured AdmissionReview.
+fn fixture(name: &str) -> (Value, Option<Value>) {
+    let text = std::fs::read_to_string(format!("{FIXTURES}{name}"))
+        .unwrap_or_else(|e| panic!("{name}: {e} (../shared/fixtures must sit beside the repo)"));
+    let review: Value = serde_json::from_str(&text).unwrap();
+    let req = &review["request"];
+    let old = req.get("oldObject").filter(|o| !o.is_null()).cloned();
+    (req["object"].clone(), old)
+}
+
+fn create(kind: Kind, obj: &Value, config: &Config) -> Mutation {
+    mutate(kind, obj, Some("team-a"), Operation::Create, config)
+        .unwrap_or_else(|v| panic!("refused: {v}"))
+        .expect("a member")
+}
+
+fn env_of(pod: &Value, container: usize) -> Vec<(String, String)> {
+    pod["spec"]["containers"][container]["env"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| {
+                    Some((
+                        e["name"].as_str()?.to_owned(),
+                        e.get("value")?.as_str()?.to_owned(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn env(pod: &Value, name: &str) -> Option<String> {
+    env_of(pod, 0)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
+}
+
+/// A plain pod member.
+fn pod(job: &str, role: &str, framework: &str, replicas: &str, extra_annotations: Value) -> Value {
+    let mut annotations = json!({"dljob.dev/framework": framework, "dljob.dev/replicas": replicas});
+    for (k, v) in extra_annotations.as_object().unwrap() {
+        annotations[k] = v.clone();
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": format!("{job}-{role}"),
+            "namespace": "ml",
+            "labels": {"dljob.dev/job": job, "dljob.dev/role": role},
+            "annotations": annotations
+        },
+        "spec": {"containers": [{"name": framework, "image": "img"}]}
+    })
+}
+
+fn assert_idempotent(kind: Kind, mutated: &Value, config: &Config) {
+    let again = create(kind, mutated, config);
+    assert_eq!(&again.object, mutated, "second mutation changed the object");
+    assert!(patch(mutated, &again.object).0.is_empty());
+    assert!(
+        again.warnings.is_empty(),
+        "second mutation warned: {:?}",
+        again.warnings
+    );
+}
+
+fn assert_patch_reproduces(original: &Value, mutated: &Value) {
+    let mut patched = original.clone();
+    json_patch::patch(&mut patched, &patch(original, mutated)).unwrap();
+    assert_eq!(&patched, mutated);
+}
+
+#[test]
+fn tensorflow_chief_pod_gets_identity_tf_config_port_and_hostfile() {
+    let cfg = Config::default();
+    let original = pod(
+        "mnist",
+        "chief",
+        "tensorflow",
+        "chief=1,worker=2,ps=1",
+        json!({}),
+    );
+    let m = create(Kind::Pod, &original, &cfg);
+    let p = &m.object;
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    assert_eq!(p["spec"]["hostname"], "mnist-chief-0");
+    assert_eq!(p["spec"]["subdomain"], "mnist");
+    let tf: Value = serde_json::from_str(&env(p, "TF_CONFIG").unwrap()).unwrap();
+    assert_eq!(
+        tf,
+        json!({
+            "cluster": {
+                "chief": ["mnist-chief-0.mnist.ml.svc:2222"],
+                "worker": ["mnist-worker-0.mnist.ml.svc:2222", "mnist-worker-1.mnist.ml.svc:2222"],
+                "ps": ["mnist-ps-0.mnist.ml.svc:2222"]
+            },
+            "task": {"type": "chief", "index": 0},
+            "environment": "cloud"
+        })
+    );
+    assert_eq!(env(p, "DLJOB_JOB").as_deref(), Some("mnist"));
+    assert_eq!(env(p, "DLJOB_ROLE").as_deref(), Some("chief"));
+    assert_eq!(env(p, "DLJOB_INDEX").as_deref(), Some("0"));
+    assert_eq!(env(p, "DLJOB_RANK").as_deref(), Some("0"));
+    assert_eq!(env(p, "DLJOB_WORLD_SIZE").as_deref(), Some("4"));
+    assert_eq!(
+        env(p, "DLJOB_HOSTS_PS").as_deref(),
+        Some("mnist-ps-0.mnist.ml.svc")
+    );
+    assert_eq!(
+        env(p, "DLJOB_HOSTS_WORKER").as_deref(),
+        Some("mnist-worker-0.mnist.ml.svc,mnist-worker-1.mnist.ml.svc")
+    );
+    assert_eq!(
+        p["spec"]["containers"][0]["ports"],
+        json!([{"name": "dljob", "containerPort": 2222, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        p["metadata"]["annotations"]["dljob.dev/hostfile"],
+        "mnist-chief-0.mnist.ml.svc slots=1\nmnist-worker-0.mnist.ml.svc slots=1\nmnist-worker-1.mnist.ml.svc slots=1\nmnist-ps-0.mnist.ml.svc slots=1\n"
+    );
+    assert_eq!(
+        p["spec"]["volumes"],
+        json!([{"name": "dljob-hostfile", "downwardAPI": {"items": [{"path": "hostfile", "fieldRef": {"fieldPath": "metadata.annotations['dljob.dev/hostfile']"}}]}}])
+    );
+    assert_eq!(
+        p["spec"]["containers"][0]["volumeMounts"],
+        json!([{"name": "dljob-hostfile", "mountPath": "/etc/dljob", "readOnly": true}])
+    );
+    assert_idempotent(Kind::Pod, p, &cfg);
+    assert_patch_reproduces(&original, p);
+}
+
+#[test]
+fn cluster_domain_and_port_overrides_reach_the_hosts() {
+    let cfg = Config::from_yaml("clusterDomain: cluster.local\nports: {pytorch: 3000}\n").unwrap();
+    let m = create(
+        Kind::Pod,
+        &pod(
+            "ddp",
+            "worker",
+            "pytorch",
+            "worker=2",
+            json!({"dljob.dev/index": "1"}),
+        ),
+        &cfg,
+    );
+    assert_eq!(
+        env(&m.object, "MASTER_ADDR").as_deref(),
+        Some("ddp-worker-0.ddp.ml.svc.cluster.local")
+    );
+    assert_eq!(env(&m.object, "MASTER_PORT").as_deref(), Some("3000"));
+    assert_eq!(env(&m.object, "RANK").as_deref(), Some("1"));
+    let m = create(
+        Kind::Pod,
+        &pod(
+            "ddp",
+            "worker",
+            "pytorch",
+            "worker=2",
+            json!({"dljob.dev/index": "1", "dljob.dev/port": "4000"}),
+        ),
+        &cfg,
+    );
+    assert_eq!(env(&m.object, "MASTER_PORT").as_deref(), Some("4000"));
+}
+
+#[test]
+fn generate_name_pod_takes_the_request_namespace() {
+    // Captured: a generateName pod with an empty name in the mutating review.
+    let (mut obj, _) = fixture("mutate-create-pod-ddp-worker.json");
+    assert!(obj["metadata"].get("name").is_none());
+    obj["metadata"].as_object_mut().unwrap().remove("namespace");
+    let m = create(Kind::Pod, &obj, &Config::default());
+    assert_eq!(m.object["spec"]["hostname"], "ddp-worker-0");
+    assert_eq!(
+        env(&m.object, "MASTER_ADDR").as_deref(),
+        Some("ddp-worker-0.ddp.team-a.svc")
+    );
+    assert_eq!(env(&m.object, "WORLD_SIZE").as_deref(), Some("1"));
+    assert_eq!(env(&m.object, "RANK").as_deref(), Some("0"));
+    assert_eq!(
+        env(&m.object, "PET_NPROC_PER_NODE").as_deref(),
+        Some("auto")
+    );
+    assert_patch_reproduces(&obj, &m.object);
+}
+
+#[test]
+fn statefulset_pod_index_is_its_ordinal() {
+    let (obj, _) = fixture("mutate-create-pod-resnet-worker-1.json");
+    let cfg = Config::default();
+    let m = create(Kind::Pod, &obj, &cfg);
+    assert_eq!(m.object["spec"]["hostname"], "resnet-worker-1");
+    assert_eq!(m.object["spec"]["subdomain"], "resnet");
+    let tf: Value = serde_json::from_str(&env(&m.object, "TF_CONFIG").unwrap()).unwrap();
+    assert_eq!(tf["task"], json!({"type": "worker", "index": 1}));
+    assert_eq!(
+        tf["cluster"],
+        json!({
+            "chief": ["resnet-chief-0.resnet.team-a.svc:2222"],
+            "worker": ["resnet-worker-0.resnet.team-a.svc:2222", "resnet-worker-1.resnet.team-a.svc:2222"],
+            "ps": ["resnet-ps-0.resnet.team-a.svc:2222"]
+        })
+    );
+    assert_eq!(env(&m.object, "DLJOB_RANK").as_deref(), Some("2"));
+    assert_idempotent(Kind::Pod, &m.object, &cfg);
+    assert_patch_reproduces(&obj, &m.object);
+
+    // Without the pod-index label the name suffix is the ordinal.
+    let mut no_label = obj.clone();
+    no_label["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("apps.kubernetes.io/pod-index");
+    let m = create(Kind::Pod, &no_label, &cfg);
+    assert_eq!(m.object["spec"]["hostname"], "resnet-worker-1");
+    assert_eq!(env(&m.object, "DLJOB_INDEX").as_deref(), Some("1"));
+}
+
+#[test]
+fn statefulset_pod_beyond_the_topology_is_refused() {
+    // Captured: the pod a StatefulSet created after replicas went 2 → 3.
+    let (obj, _) = fixture("mutate-create-pod-resnet-worker-2.json");
+    let err = mutate(
+        Kind::Pod,
+        &obj,
+        Some("team-a"),
+        Operation::Create,
+        &Config::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.0,
+        vec!["StatefulSet pod index 2 is out of range: role \"worker\" has 2 replicas in dljob.dev/replicas \"chief=1,worker=2,ps=1\"; scale the StatefulSet back to 2, or change the topology on every member of the job"]
+    );
+}
+
+#[test]
+fn indexed_job_pod_takes_its_completion_index() {
+    // Captured Job pods lack dljob.dev/replicas because the captured Job's
+    // template was not mutated: dljob says so.
+    let (obj, _) = fixture("mutate-create-pod-gpt-worker-1.json");
+    let err = mutate(
+        Kind::Pod,
+        &obj,
+        Some("team-a"),
+        Operation::Create,
+        &Config::default(),
+    )
+    .unwrap_err();
+    assert_eq!(err.0.len(), 1);
+    assert!(
+        err.0[0].starts_with("annotation dljob.dev/replicas is missing on a pod created by a Job"),
+        "{err}"
+    );
+
+    // With the annotation the mutated template carries, the pod is wired.
+    let mut pod = obj.clone();
+    pod["metadata"]["annotations"]["dljob.dev/replicas"] = json!("worker=2");
+    let m = create(Kind::Pod, &pod, &Config::default());
+    assert_eq!(m.object["spec"]["hostname"], "gpt-worker-1");
+    assert_eq!(m.object["spec"]["subdomain"], "gpt");
+    assert_eq!(
+        env(&m.object, "JAX_COORDINATOR_ADDRESS").as_deref(),
+        Some("gpt-worker-0.gpt.team-a.svc:6666")
+    );
+    assert_eq!(env(&m.object, "JAX_NUM_PROCESSES").as_deref(), Some("2"));
+    assert_eq!(env(&m.object, "JAX_PROCESS_ID").as_deref(), Some("1"));
+    // The user's own env var stays first and untouched.
+    assert_eq!(
+        m.object["spec"]["containers"][0]["env"][0]["name"],
+        "JOB_COMPLETION_INDEX"
+    );
+    assert_patch_reproduces(&pod, &m.object);
+}
+
+#[test]
+fn indexed_job_gets_inferred_topology_on_itself_and_its_template() {
+    let (obj, _) = fixture("mutate-create-job-gpt-worker.json");
+    let m = create(Kind::Job, &obj, &Config::default());
+    assert_eq!(
+        m.object["metadata"]["annotations"]["dljob.dev/replicas"],
+        "worker=2"
+    );
+    let tpl = &m.object["spec"]["template"]["metadata"];
+    assert_eq!(tpl["annotations"]["dljob.dev/replicas"], "worker=2");
+    assert_eq!(tpl["annotations"]["dljob.dev/framework"], "jax");
+    assert_eq!(
+        tpl["labels"],
+        json!({"dljob.dev/job": "gpt", "dljob.dev/role": "worker"})
+    );
+    let ops = serde_json::to_value(patch(&obj, &m.object)).unwrap();
+    assert_eq!(
+        ops,
+        json!([
+            {"op": "add", "path": "/metadata/annotations/dljob.dev~1replicas", "value": "worker=2"},
+            {"op": "add", "path": "/spec/template/metadata/annotations/dljob.dev~1replicas", "value": "worker=2"}
+        ])
+    );
+    assert_idempotent(Kind::Job, &m.object, &Config::default());
+}
+
+#[test]
+fn statefulset_template_gets_job_labels_service_and_parallel_start() {
+    let sts = json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": "w",
+            "namespace": "ml",
+            "labels": {"dljob.dev/job": "bert", "dljob.dev/role": "worker"},
+            "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/backoff-limit": "5"}
+        },
+        "spec": {
+            "replicas": 3,
+            "podManagementPolicy": "OrderedReady",
+            "selector": {"matchLabels": {"app": "w"}},
+            "template": {
+                "metadata": {"labels": {"app": "w"}},
+                "spec": {"containers": [{"name": "pytorch", "image": "img"}]}
+            }
+        }
+    });
+    let m = create(Kind::StatefulSet, &sts, &Config::default());
+    let ops = serde_json::to_value(patch(&sts, &m.object)).unwrap();
+    assert_eq!(
+        ops,
+        json!([
+            {"op": "add", "path": "/metadata/annotations/dljob.dev~1replicas", "value": "worker=3"},
+            {"op": "replace", "path": "/spec/podManagementPolicy", "value": "Parallel"},
+            {"op": "add", "path": "/spec/template/metadata/labels/dljob.dev~1job", "value": "bert"},
+            {"op": "add", "path": "/spec/template/metadata/labels/dljob.dev~1role", "value": "worker"},
+            {"op": "add", "path": "/spec/template/metadata/annotations", "value": {
+                "dljob.dev/framework": "pytorch",
+                "dljob.dev/backoff-limit": "5",
+                "dljob.dev/replicas": "worker=3"
+            }},
+            {"op": "add", "path": "/spec/serviceName", "value": "bert"}
+        ])
+    );
+    assert_idempotent(Kind::StatefulSet, &m.object, &Config::default());
+    assert_patch_reproduces(&sts, &m.object);
+
+    let mut ordered = sts.clone();
+    ordered["metadata"]["annotations"]["dljob.dev/ordered-start"] = json!("true");
+    let m = create(Kind::StatefulSet, &ordered, &Config::default());
+    assert_eq!(m.object["spec"]["podManagementPolicy"], "OrderedReady");
+}
+
+#[test]
+fn captured_statefulset_needs_nothing_but_is_accepted() {
+    let (obj, _) = fixture("mutate-create-statefulset-resnet-worker.json");
+    let m = create(Kind::StatefulSet, &obj, &Config::default());
+    assert!(
+        patch(&obj, &m.object).0.is_empty(),
+        "{:?}",
+        patch(&obj, &m.object)
+    );
+}
+
+#[test]
+fn user_env_port_and_volume_win_and_are_named_in_warnings() {
+    let mut p = pod("ddp", "master", "pytorch", "master=1,worker=1", json!({}));
+    p["spec"]["containers"][0]["env"] = json!([
+        {"name": "MASTER_PORT", "value": "1234"},
+        {"name": "WORLD_SIZE", "value": "2"}
+    ]);
+    p["spec"]["containers"][0]["ports"] = json!([{"name": "dljob", "containerPort": 8080}]);
+    p["spec"]["volumes"] = json!([{"name": "dljob-hostfile", "emptyDir": {}}]);
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert_eq!(env(&m.object, "MASTER_PORT").as_deref(), Some("1234"));
+    assert_eq!(env(&m.object, "WORLD_SIZE").as_deref(), Some("2"));
+    assert_eq!(
+        m.warnings,
+        vec![
+            "container \"pytorch\": env MASTER_PORT is set by the user and kept; dljob would set \"23456\"",
+            "container \"pytorch\": port \"dljob\" is declared by the user as 8080 and kept; dljob would declare 23456",
+            "volume \"dljob-hostfile\" is defined by the user and kept; dljob would define it as {\"name\":\"dljob-hostfile\",\"downwardAPI\":{\"items\":[{\"path\":\"hostfile\",\"fieldRef\":{\"fieldPath\":\"metadata.annotations['dljob.dev/hostfile']\"}}]}}",
+        ]
+    );
+    assert_eq!(
+        m.object["spec"]["volumes"],
+        json!([{"name": "dljob-hostfile", "emptyDir": {}}])
+    );
+    // WORLD_SIZE "2" equals what dljob computes: not a conflict, no warning.
+    assert!(!m.warnings.iter().any(|w| w.contains("WORLD_SIZE")));
+}
+
+#[test]
+fn accelerator_config_applies_to_every_container_requesting_the_resource() {
+    let cfg = Config::from_yaml(
+        "accelerators:\n  nvidia.com/gpu:\n    volumes:\n    - {name: nvidia-libraries, hostPath: /home/kubernetes/bin/nvidia/lib64, mountPath: /usr/local/nvidia/lib64}\n    env:\n    - {name: LD_LIBRARY_PATH, value: /usr/local/nvidia/lib64}\n",
+    )
+    .unwrap();
+    let mut p = pod(
+        "cifar",
+        "worker",
+        "mxnet",
+        "scheduler=1,server=1,worker=1",
+        json!({}),
+    );
+    p["spec"]["containers"] = json!([
+        {"name": "mxnet", "image": "mx", "resources": {"limits": {"nvidia.com/gpu": 1}}},
+        {"name": "sidecar", "image": "s"},
+        {"name": "eval", "image": "e", "resources": {"requests": {"nvidia.com/gpu": "1"}}}
+    ]);
+    let m = create(Kind::Pod, &p, &cfg);
+    let lib_mount = json!({"name": "nvidia-libraries", "mountPath": "/usr/local/nvidia/lib64", "readOnly": true});
+    let c = &m.object["spec"]["containers"];
+    assert!(c[0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .contains(&lib_mount));
+    assert_eq!(c[2]["volumeMounts"], json!([lib_mount]));
+    assert_eq!(
+        c[2]["env"],
+        json!([{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}])
+    );
+    assert!(c[1].get("volumeMounts").is_none() && c[1].get("env").is_none());
+    let volumes = m.object["spec"]["volumes"].as_array().unwrap();
+    let libs: Vec<&Value> = volumes
+        .iter()
+        .filter(|v| v["name"] == "nvidia-libraries")
+        .collect();
+    assert_eq!(
+        libs,
+        vec![
+            &json!({"name": "nvidia-libraries", "hostPath": {"path": "/home/kubernetes/bin/nvidia/lib64"}})
+        ]
+    );
+    assert!(env_of(&m.object, 0)
+        .contains(&("LD_LIBRARY_PATH".into(), "/usr/local/nvidia/lib64".into())));
+    assert_idempotent(Kind::Pod, &m.object, &cfg);
+    assert_patch_reproduces(&p, &m.object);
+}
+
+#[test]
+fn mpi_worker_gets_hostfile_ssh_secret_and_a_slots_warning() {
+    let mut p = pod(
+        "hvd",
+        "worker",
+        "mpi",
+        "launcher=1,worker=2",
+        json!({"dljob.dev/index": "1", "dljob.dev/ssh-path": "/home/mpi/.ssh"}),
+    );
+    p["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "4"}});
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert_eq!(
+        m.object["metadata"]["annotations"]["dljob.dev/hostfile"],
+        "hvd-worker-0.hvd.ml.svc slots=1\nhvd-worker-1.hvd.ml.svc slots=1\n"
+    );
+    assert!(m.object["spec"]["volumes"].as_array().unwrap().contains(
+        &json!({"name": "dljob-ssh", "secret": {"secretName": "hvd-ssh", "defaultMode": 384}})
+    ));
+    assert!(m.object["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"name": "dljob-ssh", "mountPath": "/home/mpi/.ssh", "readOnly": true})));
+    assert_eq!(env(&m.object, "K_MPI_JOB_ROLE").as_deref(), Some("worker"));
+    assert_eq!(
+        env(&m.object, "OMPI_MCA_orte_default_hostfile").as_deref(),
+        Some("/etc/dljob/hostfile")
+    );
+    assert_eq!(
+        m.warnings,
+        vec!["the worker's framework container requests 4 GPUs but the hostfile gives each worker 1 slot; set dljob.dev/slots: \"4\" on every member"]
+    );
+    // With slots set to the GPU count the warning goes and slots reach the hostfile.
+    p["metadata"]["annotations"]["dljob.dev/slots"] = json!("4");
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    assert_eq!(
+        m.object["metadata"]["annotations"]["dljob.dev/hostfile"],
+        "hvd-worker-0.hvd.ml.svc slots=4\nhvd-worker-1.hvd.ml.svc slots=4\n"
+    );
+    assert_eq!(
+        env(&m.object, "OMPI_MCA_orte_set_default_slots").as_deref(),
+        Some("4")
+    );
+}
+
+#[test]
+fn framework_container_is_chosen_by_annotation_default_container_name_then_first() {
+    let mut p = pod("j", "worker", "jax", "worker=1", json!({}));
+    p["spec"]["containers"] = json!([{"name": "proxy"}, {"name": "trainer"}, {"name": "jax"}]);
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert!(env_of(&m.object, 2)
+        .iter()
+        .any(|(n, _)| n == "JAX_PROCESS_ID"));
+    assert!(env_of(&m.object, 0).is_empty());
+
+    p["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] = json!("proxy");
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert!(env_of(&m.object, 0)
+        .iter()
+        .any(|(n, _)| n == "JAX_PROCESS_ID"));
+
+    p["metadata"]["annotations"]["dljob.dev/container"] = json!("trainer");
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert!(env_of(&m.object, 1)
+        .iter()
+        .any(|(n, _)| n == "JAX_PROCESS_ID"));
+    assert!(env_of(&m.object, 0).is_empty());
+}
+
+#[test]
+fn parents_are_added_only_when_absent() {
+    let mut p = pod("j", "worker", "generic", "worker=1", json!({}));
+    p["metadata"].as_object_mut().unwrap().remove("annotations");
+    p["metadata"]["annotations"] =
+        json!({"dljob.dev/framework": "generic", "dljob.dev/replicas": "worker=1", "keep": "me"});
+    p["spec"]["containers"][0]["env"] = json!([{"name": "A", "value": "1"}]);
+    let m = create(Kind::Pod, &p, &Config::default());
+    let ops = patch(&p, &m.object);
+    let paths: Vec<String> = ops
+        .0
+        .iter()
+        .map(|op| {
+            serde_json::to_value(op).unwrap()["path"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        paths.contains(&"/metadata/annotations/dljob.dev~1hostfile".to_owned()),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&"/spec/containers/0/env/1".to_owned()),
+        "{paths:?}"
+    );
+    assert!(paths.contains(&"/spec/volumes".to_owned()), "{paths:?}");
+    assert!(!paths.contains(&"/metadata/annotations".to_owned()));
+    assert!(!paths.contains(&"/spec/containers/0/env".to_owned()));
+    assert_patch_reproduces(&p, &m.object);
+    assert_eq!(m.object["metadata"]["annotations"]["keep"], "me");
+}
+
+#[test]
+fn update_mutates_only_what_is_missing_and_mutable() {
+    // A pod UPDATE (captured: an annotation added) changes nothing.
+    let (obj, old) = fixture("mutate-update-pod-resnet-chief.json");
+    assert!(old.is_some());
+    let m = mutate(
+        Kind::Pod,
+        &obj,
+        Some("team-a"),
+        Operation::Update,
+        &Config::default(),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(m.object, obj);
+
+    // A StatefulSet UPDATE gets missing template labels but keeps its
+    // (immutable) serviceName and podManagementPolicy.
+    let (sts, _) = fixture("mutate-create-statefulset-resnet-worker.json");
+    let mut stripped = sts.clone();
+    stripped["spec"]["template"]["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("dljob.dev/role");
+    stripped["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    let m = mutate(
+        Kind::StatefulSet,
+        &stripped,
+        Some("team-a"),
+        Operation::Update,
+        &Config::default(),
+    )
+    .unwrap()
+    .unwrap();
+    let ops = serde_json::to_value(patch(&stripped, &m.object)).unwrap();
+    assert_eq!(
+        ops,
+        json!([{"op": "add", "path": "/spec/template/metadata/labels/dljob.dev~1role", "value": "worker"}])
+    );
+}
+
+#[test]
+fn objects_without_the_job_label_are_not_members() {
+    let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c"}]}});
+    assert!(mutate(
+        Kind::Pod,
+        &p,
+        Some("ns"),
+        Operation::Create,
+        &Config::default()
+    )
+    .unwrap()
+    .is_none());
+}
+
+#[test]
+fn every_captured_mutating_create_review_is_idempotent() {
+    let cfg = Config::default();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(FIXTURES).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if !name.starts_with("mutate-create-") {
+            continue;
+        }
+        let (obj, _) = fixture(&name);
+        let kind = Kind::of(&obj).unwrap();
+        let Ok(Some(m)) = mutate(kind, &obj, Some("team-a"), Operation::Create, &cfg) else {
+            continue; // refused fixtures are asserted above
+        };
+        assert_patch_reproduces(&obj, &m.object);
+        assert_idempotent(kind, &m.object, &cfg);
+        checked += 1;
+    }
+    // chief, ps, worker-0, worker-1, ddp, the StatefulSet and the Job.
+    assert_eq!(checked, 7);
+}

@@ -1,0 +1,493 @@
+//! The validation of DESIGN §4: for each rule a rejected case with its exact
+//! message and an accepted neighbour.
+
+use dljob::config::Config;
+use dljob::member::MemberSpec;
+use dljob::object::Kind;
+use dljob::validate::{peers_of, validate};
+use serde_json::{json, Value};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/admission/");
+
+fn review(name: &str) -> (Value, Option<Value>) {
+    let text = std::fs::read_to_string(format!("{FIXTURES}{name}")).unwrap();
+    let review: Value = serde_json::from_str(&text).unwrap();
+    let req = &review["request"];
+    (
+        req["object"].clone(),
+        req.get("oldObject").filter(|o| !o.is_null()).cloned(),
+    )
+}
+
+fn pod(labels: Value, annotations: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml", "labels": labels, "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "img"}]}
+    })
+}
+
+/// A TensorFlow worker pod with `annotations` merged over a valid base.
+fn tf_pod(role: &str, extra: Value) -> Value {
+    let mut ann =
+        json!({"dljob.dev/framework": "tensorflow", "dljob.dev/replicas": "chief=1,worker=2"});
+    if role == "worker" {
+        ann["dljob.dev/index"] = json!("1");
+    }
+    for (k, v) in extra.as_object().unwrap() {
+        if v.is_null() {
+            ann.as_object_mut().unwrap().remove(k);
+        } else {
+            ann[k] = v.clone();
+        }
+    }
+    pod(
+        json!({"dljob.dev/job": "mnist", "dljob.dev/role": role}),
+        ann,
+    )
+}
+
+fn sts(replicas: u32, annotations: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "w", "namespace": "ml", "labels": {"dljob.dev/job": "bert", "dljob.dev/role": "worker"}, "annotations": annotations},
+        "spec": {"replicas": replicas, "template": {"spec": {"containers": [{"name": "c"}]}}}
+    })
+}
+
+fn problems(kind: Kind, obj: &Value) -> Vec<String> {
+    problems_with(kind, obj, None, &[])
+}
+
+fn problems_with(
+    kind: Kind,
+    obj: &Value,
+    old: Option<&Value>,
+    peers: &[MemberSpec],
+) -> Vec<String> {
+    match validate(kind, obj, old, Some("ml"), &Config::default(), peers) {
+        Ok(_) => Vec::new(),
+        Err(v) => v.0,
+    }
+}
+
+fn accepted(kind: Kind, obj: &Value) {
+    let p = problems(kind, obj);
+    assert!(p.is_empty(), "expected acceptance, got {p:?}");
+}
+
+#[test]
+fn unknown_framework_lists_the_frameworks() {
+    assert_eq!(
+        problems(Kind::Pod, &tf_pod("worker", json!({"dljob.dev/framework": "tensorflw"}))),
+        vec!["dljob.dev/framework: unknown framework \"tensorflw\"; frameworks are tensorflow, pytorch, mxnet, mpi, chainer, jax, xgboost, paddle, generic"]
+    );
+    accepted(Kind::Pod, &tf_pod("worker", json!({})));
+}
+
+#[test]
+fn missing_framework_or_role_is_refused() {
+    assert_eq!(
+        problems(Kind::Pod, &tf_pod("worker", json!({"dljob.dev/framework": null}))),
+        vec!["annotation dljob.dev/framework is missing; set one of tensorflow, pytorch, mxnet, mpi, chainer, jax, xgboost, paddle, generic"]
+    );
+    let mut p = tf_pod("worker", json!({}));
+    p["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("dljob.dev/role");
+    assert_eq!(
+        problems(Kind::Pod, &p),
+        vec!["label dljob.dev/role is missing: every member names its role"]
+    );
+}
+
+#[test]
+fn role_not_of_the_framework_lists_the_roles() {
+    let p = pod(
+        json!({"dljob.dev/job": "lin", "dljob.dev/role": "ps"}),
+        json!({"dljob.dev/framework": "mxnet", "dljob.dev/replicas": "scheduler=1,server=1,worker=1"}),
+    );
+    assert_eq!(
+        problems(Kind::Pod, &p),
+        vec![
+            "dljob.dev/role: \"ps\" is not a mxnet role; use one of scheduler, server, worker",
+            "role \"ps\" is not in dljob.dev/replicas \"scheduler=1,server=1,worker=1\"; add it there or fix dljob.dev/role",
+        ]
+    );
+    let ok = pod(
+        json!({"dljob.dev/job": "lin", "dljob.dev/role": "server"}),
+        json!({"dljob.dev/framework": "mxnet", "dljob.dev/replicas": "scheduler=1,server=1,worker=1"}),
+    );
+    accepted(Kind::Pod, &ok);
+}
+
+#[test]
+fn unparsable_topology_says_where() {
+    assert_eq!(
+        problems(
+            Kind::Pod,
+            &tf_pod(
+                "chief",
+                json!({"dljob.dev/replicas": "chief=1,worker=three"})
+            )
+        ),
+        vec!["dljob.dev/replicas entry \"worker=three\": count \"three\" is not a number"]
+    );
+    accepted(
+        Kind::Pod,
+        &tf_pod("chief", json!({"dljob.dev/replicas": "chief=1,worker=3"})),
+    );
+}
+
+#[test]
+fn plain_pod_needs_a_topology() {
+    assert_eq!(
+        problems(Kind::Pod, &tf_pod("chief", json!({"dljob.dev/replicas": null}))),
+        vec!["annotation dljob.dev/replicas is missing: declare the whole job's topology, e.g. \"worker=4\" (only a single-role StatefulSet or Indexed Job may leave it out)"]
+    );
+}
+
+#[test]
+fn statefulset_size_must_match_its_role_count() {
+    let fw = json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=4"});
+    assert_eq!(
+        problems(Kind::StatefulSet, &sts(3, fw.clone())),
+        vec!["StatefulSet replicas is 3 but dljob.dev/replicas \"worker=4\" declares worker=4; make them equal (change the topology on every member of the job)"]
+    );
+    accepted(Kind::StatefulSet, &sts(4, fw));
+    // A single-role StatefulSet may leave the topology out: it is inferred.
+    accepted(
+        Kind::StatefulSet,
+        &sts(3, json!({"dljob.dev/framework": "pytorch"})),
+    );
+}
+
+#[test]
+fn job_members_must_be_indexed_complete_and_fully_parallel() {
+    let job = |mode: &str, completions: u32, parallelism: u32| {
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "gpt-worker", "namespace": "ml", "labels": {"dljob.dev/job": "gpt", "dljob.dev/role": "worker"},
+                         "annotations": {"dljob.dev/framework": "jax", "dljob.dev/replicas": "worker=2"}},
+            "spec": {"completionMode": mode, "completions": completions, "parallelism": parallelism,
+                     "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "jax"}]}}}
+        })
+    };
+    assert_eq!(
+        problems(Kind::Job, &job("NonIndexed", 2, 2)),
+        vec!["a batch/v1 Job member needs spec.completionMode: Indexed (each pod needs a stable index)"]
+    );
+    assert_eq!(
+        problems(Kind::Job, &job("Indexed", 3, 3)),
+        vec!["Job completions is 3 but dljob.dev/replicas \"worker=2\" declares worker=2; make them equal (change the topology on every member of the job)"]
+    );
+    assert_eq!(
+        problems(Kind::Job, &job("Indexed", 2, 1)),
+        vec!["Job parallelism 1 is below completions 2: distributed training needs every replica running at once; set parallelism to 2"]
+    );
+    accepted(Kind::Job, &job("Indexed", 2, 2));
+}
+
+#[test]
+fn plain_pod_index_must_be_present_and_in_range() {
+    assert_eq!(
+        problems(Kind::Pod, &tf_pod("worker", json!({"dljob.dev/index": "2"}))),
+        vec!["dljob.dev/index 2 is out of range: role \"worker\" has 2 replicas in dljob.dev/replicas \"chief=1,worker=2\" (indexes 0 to 1)"]
+    );
+    assert_eq!(
+        problems(Kind::Pod, &tf_pod("worker", json!({"dljob.dev/index": null}))),
+        vec!["annotation dljob.dev/index is missing: role \"worker\" has 2 replicas, so each pod needs its index (0 to 1)"]
+    );
+    assert_eq!(
+        problems(
+            Kind::Pod,
+            &tf_pod("worker", json!({"dljob.dev/index": "one"}))
+        ),
+        vec!["dljob.dev/index \"one\" is not a number: use 0 to count-1"]
+    );
+    // A role with one replica needs no index.
+    accepted(Kind::Pod, &tf_pod("chief", json!({})));
+    accepted(
+        Kind::Pod,
+        &tf_pod("worker", json!({"dljob.dev/index": "0"})),
+    );
+}
+
+#[test]
+fn statefulset_pod_created_by_a_scale_up_is_refused() {
+    let (obj, _) = review("validate-create-pod-resnet-worker-2.json");
+    assert_eq!(
+        problems(Kind::Pod, &obj),
+        vec!["StatefulSet pod index 2 is out of range: role \"worker\" has 2 replicas in dljob.dev/replicas \"chief=1,worker=2,ps=1\"; scale the StatefulSet back to 2, or change the topology on every member of the job"]
+    );
+    let (ok, _) = review("validate-create-pod-resnet-worker-1.json");
+    assert!(problems(Kind::Pod, &ok).is_empty());
+}
+
+#[test]
+fn coordinator_counts_are_enforced() {
+    let mx = |t: &str| {
+        pod(
+            json!({"dljob.dev/job": "lin", "dljob.dev/role": "worker"}),
+            json!({"dljob.dev/framework": "mxnet", "dljob.dev/replicas": t}),
+        )
+    };
+    assert_eq!(
+        problems(Kind::Pod, &mx("scheduler=2,server=1,worker=1")),
+        vec!["dljob.dev/replicas: 2 scheduler replicas declared, but a mxnet job has exactly 1 scheduler"]
+    );
+    assert_eq!(
+        problems(Kind::Pod, &tf_pod("worker", json!({"dljob.dev/replicas": "chief=2,worker=2"}))),
+        vec!["dljob.dev/replicas: 2 chief replicas declared, but a tensorflow job has at most 1 chief"]
+    );
+    assert_eq!(
+        problems(Kind::Pod, &tf_pod("worker", json!({"dljob.dev/replicas": "worker=2,evaluator=2"}))),
+        vec!["dljob.dev/replicas: 2 evaluator replicas declared, but a tensorflow job has at most 1 evaluator"]
+    );
+    accepted(Kind::Pod, &mx("scheduler=1,server=1,worker=1"));
+}
+
+#[test]
+fn job_name_must_fit_the_hostnames() {
+    let named = |job: &str| {
+        pod(
+            json!({"dljob.dev/job": job, "dljob.dev/role": "worker"}),
+            json!({"dljob.dev/framework": "jax", "dljob.dev/replicas": "worker=1"}),
+        )
+    };
+    let long = "a".repeat(41);
+    assert_eq!(
+        problems(Kind::Pod, &named(&long)),
+        vec![format!("dljob.dev/job \"{long}\" is not a valid job name: use at most 40 lowercase letters, digits and '-', starting with a letter (it names the Service and every pod's hostname)")]
+    );
+    assert_eq!(problems(Kind::Pod, &named("1bert")).len(), 1);
+    assert_eq!(problems(Kind::Pod, &named("Bert")).len(), 1);
+    accepted(Kind::Pod, &named(&"a".repeat(40)));
+    // A 40-char job with a long generic role overflows the 63-char label.
+    let p = pod(
+        json!({"dljob.dev/job": "a".repeat(40), "dljob.dev/role": "parameter-server-group"}),
+        json!({"dljob.dev/framework": "generic", "dljob.dev/replicas": "parameter-server-group=1"}),
+    );
+    assert_eq!(
+        problems(Kind::Pod, &p),
+        vec![format!("hostname \"{}-parameter-server-group-N\" would be longer than 63 characters: shorten the job name or the role", "a".repeat(40))]
+    );
+}
+
+#[test]
+fn policy_values_are_checked() {
+    let cases = [
+        ("dljob.dev/backoff-limit", "-1", "dljob.dev/backoff-limit \"-1\" is not a whole number from 0 to 10000"),
+        ("dljob.dev/backoff-limit", "lots", "dljob.dev/backoff-limit \"lots\" is not a whole number from 0 to 10000"),
+        ("dljob.dev/restart-policy", "Always", "dljob.dev/restart-policy \"Always\" is not a restart policy; use one of ExitCode, Never"),
+        ("dljob.dev/clean-pod-policy", "Some", "dljob.dev/clean-pod-policy \"Some\" is not a clean-pod policy; use one of Running, All, None"),
+        ("dljob.dev/ttl-seconds-after-finished", "1h", "dljob.dev/ttl-seconds-after-finished \"1h\" is not a whole number of seconds (0 or more)"),
+        ("dljob.dev/active-deadline-seconds", "0", "dljob.dev/active-deadline-seconds \"0\" is not a whole number of seconds (1 or more)"),
+        ("dljob.dev/port", "70000", "dljob.dev/port \"70000\" is not a port number (1-65535)"),
+        ("dljob.dev/slots", "0", "dljob.dev/slots \"0\" is not a slot count (1-1024)"),
+        ("dljob.dev/ordered-start", "yes", "dljob.dev/ordered-start \"yes\" must be \"true\" or \"false\""),
+        ("dljob.dev/ssh-path", "ssh", "dljob.dev/ssh-path \"ssh\" must be an absolute directory path, e.g. /root/.ssh"),
+    ];
+    for (key, bad, message) in cases {
+        assert_eq!(
+            problems(Kind::Pod, &tf_pod("chief", json!({key: bad}))),
+            vec![message],
+            "{key}"
+        );
+    }
+    let good = json!({
+        "dljob.dev/backoff-limit": "0", "dljob.dev/restart-policy": "Never", "dljob.dev/clean-pod-policy": "All",
+        "dljob.dev/ttl-seconds-after-finished": "0", "dljob.dev/active-deadline-seconds": "3600",
+        "dljob.dev/port": "2223", "dljob.dev/slots": "8", "dljob.dev/ordered-start": "false", "dljob.dev/ssh-path": "/home/u/.ssh"
+    });
+    accepted(Kind::Pod, &tf_pod("chief", good));
+}
+
+#[test]
+fn elastic_is_pytorch_only_and_must_cover_the_topology() {
+    let torch = |elastic: &str| {
+        pod(
+            json!({"dljob.dev/job": "el", "dljob.dev/role": "worker"}),
+            json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=1", "dljob.dev/elastic": elastic}),
+        )
+    };
+    assert_eq!(
+        problems(Kind::Pod, &torch("2:4")),
+        vec!["dljob.dev/elastic \"2:4\" does not include the 1 replicas of dljob.dev/replicas \"worker=1\""]
+    );
+    assert_eq!(
+        problems(Kind::Pod, &torch("4:2")),
+        vec!["dljob.dev/elastic \"4:2\" is not a range: write \"min:max\" with 1 <= min <= max, e.g. \"2:4\""]
+    );
+    accepted(Kind::Pod, &torch("1:4"));
+    assert_eq!(
+        problems(
+            Kind::Pod,
+            &tf_pod("chief", json!({"dljob.dev/elastic": "1:4"}))
+        ),
+        vec!["annotation dljob.dev/elastic is only for pytorch jobs: remove it"]
+    );
+}
+
+#[test]
+fn container_annotation_must_name_a_container() {
+    assert_eq!(
+        problems(
+            Kind::Pod,
+            &tf_pod("chief", json!({"dljob.dev/container": "trainer"}))
+        ),
+        vec!["dljob.dev/container \"trainer\" names no container of this Pod; containers are main"]
+    );
+    accepted(
+        Kind::Pod,
+        &tf_pod("chief", json!({"dljob.dev/container": "main"})),
+    );
+}
+
+#[test]
+fn workloads_may_not_carry_a_pod_index() {
+    let s = sts(
+        2,
+        json!({"dljob.dev/framework": "pytorch", "dljob.dev/index": "0"}),
+    );
+    assert_eq!(
+        problems(Kind::StatefulSet, &s),
+        vec!["annotation dljob.dev/index is for plain Pods; a StatefulSet's pods take their index from the ordinal: remove it"]
+    );
+}
+
+#[test]
+fn template_and_workload_must_agree() {
+    let mut s = sts(2, json!({"dljob.dev/framework": "pytorch"}));
+    s["spec"]["template"]["metadata"] = json!({"labels": {"dljob.dev/role": "master"}});
+    assert_eq!(
+        problems(Kind::StatefulSet, &s),
+        vec!["label dljob.dev/role is \"worker\" on the workload but \"master\" in its pod template; make them equal"]
+    );
+}
+
+#[test]
+fn unknown_dljob_annotations_warn() {
+    let p = tf_pod("chief", json!({"dljob.dev/replica": "chief=1"}));
+    let warnings = validate(Kind::Pod, &p, None, Some("ml"), &Config::default(), &[]).unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].starts_with("annotation dljob.dev/replica is not a dljob annotation and is ignored; known ones are dljob.dev/framework, dljob.dev/replicas"), "{warnings:?}");
+}
+
+#[test]
+fn update_changing_identity_keys_is_denied() {
+    let old = tf_pod("worker", json!({}));
+    let mut changed_role = old.clone();
+    changed_role["metadata"]["labels"]["dljob.dev/role"] = json!("chief");
+    changed_role["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("dljob.dev/index");
+    assert_eq!(
+        problems_with(Kind::Pod, &changed_role, Some(&old), &[]),
+        vec!["dljob.dev/role cannot change on an existing member (\"worker\" → \"chief\"): delete and recreate the job's members to change it"]
+    );
+    let mut changed_topology = old.clone();
+    changed_topology["metadata"]["annotations"]["dljob.dev/replicas"] = json!("chief=1,worker=3");
+    assert_eq!(
+        problems_with(Kind::Pod, &changed_topology, Some(&old), &[]),
+        vec!["dljob.dev/replicas cannot change on an existing member (\"chief=1,worker=2\" → \"chief=1,worker=3\"): delete and recreate the job's members to change it"]
+    );
+    let mut reordered = old.clone();
+    reordered["metadata"]["annotations"]["dljob.dev/replicas"] = json!("worker=2,chief=1");
+    assert!(problems_with(Kind::Pod, &reordered, Some(&old), &[]).is_empty());
+    let mut changed_framework = old.clone();
+    changed_framework["metadata"]["annotations"]["dljob.dev/framework"] = json!("pytorch");
+    changed_framework["metadata"]["annotations"]["dljob.dev/replicas"] = json!("master=1,worker=2");
+    changed_framework["metadata"]["labels"]["dljob.dev/role"] = json!("worker");
+    assert_eq!(
+        problems_with(Kind::Pod, &changed_framework, Some(&old), &[]),
+        vec![
+            "dljob.dev/framework cannot change on an existing member (\"tensorflow\" → \"pytorch\"): delete and recreate the job's members to change it",
+            "dljob.dev/replicas cannot change on an existing member (\"chief=1,worker=2\" → \"master=1,worker=2\"): delete and recreate the job's members to change it",
+        ]
+    );
+    let mut unlabelled = old.clone();
+    unlabelled["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("dljob.dev/job");
+    assert_eq!(
+        problems_with(Kind::Pod, &unlabelled, Some(&old), &[]),
+        vec!["dljob.dev/job cannot change on an existing member (\"mnist\" → (unset)): delete and recreate the job's members to change it"]
+    );
+}
+
+#[test]
+fn captured_updates_are_judged_on_what_changed() {
+    // An annotation added to a pod: fine.
+    let (obj, old) = review("validate-update-pod-resnet-chief.json");
+    assert!(problems_with(Kind::Pod, &obj, old.as_ref(), &[]).is_empty());
+    // A StatefulSet patched from 2 to 3 replicas against worker=2: refused.
+    let (obj, old) = review("validate-update-statefulset-resnet-worker.json");
+    assert_eq!(
+        problems_with(Kind::StatefulSet, &obj, old.as_ref(), &[]),
+        vec!["StatefulSet replicas is 3 but dljob.dev/replicas \"chief=1,worker=2,ps=1\" declares worker=2; make them equal (change the topology on every member of the job)"]
+    );
+}
+
+#[test]
+fn scaling_a_single_role_workload_is_a_topology_change() {
+    let old = sts(3, json!({"dljob.dev/framework": "pytorch"}));
+    let new = sts(4, json!({"dljob.dev/framework": "pytorch"}));
+    assert_eq!(
+        problems_with(Kind::StatefulSet, &new, Some(&old), &[]),
+        vec!["dljob.dev/replicas cannot change on an existing member (\"worker=3\" → \"worker=4\"): delete and recreate the job's members to change it"]
+    );
+}
+
+#[test]
+fn members_must_agree_with_their_peers() {
+    let cfg = Config::default();
+    let mut chief = tf_pod("chief", json!({}));
+    chief["metadata"]["name"] = json!("chief");
+    let peers = peers_of([(Kind::Pod, &chief)], Some("ml"), &cfg);
+    assert_eq!(peers.len(), 1);
+    // Agreeing worker: accepted.
+    assert!(problems_with(Kind::Pod, &tf_pod("worker", json!({})), None, &peers).is_empty());
+    // Same topology written in another order: still agrees.
+    assert!(problems_with(
+        Kind::Pod,
+        &tf_pod("worker", json!({"dljob.dev/replicas": "worker=2,chief=1"})),
+        None,
+        &peers
+    )
+    .is_empty());
+    // Different topology.
+    assert_eq!(
+        problems_with(Kind::Pod, &tf_pod("worker", json!({"dljob.dev/replicas": "chief=1,worker=3"})), None, &peers),
+        vec!["dljob.dev/replicas is chief=1,worker=3 here but chief=1,worker=2 on Pod \"chief\" of job \"mnist\"; every member of a job must agree"]
+    );
+    // Different policy.
+    assert_eq!(
+        problems_with(Kind::Pod, &tf_pod("worker", json!({"dljob.dev/backoff-limit": "5"})), None, &peers),
+        vec!["policies is restart-policy=ExitCode backoff-limit=5 clean-pod-policy=Running ttl-seconds-after-finished=none active-deadline-seconds=none elastic=none here but restart-policy=ExitCode backoff-limit=3 clean-pod-policy=Running ttl-seconds-after-finished=none active-deadline-seconds=none elastic=none on Pod \"chief\" of job \"mnist\"; every member of a job must agree"]
+    );
+    // Two pods claiming the same replica.
+    let mut w1 = tf_pod("worker", json!({}));
+    w1["metadata"]["name"] = json!("w1");
+    let peers = peers_of([(Kind::Pod, &w1)], Some("ml"), &cfg);
+    let mut w1_again = tf_pod("worker", json!({}));
+    w1_again["metadata"]["name"] = json!("w1-copy");
+    assert_eq!(
+        problems_with(Kind::Pod, &w1_again, None, &peers),
+        vec!["Pod \"w1\" already is worker 1 of job \"mnist\"; give this pod another dljob.dev/index"]
+    );
+    // The object itself (UPDATE) is not its own peer.
+    assert!(problems_with(Kind::Pod, &w1, None, &peers).is_empty());
+}
+
+#[test]
+fn objects_without_the_job_label_are_allowed() {
+    let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {"containers": [{"name": "c"}]}});
+    assert!(problems(Kind::Pod, &p).is_empty());
+}
