@@ -18,5 +18,6 @@ pub mod member;
 pub mod mutate;
 pub mod object;
 pub mod reconciler;
+pub mod telemetry;
 pub mod validate;
 pub mod webhook;

@@ -1,0 +1,505 @@
+//! AdmissionReview `admission.k8s.io/v1` ⇄ the core. Pure: the body bytes,
+//! the config and the known peers in, an answer out — no I/O, no clock.
+//!
+//! The response is built by hand rather than with kube-core's
+//! `AdmissionResponse`, which serialises `patch` as a JSON array of numbers;
+//! the v1 schema (and the API server) wants the base64 string.
+
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::config::Config;
+use crate::member::{job_label, Violations};
+use crate::mutate::{self, Operation as MutateOperation};
+use crate::object::{self, Kind};
+use crate::validate::{self, PeerSource};
+
+/// The only AdmissionReview version dljob speaks.
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+
+/// Which webhook a review was sent to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    Mutate,
+    Validate,
+}
+
+impl Endpoint {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mutate => "mutate",
+            Self::Validate => "validate",
+        }
+    }
+}
+
+/// What to send back for one POSTed body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// An AdmissionReview response (HTTP 200), allowed or denied.
+    Review { body: Value, summary: Box<Summary> },
+    /// Not a review that can be answered (no uid to answer to): HTTP 400
+    /// with this explanation.
+    BadRequest(String),
+}
+
+/// What one review was and what was decided: the log line and the metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Summary {
+    pub uid: String,
+    /// `request.kind.kind`, or empty when the request could not be read.
+    pub kind: String,
+    pub namespace: String,
+    /// `request.name`, else the object's name, else its `generateName`.
+    pub name: String,
+    /// CREATE, UPDATE, DELETE, CONNECT (as sent).
+    pub operation: String,
+    pub dry_run: bool,
+    pub allowed: bool,
+    pub patch_ops: usize,
+    pub warnings: usize,
+    /// The denial's `status.message`.
+    pub message: Option<String>,
+}
+
+/// The parts of `request` dljob reads. Unknown fields are ignored.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request {
+    kind: GroupVersionKind,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: String,
+    #[serde(default)]
+    object: Option<Value>,
+    #[serde(default)]
+    old_object: Option<Value>,
+    #[serde(default)]
+    dry_run: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct GroupVersionKind {
+    #[serde(default)]
+    group: String,
+    version: String,
+    kind: String,
+}
+
+/// A denial: HTTP-style code, Kubernetes `StatusReason`, and a message that
+/// names the fix.
+struct Denial {
+    code: u16,
+    reason: &'static str,
+    message: String,
+}
+
+impl Denial {
+    fn bad_request(message: String) -> Self {
+        Self {
+            code: 400,
+            reason: "BadRequest",
+            message,
+        }
+    }
+
+    /// The object breaks the contract (DESIGN §4): 422 Invalid, as the API
+    /// server answers for its own validation errors.
+    fn invalid(kind: &str, name: &str, v: Violations) -> Self {
+        let what = if name.is_empty() {
+            kind.to_owned()
+        } else {
+            format!("{kind} \"{name}\"")
+        };
+        Self {
+            code: 422,
+            reason: "Invalid",
+            message: format!("dljob refused {what}: {v}"),
+        }
+    }
+}
+
+/// The decision for a review that could be read.
+#[derive(Default)]
+struct Decision {
+    patch: Option<json_patch::Patch>,
+    warnings: Vec<String>,
+    denial: Option<Denial>,
+}
+
+impl Decision {
+    fn allow() -> Self {
+        Self::default()
+    }
+    fn deny(d: Denial) -> Self {
+        Self {
+            denial: Some(d),
+            ..Self::default()
+        }
+    }
+}
+
+/// Answers one POSTed body for `endpoint`.
+pub fn review(endpoint: Endpoint, body: &[u8], config: &Config, peers: &dyn PeerSource) -> Answer {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Answer::BadRequest(
+            "empty body: POST an AdmissionReview (apiVersion admission.k8s.io/v1) as JSON".into(),
+        );
+    }
+    let review: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return Answer::BadRequest(format!(
+                "body is not JSON ({e}): POST an AdmissionReview (apiVersion admission.k8s.io/v1)"
+            ))
+        }
+    };
+    let Some(request) = review.get("request").filter(|r| r.is_object()) else {
+        return Answer::BadRequest(
+            "the AdmissionReview has no request object: POST what the API server sends".into(),
+        );
+    };
+    let uid = match request.get("uid") {
+        Some(Value::String(uid)) if !uid.is_empty() => uid.clone(),
+        _ => {
+            return Answer::BadRequest(
+                "request.uid is missing: an AdmissionReview response must echo it".into(),
+            )
+        }
+    };
+    let mut summary = Summary {
+        uid: uid.clone(),
+        ..Summary::default()
+    };
+    let decision = decide(endpoint, &review, request, config, peers, &mut summary);
+    Answer::Review {
+        body: response(&uid, &decision),
+        summary: Box::new(Summary {
+            allowed: decision.denial.is_none(),
+            patch_ops: decision.patch.as_ref().map_or(0, |p| p.0.len()),
+            warnings: decision.warnings.len(),
+            message: decision.denial.map(|d| d.message),
+            ..summary
+        }),
+    }
+}
+
+fn decide(
+    endpoint: Endpoint,
+    review: &Value,
+    request: &Value,
+    config: &Config,
+    peers: &dyn PeerSource,
+    summary: &mut Summary,
+) -> Decision {
+    let api_version = review.get("apiVersion").and_then(Value::as_str);
+    let kind = review.get("kind").and_then(Value::as_str);
+    if api_version != Some(API_VERSION) || kind != Some("AdmissionReview") {
+        return Decision::deny(Denial::bad_request(format!(
+            "dljob reads AdmissionReview {API_VERSION}, got {} {}: set admissionReviewVersions: [\"v1\"] in the webhook configuration",
+            kind.unwrap_or("(no kind)"),
+            api_version.unwrap_or("(no apiVersion)"),
+        )));
+    }
+    let req: Request = match Request::deserialize(request) {
+        Ok(r) => r,
+        Err(e) => {
+            return Decision::deny(Denial::bad_request(format!(
+                "malformed AdmissionReview request: {e}"
+            )))
+        }
+    };
+    summary.kind = req.kind.kind.clone();
+    summary.operation = req.operation.clone();
+    summary.dry_run = req.dry_run.unwrap_or(false);
+    let main = req.object.as_ref().or(req.old_object.as_ref());
+    summary.namespace = req
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            main.and_then(|o| object::str_at(o, &["metadata", "namespace"]))
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    summary.name = req
+        .name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            let meta = |k: &str| main.and_then(|o| object::str_at(o, &["metadata", k]));
+            meta("name")
+                .filter(|n| !n.is_empty())
+                .or_else(|| meta("generateName"))
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+
+    let operation = match req.operation.as_str() {
+        "CREATE" => MutateOperation::Create,
+        "UPDATE" => MutateOperation::Update,
+        "DELETE" | "CONNECT" => return Decision::allow(),
+        other => {
+            return Decision::deny(Denial::bad_request(format!(
+                "unknown operation \"{other}\": expected CREATE, UPDATE, DELETE or CONNECT"
+            )))
+        }
+    };
+    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Decision::allow(); // status, scale, ephemeralcontainers…: not members
+    }
+    let Some(kind) = Kind::from_gvk(&req.kind.group, &req.kind.version, &req.kind.kind) else {
+        return Decision::allow(); // a kind dljob does not handle
+    };
+    let object = match &req.object {
+        Some(o @ Value::Object(_)) => o,
+        Some(_) => {
+            return Decision::deny(Denial::bad_request(format!(
+                "request.object of this {} review is not a JSON object",
+                req.operation
+            )))
+        }
+        None => {
+            return Decision::deny(Denial::bad_request(format!(
+                "request.object is missing from this {} review: the API server always sends it",
+                req.operation
+            )))
+        }
+    };
+    let namespace = Some(summary.namespace.as_str()).filter(|n| !n.is_empty());
+    match endpoint {
+        Endpoint::Mutate => match mutate::mutate(kind, object, namespace, operation, config) {
+            Ok(None) => Decision::allow(),
+            Ok(Some(m)) => {
+                let patch = mutate::patch(object, &m.object);
+                Decision {
+                    patch: Some(patch).filter(|p| !p.0.is_empty()),
+                    warnings: m.warnings,
+                    denial: None,
+                }
+            }
+            Err(v) => Decision::deny(Denial::invalid(kind.as_str(), &summary.name, v)),
+        },
+        Endpoint::Validate => {
+            let old = match (operation, &req.old_object) {
+                (MutateOperation::Update, Some(o @ Value::Object(_))) => Some(o),
+                _ => None,
+            };
+            let peers = match (namespace, job_label(object)) {
+                (Some(ns), Some(job)) => peers.peers(ns, job),
+                _ => Vec::new(),
+            };
+            match validate::validate(kind, object, old, namespace, config, &peers) {
+                Ok(warnings) => Decision {
+                    warnings,
+                    ..Decision::allow()
+                },
+                Err(v) => Decision::deny(Denial::invalid(kind.as_str(), &summary.name, v)),
+            }
+        }
+    }
+}
+
+/// The AdmissionReview response body. No `patch`/`patchType` without
+/// operations, no `warnings` without warnings.
+fn response(uid: &str, d: &Decision) -> Value {
+    let mut r = Map::new();
+    r.insert("uid".into(), Value::String(uid.to_owned()));
+    r.insert("allowed".into(), Value::Bool(d.denial.is_none()));
+    if let Some(denial) = &d.denial {
+        r.insert(
+            "status".into(),
+            json!({
+                "status": "Failure",
+                "code": denial.code,
+                "reason": denial.reason,
+                "message": denial.message,
+            }),
+        );
+    }
+    if let Some(patch) = &d.patch {
+        let bytes = serde_json::to_vec(patch).expect("a JSON Patch serialises");
+        r.insert("patchType".into(), Value::String("JSONPatch".into()));
+        r.insert(
+            "patch".into(),
+            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        );
+    }
+    if !d.warnings.is_empty() {
+        r.insert("warnings".into(), json!(d.warnings));
+    }
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": "AdmissionReview",
+        "response": r,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::NoPeers;
+
+    fn answer(endpoint: Endpoint, body: &str) -> Answer {
+        review(endpoint, body.as_bytes(), &Config::default(), &NoPeers)
+    }
+
+    fn reviewed(endpoint: Endpoint, body: Value) -> (Value, Summary) {
+        match answer(endpoint, &body.to_string()) {
+            Answer::Review { body, summary } => (body["response"].clone(), *summary),
+            Answer::BadRequest(m) => panic!("bad request: {m}"),
+        }
+    }
+
+    fn pod_review(op: &str, object: Value) -> Value {
+        json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "ns",
+                "operation": op,
+                "object": object,
+            }
+        })
+    }
+
+    fn jax_pod(index: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": format!("w-{index}"),
+                "labels": {"dljob.dev/job": "j", "dljob.dev/role": "worker"},
+                "annotations": {"dljob.dev/framework": "jax", "dljob.dev/replicas": "worker=2", "dljob.dev/index": index}
+            },
+            "spec": {"containers": [{"name": "jax", "image": "jax"}]}
+        })
+    }
+
+    #[test]
+    fn bodies_that_are_not_reviews_are_bad_requests() {
+        for body in [
+            "",
+            "  \n",
+            "{",
+            "[]",
+            "{}",
+            r#"{"request": {}}"#,
+            r#"{"request": {"uid": ""}}"#,
+        ] {
+            assert!(
+                matches!(answer(Endpoint::Mutate, body), Answer::BadRequest(_)),
+                "{body:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrong_api_version_with_uid_is_a_denial_naming_the_fix() {
+        let mut r = pod_review("CREATE", jax_pod("0"));
+        r["apiVersion"] = json!("admission.k8s.io/v1beta1");
+        let (resp, s) = reviewed(Endpoint::Mutate, r);
+        assert_eq!(resp["uid"], "u-1");
+        assert_eq!(resp["allowed"], false);
+        assert_eq!(resp["status"]["code"], 400);
+        assert_eq!(resp["status"]["reason"], "BadRequest");
+        assert!(resp["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("admissionReviewVersions"));
+        assert!(!s.allowed);
+    }
+
+    #[test]
+    fn create_member_gets_a_base64_string_patch() {
+        let (resp, s) = reviewed(Endpoint::Mutate, pod_review("CREATE", jax_pod("1")));
+        assert_eq!(resp["allowed"], true);
+        assert_eq!(resp["patchType"], "JSONPatch");
+        let b64 = resp["patch"].as_str().expect("patch is a string");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(patch.0.len(), s.patch_ops);
+        assert!(s.patch_ops > 0);
+        assert_eq!((s.kind.as_str(), s.name.as_str()), ("Pod", "w-1"));
+    }
+
+    #[test]
+    fn non_member_gets_no_patch_field() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}});
+        let (resp, s) = reviewed(Endpoint::Mutate, pod_review("CREATE", pod));
+        assert_eq!(resp, json!({"uid": "u-1", "allowed": true}));
+        assert_eq!(s.patch_ops, 0);
+    }
+
+    #[test]
+    fn violations_deny_with_422_invalid() {
+        let mut pod = jax_pod("0");
+        pod["metadata"]["annotations"]["dljob.dev/framework"] = json!("caffe");
+        for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+            let (resp, _) = reviewed(endpoint, pod_review("CREATE", pod.clone()));
+            assert_eq!(resp["allowed"], false);
+            assert_eq!(resp["status"]["code"], 422);
+            assert_eq!(resp["status"]["reason"], "Invalid");
+            let msg = resp["status"]["message"].as_str().unwrap();
+            assert!(msg.starts_with("dljob refused Pod \"w-0\": "), "{msg}");
+            assert!(
+                msg.contains("tensorflow"),
+                "lists the valid frameworks: {msg}"
+            );
+            assert!(resp.get("patch").is_none());
+        }
+    }
+
+    #[test]
+    fn delete_connect_unknown_kinds_and_subresources_are_allowed_untouched() {
+        let mut del = pod_review("DELETE", Value::Null);
+        del["request"]
+            .as_object_mut()
+            .unwrap()
+            .insert("oldObject".into(), jax_pod("0"));
+        let mut cm = pod_review("CREATE", json!({"kind": "ConfigMap"}));
+        cm["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "ConfigMap"});
+        let mut status = pod_review("UPDATE", jax_pod("0"));
+        status["request"]["subResource"] = json!("status");
+        for r in [del, pod_review("CONNECT", Value::Null), cm, status] {
+            for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+                let (resp, _) = reviewed(endpoint, r.clone());
+                assert_eq!(resp, json!({"uid": "u-1", "allowed": true}), "{r}");
+            }
+        }
+    }
+
+    #[test]
+    fn create_without_object_is_a_bad_request_denial() {
+        let mut r = pod_review("CREATE", Value::Null);
+        r["request"].as_object_mut().unwrap().remove("object");
+        let (resp, _) = reviewed(Endpoint::Mutate, r);
+        assert_eq!(resp["allowed"], false);
+        assert_eq!(resp["status"]["code"], 400);
+    }
+
+    #[test]
+    fn update_changing_role_is_denied_by_validate() {
+        let old = jax_pod("0");
+        let mut new = old.clone();
+        new["metadata"]["labels"]["dljob.dev/role"] = json!("chief");
+        let mut r = pod_review("UPDATE", new);
+        r["request"]
+            .as_object_mut()
+            .unwrap()
+            .insert("oldObject".into(), old);
+        let (resp, _) = reviewed(Endpoint::Validate, r);
+        assert_eq!(resp["allowed"], false);
+        let msg = resp["status"]["message"].as_str().unwrap();
+        assert!(msg.contains("dljob.dev/role cannot change"), "{msg}");
+    }
+}

@@ -1,0 +1,143 @@
+//! The webhook's Prometheus metrics (prometheus-client), registered in the
+//! registry `/metrics` serves — shared with the reconciler.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use super::admission::{Endpoint, Summary};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReviewLabels {
+    endpoint: &'static str,
+    kind: String,
+    operation: String,
+    allowed: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RejectedLabels {
+    endpoint: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    outcome: &'static str,
+}
+
+/// Why a request got no AdmissionReview response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    BadRequest,
+    TooLarge,
+    Timeout,
+    ReadError,
+}
+
+impl Rejection {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::BadRequest => "bad_request",
+            Self::TooLarge => "too_large",
+            Self::Timeout => "timeout",
+            Self::ReadError => "read_error",
+        }
+    }
+}
+
+type HistogramFamily = Family<EndpointLabels, Histogram, fn() -> Histogram>;
+
+/// Handles to the webhook's metrics.
+#[derive(Clone)]
+pub struct Metrics {
+    reviews: Family<ReviewLabels, Counter>,
+    latency: HistogramFamily,
+    rejected: Family<RejectedLabels, Counter>,
+    tls_reloads: Family<ReloadLabels, Counter>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms … ~8 s
+    Histogram::new(exponential_buckets(0.0005, 2.0, 15))
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            reviews: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            rejected: Family::default(),
+            tls_reloads: Family::default(),
+        };
+        registry.register(
+            "dljob_webhook_reviews",
+            "AdmissionReviews answered, by endpoint, kind, operation and decision",
+            m.reviews.clone(),
+        );
+        registry.register(
+            "dljob_webhook_review_duration_seconds",
+            "Time from request to AdmissionReview response",
+            m.latency.clone(),
+        );
+        registry.register(
+            "dljob_webhook_rejected_requests",
+            "Requests answered without an AdmissionReview (malformed, too large, too slow)",
+            m.rejected.clone(),
+        );
+        registry.register(
+            "dljob_webhook_tls_reloads",
+            "Certificate reloads, by outcome",
+            m.tls_reloads.clone(),
+        );
+        m
+    }
+
+    pub fn observe_review(&self, endpoint: Endpoint, s: &Summary, latency: Duration) {
+        self.reviews
+            .get_or_create(&ReviewLabels {
+                endpoint: endpoint.as_str(),
+                kind: s.kind.clone(),
+                operation: s.operation.clone(),
+                allowed: if s.allowed { "true" } else { "false" },
+            })
+            .inc();
+        self.observe_latency(endpoint, latency);
+    }
+
+    pub fn observe_rejection(&self, endpoint: Endpoint, why: Rejection, latency: Duration) {
+        self.rejected
+            .get_or_create(&RejectedLabels {
+                endpoint: endpoint.as_str(),
+                reason: why.as_str(),
+            })
+            .inc();
+        self.observe_latency(endpoint, latency);
+    }
+
+    fn observe_latency(&self, endpoint: Endpoint, latency: Duration) {
+        self.latency
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.as_str(),
+            })
+            .observe(latency.as_secs_f64());
+    }
+
+    pub fn tls_reload(&self, ok: bool) {
+        self.tls_reloads
+            .get_or_create(&ReloadLabels {
+                outcome: if ok { "success" } else { "failure" },
+            })
+            .inc();
+    }
+}

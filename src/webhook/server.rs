@@ -1,0 +1,359 @@
+//! The HTTPS server: routes, request limits, TLS, graceful shutdown.
+//!
+//! Handlers only move bytes: read the body (bounded in size and time), hand
+//! it to [`admission::review`], write the answer, log one line and count it.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use axum_server::Handle;
+use futures::StreamExt;
+use hyper_util::rt::TokioTimer;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::admission::{self, Answer, Endpoint, Summary};
+use super::metrics::{Metrics, Rejection};
+use super::tls::{self, TlsError, TlsSource};
+use crate::config::Config;
+use crate::validate::PeerSource;
+
+/// How the server runs.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Address to bind; port 0 picks a free one (see [`Running::local_addr`]).
+    pub listen: SocketAddr,
+    pub tls: TlsSource,
+    /// Largest request body accepted (413 above it).
+    pub max_body_bytes: usize,
+    /// Time a client may take to send its request headers, and then its
+    /// body; also the TLS handshake limit. Slower clients get 408 or are
+    /// disconnected.
+    pub read_timeout: Duration,
+    /// How often the certificate files are checked for changes.
+    pub reload_interval: Duration,
+}
+
+impl Settings {
+    /// Defaults for everything but the address and certificate.
+    pub fn new(listen: SocketAddr, tls: TlsSource) -> Self {
+        Self {
+            listen,
+            tls,
+            max_body_bytes: 3 * 1024 * 1024,
+            read_timeout: Duration::from_secs(10),
+            reload_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What the server reads at every review.
+#[derive(Clone)]
+pub struct Inputs {
+    /// The current config; a new value is used from the next review on.
+    pub config: watch::Receiver<Config>,
+    /// The job's other members (the reconciler's cache, or none).
+    pub peers: Arc<dyn PeerSource>,
+}
+
+/// Why the server did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("listening on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+}
+
+#[derive(Clone)]
+struct AppState {
+    inputs: Inputs,
+    metrics: Metrics,
+    registry: Arc<Registry>,
+    ready: Arc<AtomicBool>,
+    max_body_bytes: usize,
+    read_timeout: Duration,
+}
+
+/// A running server.
+pub struct Running {
+    addr: SocketAddr,
+    ca_pem: Option<String>,
+    handle: Handle<SocketAddr>,
+    ready: Arc<AtomicBool>,
+    server: JoinHandle<std::io::Result<()>>,
+    reloader: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The generated CA (PEM) when the certificate is self-signed.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// Stops accepting connections, lets in-flight requests finish (for at
+    /// most `grace`), and returns when the server has stopped.
+    pub async fn shutdown(self, grace: Duration) -> std::io::Result<()> {
+        self.ready.store(false, Ordering::SeqCst);
+        if let Some(r) = &self.reloader {
+            r.abort();
+        }
+        self.handle.graceful_shutdown(Some(grace));
+        match self.server.await {
+            Ok(r) => r,
+            Err(e) => Err(std::io::Error::other(e)),
+        }
+    }
+
+    /// Resolves if the server stops on its own (it should not).
+    pub async fn stopped(&mut self) -> std::io::Result<()> {
+        match (&mut self.server).await {
+            Ok(r) => r,
+            Err(e) => Err(std::io::Error::other(e)),
+        }
+    }
+}
+
+/// Starts the webhook server on `settings.listen` and returns once it is
+/// bound. The webhook's metrics are added to `registry`, which `/metrics`
+/// then serves whole. Must be called inside a tokio runtime.
+pub async fn run(
+    settings: Settings,
+    inputs: Inputs,
+    mut registry: Registry,
+) -> Result<Running, StartError> {
+    let metrics = Metrics::register(&mut registry);
+    let mut loaded = tls::load(&settings.tls)?;
+    let reloader = loaded.spawn_reloader(settings.reload_interval, metrics.clone());
+
+    let bind = |e| StartError::Bind(settings.listen, e);
+    let listener = std::net::TcpListener::bind(settings.listen).map_err(bind)?;
+    listener.set_nonblocking(true).map_err(bind)?;
+    let addr = listener.local_addr().map_err(bind)?;
+
+    let ready = Arc::new(AtomicBool::new(true));
+    let state = AppState {
+        inputs,
+        metrics,
+        registry: Arc::new(registry),
+        ready: ready.clone(),
+        max_body_bytes: settings.max_body_bytes,
+        read_timeout: settings.read_timeout,
+    };
+    let app = router(state);
+
+    let handle = Handle::new();
+    let read_timeout = settings.read_timeout;
+    let mut server = axum_server::from_tcp_rustls(listener, loaded.rustls.clone())
+        .map_err(bind)?
+        .map(|acceptor| acceptor.handshake_timeout(read_timeout))
+        .handle(handle.clone());
+    let http = server.http_builder();
+    http.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(read_timeout);
+    http.http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(read_timeout)
+        .max_concurrent_streams(250);
+    let server = tokio::spawn(server.serve(app.into_make_service()));
+
+    Ok(Running {
+        addr,
+        ca_pem: loaded.ca_pem.take(),
+        handle,
+        ready,
+        server,
+        reloader,
+    })
+}
+
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate))
+        .route("/validate", post(validate))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn mutate(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    review(Endpoint::Mutate, &s, &headers, body).await
+}
+
+async fn validate(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    review(Endpoint::Validate, &s, &headers, body).await
+}
+
+async fn readyz(State(s): State<AppState>) -> Response {
+    if s.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
+    }
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    let mut text = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &s.registry) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn review(endpoint: Endpoint, s: &AppState, headers: &HeaderMap, body: Body) -> Response {
+    let start = Instant::now();
+    let bytes = match read_body(headers, body, s.max_body_bytes, s.read_timeout).await {
+        Ok(b) => b,
+        Err(why) => return reject(endpoint, s, why, start),
+    };
+    let answer = {
+        let config = s.inputs.config.borrow();
+        admission::review(endpoint, &bytes, &config, s.inputs.peers.as_ref())
+    };
+    match answer {
+        Answer::Review { body, summary } => {
+            let latency = start.elapsed();
+            s.metrics.observe_review(endpoint, &summary, latency);
+            log_review(endpoint, &summary, latency);
+            let json = serde_json::to_vec(&body).expect("a JSON value serialises");
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                json,
+            )
+                .into_response()
+        }
+        Answer::BadRequest(message) => reject(endpoint, s, BodyError::BadRequest(message), start),
+    }
+}
+
+/// A request answered without an AdmissionReview.
+enum BodyError {
+    TooLarge(usize),
+    Timeout(Duration),
+    Read(String),
+    BadRequest(String),
+}
+
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, BodyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(BodyError::TooLarge(limit));
+    }
+    let read = async {
+        let mut buf = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+        let mut stream = body.into_data_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| BodyError::Read(e.to_string()))?;
+            if buf.len() + chunk.len() > limit {
+                return Err(BodyError::TooLarge(limit));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(buf))
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| BodyError::Timeout(timeout))?
+}
+
+fn reject(endpoint: Endpoint, s: &AppState, why: BodyError, start: Instant) -> Response {
+    let (status, kind, message) = match why {
+        BodyError::TooLarge(limit) => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Rejection::TooLarge,
+            format!("request body is larger than {limit} bytes: raise --max-body-bytes"),
+        ),
+        BodyError::Timeout(t) => (
+            StatusCode::REQUEST_TIMEOUT,
+            Rejection::Timeout,
+            format!("request body not received within {} s", t.as_secs_f64()),
+        ),
+        BodyError::Read(e) => (
+            StatusCode::BAD_REQUEST,
+            Rejection::ReadError,
+            format!("reading the request body: {e}"),
+        ),
+        BodyError::BadRequest(m) => (StatusCode::BAD_REQUEST, Rejection::BadRequest, m),
+    };
+    s.metrics.observe_rejection(endpoint, kind, start.elapsed());
+    tracing::warn!(
+        endpoint = endpoint.as_str(),
+        status = status.as_u16(),
+        error = %message,
+        "request refused"
+    );
+    (status, format!("dljob: {message}\n")).into_response()
+}
+
+fn log_review(endpoint: Endpoint, s: &Summary, latency: Duration) {
+    let object = if s.namespace.is_empty() {
+        s.name.clone()
+    } else {
+        format!("{}/{}", s.namespace, s.name)
+    };
+    let latency_ms = (latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
+    match &s.message {
+        None => tracing::info!(
+            endpoint = endpoint.as_str(),
+            uid = %s.uid,
+            kind = %s.kind,
+            object = %object,
+            operation = %s.operation,
+            dry_run = s.dry_run,
+            allowed = s.allowed,
+            patch_ops = s.patch_ops,
+            warnings = s.warnings,
+            latency_ms,
+            "review"
+        ),
+        Some(message) => tracing::info!(
+            endpoint = endpoint.as_str(),
+            uid = %s.uid,
+            kind = %s.kind,
+            object = %object,
+            operation = %s.operation,
+            dry_run = s.dry_run,
+            allowed = s.allowed,
+            patch_ops = s.patch_ops,
+            warnings = s.warnings,
+            latency_ms,
+            message = %message,
+            "review"
+        ),
+    }
+}

@@ -1,0 +1,151 @@
+//! The serving certificate: loaded from PEM files and re-read when they
+//! change, or generated self-signed for local use.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum_server::tls_rustls::RustlsConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::ServerConfig;
+use tokio::task::JoinHandle;
+
+use super::metrics::Metrics;
+use super::reload::WatchedFiles;
+
+/// Where the serving certificate comes from.
+#[derive(Clone, Debug)]
+pub enum TlsSource {
+    /// PEM certificate chain and key, re-read when either changes.
+    Files { cert: PathBuf, key: PathBuf },
+    /// A fresh CA and a certificate for `localhost` and `127.0.0.1`; the CA
+    /// is written to `ca_out` so that clients can trust it.
+    SelfSigned { ca_out: PathBuf },
+}
+
+/// Why a certificate could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("reading {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    #[error("{0}: no PEM certificate found")]
+    NoCertificate(String),
+    #[error("{0}: not a PEM private key ({1})")]
+    Key(String, String),
+    #[error("certificate and key do not make a TLS config: {0}")]
+    Rustls(#[from] rustls::Error),
+    #[error("generating a self-signed certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("writing the self-signed CA to {0}: {1}")]
+    WriteCa(PathBuf, std::io::Error),
+}
+
+/// A rustls server config (ring provider, HTTP/2 and HTTP/1.1 by ALPN) from
+/// a PEM chain and key. Fails when the key does not match the certificate.
+pub fn server_config(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    what: &str,
+) -> Result<ServerConfig, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| TlsError::NoCertificate(what.to_owned()))?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate(what.to_owned()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| TlsError::Key(what.to_owned(), e.to_string()))?;
+    let mut config =
+        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The loaded certificate, and the self-signed CA when there is one.
+pub struct Loaded {
+    pub rustls: RustlsConfig,
+    pub ca_pem: Option<String>,
+    files: Option<(WatchedFiles, String)>,
+}
+
+/// Loads (or generates) the serving certificate.
+pub fn load(source: &TlsSource) -> Result<Loaded, TlsError> {
+    match source {
+        TlsSource::Files { cert, key } => {
+            let read = |p: &Path| std::fs::read(p).map_err(|e| TlsError::Read(p.to_owned(), e));
+            let (cert_pem, key_pem) = (read(cert)?, read(key)?);
+            let what = format!("{} + {}", cert.display(), key.display());
+            let config = server_config(&cert_pem, &key_pem, &what)?;
+            Ok(Loaded {
+                rustls: RustlsConfig::from_config(Arc::new(config)),
+                ca_pem: None,
+                files: Some((
+                    WatchedFiles::new(vec![cert.clone(), key.clone()], vec![cert_pem, key_pem]),
+                    what,
+                )),
+            })
+        }
+        TlsSource::SelfSigned { ca_out } => {
+            let sans = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+            let bundle = crate::certs::generate(&sans, 365)?;
+            std::fs::write(ca_out, &bundle.ca_pem)
+                .map_err(|e| TlsError::WriteCa(ca_out.clone(), e))?;
+            let config = server_config(
+                bundle.cert_pem.as_bytes(),
+                bundle.key_pem.as_bytes(),
+                "generated certificate",
+            )?;
+            Ok(Loaded {
+                rustls: RustlsConfig::from_config(Arc::new(config)),
+                ca_pem: Some(bundle.ca_pem),
+                files: None,
+            })
+        }
+    }
+}
+
+impl Loaded {
+    /// For certificate files: a task that re-reads them every `interval`
+    /// and swaps the certificate for new connections (open connections keep
+    /// theirs). A pair that does not load — say the certificate was
+    /// replaced and the key not yet — is logged and the old one kept until
+    /// the files change again.
+    pub fn spawn_reloader(
+        &mut self,
+        interval: Duration,
+        metrics: Metrics,
+    ) -> Option<JoinHandle<()>> {
+        let (mut files, what) = self.files.take()?;
+        let rustls = self.rustls.clone();
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(pair) = files.changed().await else {
+                    continue;
+                };
+                match server_config(&pair[0], &pair[1], &what) {
+                    Ok(config) => {
+                        rustls.reload_from_config(Arc::new(config));
+                        metrics.tls_reload(true);
+                        tracing::info!(files = %what, "TLS certificate reloaded");
+                    }
+                    Err(e) => {
+                        metrics.tls_reload(false);
+                        tracing::error!(
+                            files = %what,
+                            error = %e,
+                            "new TLS certificate does not load; keeping the previous one"
+                        );
+                    }
+                }
+            }
+        }))
+    }
+}
