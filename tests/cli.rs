@@ -1,0 +1,428 @@
+//! The offline commands as a user runs them: `dljob mutate` and
+//! `dljob validate` on files and standard input, their exit codes, and what
+//! they print where. Every subprocess is bounded by a deadline.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Longest any one `dljob` run may take.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn example(rel: &str) -> String {
+    repo().join("examples").join(rel).display().to_string()
+}
+
+/// Runs `dljob args…` from the repository root with `stdin` (if any),
+/// killing it if it outlives [`DEADLINE`].
+fn dljob(args: &[&str], stdin: Option<&str>) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dljob"))
+        .args(args)
+        .current_dir(repo())
+        // Error output must not depend on the caller's backtrace setting.
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the dljob binary runs");
+    let writer = stdin.map(|text| {
+        let mut pipe = child.stdin.take().expect("stdin pipe");
+        let text = text.to_owned();
+        thread::spawn(move || {
+            // The child may exit before reading everything; that is its answer.
+            let _ = pipe.write_all(text.as_bytes());
+        })
+    });
+    let reader = |mut pipe: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut s = String::new();
+            pipe.read_to_string(&mut s).expect("UTF-8 output");
+            s
+        })
+    };
+    let out = reader(Box::new(child.stdout.take().expect("stdout pipe")));
+    let err = reader(Box::new(child.stderr.take().expect("stderr pipe")));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for dljob") {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("dljob {args:?} ran longer than {DEADLINE:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    if let Some(w) = writer {
+        w.join().expect("stdin writer");
+    }
+    Run {
+        code: status.code(),
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+/// A scratch file under the target directory, unique to this test.
+fn scratch(name: &str, text: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-tests");
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("scratch file");
+    path
+}
+
+const BAD_FRAMEWORK: &str = "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+  labels: {dljob.dev/job: typo, dljob.dev/role: worker}
+  annotations: {dljob.dev/framework: tensorflw, dljob.dev/replicas: worker=1}
+spec:
+  containers: [{name: tensorflow, image: tensorflow/tensorflow:2.15.0}]
+";
+
+const SIZE_MISMATCH: &str = "\
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: workers
+  labels: {dljob.dev/job: ddp, dljob.dev/role: worker}
+  annotations: {dljob.dev/framework: pytorch, dljob.dev/replicas: \"master=1,worker=4\"}
+spec:
+  replicas: 3
+  selector: {matchLabels: {dljob.dev/job: ddp, dljob.dev/role: worker}}
+  template:
+    metadata: {labels: {dljob.dev/job: ddp, dljob.dev/role: worker}}
+    spec:
+      containers: [{name: pytorch, image: pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime}]
+";
+
+/// A document dljob must not touch, with comments, odd spacing and quoting.
+const CONFIG_MAP: &str = "\
+# Settings the trainer reads; dljob leaves this document alone.
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings   # keep this comment
+data:
+  lr: \"0.1\"    
+  flags: '--fast'
+  script: |
+    echo   \"spaces kept\"
+";
+
+const WORKER_POD: &str = "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: jax-0
+  labels: {dljob.dev/job: jx, dljob.dev/role: worker}
+  annotations: {dljob.dev/framework: jax, dljob.dev/replicas: worker=1}
+spec:
+  containers: [{name: jax, image: ghcr.io/nvidia/jax:jax}]
+";
+
+#[test]
+fn mutate_file_prints_yaml_with_tf_config_and_exits_0() {
+    let run = dljob(&["mutate", "-f", &example("tensorflow-ps/job.yaml")], None);
+    assert!(run.success(), "{run:?}");
+    assert!(run.stdout.contains("- name: TF_CONFIG"), "{run:?}");
+    assert!(
+        run.stdout
+            .contains(r#"\"task\":{\"type\":\"chief\",\"index\":0}"#),
+        "{run:?}"
+    );
+    assert!(
+        run.stdout.contains("tf-ps-ps-1.tf-ps.default.svc:2222"),
+        "{run:?}"
+    );
+    assert_eq!(run.stderr, "", "no warnings expected");
+    // Four documents: the ConfigMap and three members.
+    assert_eq!(run.stdout.matches("\n---\n").count(), 3, "{run:?}");
+}
+
+#[test]
+fn mutate_reads_standard_input_with_a_dash() {
+    let text = std::fs::read_to_string(example("tensorflow-ps/job.yaml")).unwrap();
+    let run = dljob(&["mutate", "-f", "-"], Some(&text));
+    assert!(run.success(), "{run:?}");
+    assert!(run.stdout.contains("- name: TF_CONFIG"), "{run:?}");
+    // Same output as from the file.
+    let from_file = dljob(&["mutate", "-f", &example("tensorflow-ps/job.yaml")], None);
+    assert_eq!(run.stdout, from_file.stdout);
+}
+
+#[test]
+fn mutate_output_mutates_to_itself() {
+    let first = dljob(&["mutate", "-f", &example("chainermn/job.yaml")], None);
+    assert!(first.success(), "{first:?}");
+    let second = dljob(&["mutate", "-f", "-"], Some(&first.stdout));
+    assert!(second.success(), "{second:?}");
+    assert_eq!(second.stdout, first.stdout);
+    assert_eq!(second.stderr, "");
+}
+
+#[test]
+fn mutate_namespace_flag_sets_the_hosts_namespace() {
+    let run = dljob(
+        &[
+            "mutate",
+            "-n",
+            "ml",
+            "-f",
+            &example("mxnet-linear/job.yaml"),
+        ],
+        None,
+    );
+    assert!(run.success(), "{run:?}");
+    assert!(
+        run.stdout
+            .contains("value: mxnet-linear-scheduler-0.mxnet-linear.ml.svc"),
+        "{run:?}"
+    );
+    assert!(!run.stdout.contains(".default.svc"), "{run:?}");
+}
+
+#[test]
+fn mutate_config_flag_adds_gpu_libraries() {
+    let job = example("mxnet-cifar10-gpu/job.yaml");
+    let config = example("mxnet-cifar10-gpu/config.yaml");
+    // The scheduler is a plain Pod without GPUs; put a GPU pod through it.
+    let gpu_pod = "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: cifar10-worker-extra
+  labels: {dljob.dev/job: cifar10, dljob.dev/role: worker}
+  annotations: {dljob.dev/framework: mxnet, dljob.dev/replicas: \"scheduler=1,server=1,worker=2\", dljob.dev/index: \"1\"}
+spec:
+  containers:
+  - name: mxnet
+    image: mxjob/mxnet:gpu
+    resources: {limits: {nvidia.com/gpu: 1}}
+";
+    let with = dljob(&["mutate", "--config", &config, "-f", "-"], Some(gpu_pod));
+    assert!(with.success(), "{with:?}");
+    assert!(with.stdout.contains("- name: LD_LIBRARY_PATH"), "{with:?}");
+    assert!(
+        with.stdout
+            .contains("path: /home/kubernetes/bin/nvidia/lib64"),
+        "{with:?}"
+    );
+    let without = dljob(&["mutate", "-f", "-"], Some(gpu_pod));
+    assert!(without.success(), "{without:?}");
+    assert!(!without.stdout.contains("LD_LIBRARY_PATH"), "{without:?}");
+    // And the whole example passes with its config.
+    let run = dljob(&["validate", "--config", &config, "-f", &job], None);
+    assert!(run.success(), "{run:?}");
+}
+
+#[test]
+fn non_member_documents_pass_through_byte_for_byte() {
+    let only = dljob(&["mutate", "-f", "-"], Some(CONFIG_MAP));
+    assert!(only.success(), "{only:?}");
+    assert_eq!(only.stdout, CONFIG_MAP);
+
+    let mixed = format!("{CONFIG_MAP}---\n{WORKER_POD}");
+    let run = dljob(&["mutate", "-f", "-"], Some(&mixed));
+    assert!(run.success(), "{run:?}");
+    let (first, rest) = run
+        .stdout
+        .split_once("---\n")
+        .expect("two documents in the output");
+    assert_eq!(first, CONFIG_MAP);
+    assert!(rest.contains("JAX_COORDINATOR_ADDRESS"), "{run:?}");
+
+    let file = scratch("configmap.yaml", CONFIG_MAP);
+    let run = dljob(&["mutate", "-f", file.to_str().unwrap()], None);
+    assert_eq!(run.stdout, CONFIG_MAP, "{run:?}");
+}
+
+#[test]
+fn mutate_prints_warnings_on_stderr_only() {
+    let pod = WORKER_POD.replace(
+        "image: ghcr.io/nvidia/jax:jax}",
+        "image: ghcr.io/nvidia/jax:jax, env: [{name: JAX_PROCESS_ID, value: \"7\"}]}",
+    );
+    let run = dljob(&["mutate", "-f", "-"], Some(&pod));
+    assert!(run.success(), "{run:?}");
+    assert_eq!(
+        run.stderr,
+        "Warning: Pod/jax-0: container \"jax\": env JAX_PROCESS_ID is set by the user and kept; dljob would set \"0\"\n"
+    );
+    assert!(!run.stdout.contains("Warning"), "{run:?}");
+    assert!(run.stdout.contains("value: \"7\""), "{run:?}");
+}
+
+#[test]
+fn validate_unknown_framework_lists_the_frameworks() {
+    let file = scratch("bad-framework.yaml", BAD_FRAMEWORK);
+    let run = dljob(&["validate", "-f", file.to_str().unwrap()], None);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(
+        run.stdout,
+        "Pod/trainer: dljob.dev/framework: unknown framework \"tensorflw\"; frameworks are tensorflow, pytorch, mxnet, mpi, chainer, jax, xgboost, paddle, generic\n"
+    );
+    assert_eq!(run.stderr, "1 problem found\n");
+    // mutate refuses it too.
+    let run = dljob(&["mutate", "-f", "-"], Some(BAD_FRAMEWORK));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(run.stdout, "");
+    assert!(
+        run.stderr
+            .contains("unknown framework \"tensorflw\"; frameworks are tensorflow,"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn validate_statefulset_size_mismatch_names_both_numbers() {
+    let run = dljob(&["validate", "-f", "-"], Some(SIZE_MISMATCH));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(
+        run.stdout,
+        "StatefulSet/workers: StatefulSet replicas is 3 but dljob.dev/replicas \"master=1,worker=4\" declares worker=4; make them equal (change the topology on every member of the job)\n"
+    );
+}
+
+#[test]
+fn validate_reports_every_problem_of_a_file() {
+    let both = format!("{BAD_FRAMEWORK}---\n{SIZE_MISMATCH}");
+    let run = dljob(&["validate", "-f", "-"], Some(&both));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(run.stdout.lines().count(), 2, "{run:?}");
+    assert!(run.stdout.starts_with("Pod/trainer: "), "{run:?}");
+    assert!(
+        run.stdout
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("StatefulSet/workers: "),
+        "{run:?}"
+    );
+    assert_eq!(run.stderr, "2 problems found\n");
+}
+
+#[test]
+fn validate_good_examples_exit_0_silently() {
+    for rel in [
+        "tensorflow-ps/job.yaml",
+        "chainermn/job.yaml",
+        "pytorch-elastic/job.yaml",
+    ] {
+        let run = dljob(&["validate", "-f", &example(rel)], None);
+        assert!(run.success(), "{rel}: {run:?}");
+        assert_eq!(run.stdout, "", "{rel}");
+        assert_eq!(run.stderr, "", "{rel}");
+    }
+}
+
+#[test]
+fn missing_file_is_a_clear_error() {
+    for command in ["mutate", "validate"] {
+        let run = dljob(&[command, "-f", "no/such/job.yaml"], None);
+        assert!(!run.success(), "{command}: {run:?}");
+        assert_eq!(run.stdout, "", "{command}");
+        assert!(
+            run.stderr.contains("reading no/such/job.yaml"),
+            "{command}: {run:?}"
+        );
+        assert!(
+            run.stderr.contains("No such file or directory"),
+            "{command}: {run:?}"
+        );
+    }
+    let run = dljob(
+        &[
+            "mutate",
+            "--config",
+            "no/such/config.yaml",
+            "-f",
+            &example("jax/job.yaml"),
+        ],
+        None,
+    );
+    assert!(!run.success(), "{run:?}");
+    assert!(
+        run.stderr.contains("reading config no/such/config.yaml"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn subcommand_help_mentions_its_flags() {
+    for (command, flags) in [
+        (
+            "mutate",
+            &[
+                "-f",
+                "--filename",
+                "FILE|-",
+                "--config",
+                "-n",
+                "--namespace",
+            ][..],
+        ),
+        (
+            "validate",
+            &[
+                "-f",
+                "--filename",
+                "FILE|-",
+                "--config",
+                "-n",
+                "--namespace",
+            ][..],
+        ),
+        (
+            "serve",
+            &["--listen", "--tls-cert", "--tls-key", "--config"][..],
+        ),
+    ] {
+        let run = dljob(&[command, "--help"], None);
+        assert!(run.success(), "{command}: {run:?}");
+        for flag in flags {
+            assert!(
+                run.stdout.contains(flag),
+                "{command} --help does not mention {flag}: {run:?}"
+            );
+        }
+    }
+}
