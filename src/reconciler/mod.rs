@@ -1,5 +1,8 @@
 //! The reconciler (DESIGN §5). Placeholder until the reconciler lands.
 
+pub mod observe;
+pub mod status;
+
 use std::sync::Arc;
 
 use crate::config::Config;

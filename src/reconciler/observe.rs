@@ -1,0 +1,484 @@
+//! From watched objects to what the core reads: trimming for the reflector,
+//! the member index (the validating webhook's peers, answered from memory)
+//! and the [`ObservedPod`]s the status function takes. Pure: no client.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::RwLock;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState as K8sState, ContainerStatus, Pod, PodSpec, PodStatus,
+};
+use kube::api::ObjectMeta;
+use kube::runtime::watcher;
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+use super::status::{ContainerState, Exit, FrameworkContainer, ObservedPod, PodRestart, Workload};
+use crate::config::Config;
+use crate::contract as c;
+use crate::member::{self, MemberSpec, PodOwner};
+use crate::mutate;
+use crate::object::Kind;
+use crate::validate::PeerSource;
+
+/// Annotations never read back: big, and re-added by the webhook.
+const DROPPED_ANNOTATIONS: &[&str] = &[
+    "kubectl.kubernetes.io/last-applied-configuration",
+    c::HOSTFILE,
+];
+
+fn trim_meta(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        for k in DROPPED_ANNOTATIONS {
+            a.remove(*k);
+        }
+    }
+}
+
+/// Only the container names (to find the framework container).
+fn names_only(spec: &mut PodSpec) {
+    for container in &mut spec.containers {
+        *container = Container {
+            name: std::mem::take(&mut container.name),
+            ..Container::default()
+        };
+    }
+    let restart_policy = spec.restart_policy.take();
+    *spec = PodSpec {
+        containers: std::mem::take(&mut spec.containers),
+        restart_policy,
+        ..PodSpec::default()
+    };
+}
+
+/// Trims a member pod for the reflector: no managedFields, no hostfile
+/// annotation, only the container statuses' states; a pod owned by a
+/// workload keeps only its container names and restart policy (a bare pod
+/// keeps its spec: the reconciler recreates it from it).
+pub fn trim_pod(pod: &mut Pod) {
+    trim_meta(&mut pod.metadata);
+    let bare = !pod
+        .metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(|refs| refs.iter().any(|r| r.controller == Some(true)));
+    if let Some(spec) = pod.spec.as_mut() {
+        if !bare {
+            names_only(spec);
+        }
+    }
+    if let Some(status) = pod.status.take() {
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            reason: status.reason,
+            container_statuses: status.container_statuses.map(|list| {
+                list.into_iter()
+                    .map(|s| ContainerStatus {
+                        name: s.name,
+                        state: s.state,
+                        last_state: s.last_state,
+                        restart_count: s.restart_count,
+                        ready: s.ready,
+                        ..ContainerStatus::default()
+                    })
+                    .collect()
+            }),
+            ..PodStatus::default()
+        });
+    }
+}
+
+/// Trims a member StatefulSet: metadata, replicas, template metadata and
+/// container names.
+pub fn trim_statefulset(sts: &mut StatefulSet) {
+    trim_meta(&mut sts.metadata);
+    sts.status = None;
+    let spec = &mut sts.spec;
+    if let Some(m) = spec.template.metadata.as_mut() {
+        trim_meta(m);
+    }
+    if let Some(s) = spec.template.spec.as_mut() {
+        names_only(s);
+    }
+    spec.volume_claim_templates = None;
+}
+
+/// Trims a member Job: metadata, completions, suspend, template metadata,
+/// container names and whether it finished.
+pub fn trim_job(job: &mut Job) {
+    trim_meta(&mut job.metadata);
+    if let Some(spec) = job.spec.as_mut() {
+        if let Some(m) = spec.template.metadata.as_mut() {
+            trim_meta(m);
+        }
+        if let Some(s) = spec.template.spec.as_mut() {
+            names_only(s);
+        }
+    }
+    if let Some(status) = job.status.take() {
+        job.status = Some(k8s_openapi::api::batch::v1::JobStatus {
+            completion_time: status.completion_time,
+            conditions: status.conditions.map(|cs| {
+                cs.into_iter()
+                    .filter(|c| {
+                        c.status == "True" && (c.type_ == "Complete" || c.type_ == "Failed")
+                    })
+                    .map(|c| k8s_openapi::api::batch::v1::JobCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        });
+    }
+}
+
+/// A job: (namespace, name).
+pub type JobKey = (String, String);
+
+/// One member in the index.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub member: MemberSpec,
+    /// Still part of a running job: a pod not finished nor being deleted,
+    /// a StatefulSet with replicas, a Job neither suspended nor finished.
+    pub live: bool,
+    /// Pods: the framework container's name.
+    pub framework_container: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct ObjectKey {
+    kind: u8,
+    namespace: String,
+    name: String,
+}
+
+fn kind_tag(kind: Kind) -> u8 {
+    match kind {
+        Kind::Pod => 0,
+        Kind::StatefulSet => 1,
+        Kind::Job => 2,
+    }
+}
+
+/// Objects listed since a watch (re)started, with their entries.
+type Relist = Vec<(ObjectKey, Option<(JobKey, Entry)>)>;
+
+#[derive(Default)]
+struct Inner {
+    jobs: HashMap<JobKey, BTreeMap<ObjectKey, Entry>>,
+    objects: HashMap<ObjectKey, JobKey>,
+    /// Per kind: the objects listed since the watch (re)started.
+    relist: [Option<Relist>; 3],
+}
+
+impl Inner {
+    fn remove(&mut self, key: &ObjectKey) {
+        if let Some(job) = self.objects.remove(key) {
+            if let Some(members) = self.jobs.get_mut(&job) {
+                members.remove(key);
+                if members.is_empty() {
+                    self.jobs.remove(&job);
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, key: ObjectKey, value: Option<(JobKey, Entry)>) {
+        self.remove(&key);
+        if let Some((job, entry)) = value {
+            self.objects.insert(key.clone(), job.clone());
+            self.jobs.entry(job).or_default().insert(key, entry);
+        }
+    }
+}
+
+/// Every member the watches have seen, grouped by job. The validating
+/// webhook reads its peers here ([`PeerSource`]); the reconciler reads the
+/// members of the job it reconciles.
+#[derive(Default)]
+pub struct MemberIndex {
+    inner: RwLock<Inner>,
+}
+
+impl std::fmt::Debug for MemberIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberIndex")
+            .field("jobs", &self.read().jobs.len())
+            .finish()
+    }
+}
+
+/// A watched member kind.
+pub trait MemberObject: kube::Resource + serde::Serialize {
+    const KIND: Kind;
+    /// See [`Entry::live`].
+    fn live(&self) -> bool;
+}
+
+impl MemberObject for Pod {
+    const KIND: Kind = Kind::Pod;
+    fn live(&self) -> bool {
+        let phase = self.status.as_ref().and_then(|s| s.phase.as_deref());
+        self.metadata.deletion_timestamp.is_none()
+            && phase != Some("Succeeded")
+            && phase != Some("Failed")
+    }
+}
+
+impl MemberObject for StatefulSet {
+    const KIND: Kind = Kind::StatefulSet;
+    fn live(&self) -> bool {
+        self.metadata.deletion_timestamp.is_none() && self.spec.replicas.unwrap_or(1) > 0
+    }
+}
+
+impl MemberObject for Job {
+    const KIND: Kind = Kind::Job;
+    fn live(&self) -> bool {
+        let finished = self.status.as_ref().is_some_and(|s| {
+            s.completion_time.is_some()
+                || s.conditions.as_ref().is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.status == "True" && (c.type_ == "Complete" || c.type_ == "Failed")
+                    })
+                })
+        });
+        self.metadata.deletion_timestamp.is_none()
+            && !self.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false)
+            && !finished
+    }
+}
+
+/// The index entry of a watched object; None when it is not a member (or
+/// does not parse: the webhook reports that on its own).
+pub fn entry_of<K: MemberObject>(object: &K, config: &Config) -> Option<(JobKey, Entry)> {
+    let value = serde_json::to_value(object).ok()?;
+    let namespace = object.meta().namespace.as_deref();
+    let member = member::parse(K::KIND, &value, namespace, config)
+        .ok()
+        .flatten()?
+        .member;
+    let framework_container = (K::KIND == Kind::Pod)
+        .then(|| mutate::framework_container(&member, &value))
+        .flatten()
+        .and_then(|i| {
+            value["spec"]["containers"][i]["name"]
+                .as_str()
+                .map(str::to_owned)
+        });
+    Some((
+        (member.namespace.clone(), member.job.clone()),
+        Entry {
+            member,
+            live: object.live(),
+            framework_container,
+        },
+    ))
+}
+
+fn object_key<K: MemberObject>(object: &K) -> ObjectKey {
+    ObjectKey {
+        kind: kind_tag(K::KIND),
+        namespace: object.meta().namespace.clone().unwrap_or_default(),
+        name: object.meta().name.clone().unwrap_or_default(),
+    }
+}
+
+impl MemberIndex {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Follows one watch event of kind `K`.
+    pub fn apply_event<K: MemberObject>(&self, event: &watcher::Event<K>, config: &Config) {
+        let tag = usize::from(kind_tag(K::KIND));
+        match event {
+            watcher::Event::Apply(o) => {
+                let value = entry_of(o, config);
+                self.write().insert(object_key(o), value);
+            }
+            watcher::Event::Delete(o) => self.write().remove(&object_key(o)),
+            watcher::Event::Init => self.write().relist[tag] = Some(Vec::new()),
+            watcher::Event::InitApply(o) => {
+                let value = entry_of(o, config);
+                if let Some(buf) = self.write().relist[tag].as_mut() {
+                    buf.push((object_key(o), value));
+                }
+            }
+            watcher::Event::InitDone => {
+                let mut inner = self.write();
+                let Some(listed) = inner.relist[tag].take() else {
+                    return;
+                };
+                let stale: Vec<ObjectKey> = inner
+                    .objects
+                    .keys()
+                    .filter(|k| usize::from(k.kind) == tag)
+                    .cloned()
+                    .collect();
+                for k in &stale {
+                    inner.remove(k);
+                }
+                for (k, v) in listed {
+                    inner.insert(k, v);
+                }
+            }
+        }
+    }
+
+    /// Every member of one job (live or not), pods by name.
+    pub fn members(&self, namespace: &str, job: &str) -> Vec<Entry> {
+        self.read()
+            .jobs
+            .get(&(namespace.to_owned(), job.to_owned()))
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Jobs with at least one live member, and one of those members.
+    pub fn live_jobs(&self) -> Vec<(JobKey, MemberSpec)> {
+        self.read()
+            .jobs
+            .iter()
+            .filter_map(|(k, m)| {
+                m.values()
+                    .find(|e| e.live)
+                    .map(|e| (k.clone(), e.member.clone()))
+            })
+            .collect()
+    }
+}
+
+impl PeerSource for MemberIndex {
+    /// The live members only: a finished pod or a stopped workload of an
+    /// earlier run does not block its replacement.
+    fn peers(&self, namespace: &str, job: &str) -> Vec<MemberSpec> {
+        self.read()
+            .jobs
+            .get(&(namespace.to_owned(), job.to_owned()))
+            .map(|m| {
+                m.values()
+                    .filter(|e| e.live)
+                    .map(|e| e.member.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn exit_of(state: Option<&K8sState>) -> Option<Exit> {
+    let t = state?.terminated.as_ref()?;
+    Some(Exit {
+        code: Some(t.exit_code),
+        reason: t.reason.clone(),
+        run: t
+            .container_id
+            .clone()
+            .or_else(|| t.finished_at.as_ref().map(|f| f.0.to_string()))
+            .unwrap_or_default(),
+    })
+}
+
+fn framework_container_status(s: &ContainerStatus) -> FrameworkContainer {
+    let state = match s.state.as_ref() {
+        Some(st) if st.terminated.is_some() => {
+            ContainerState::Terminated(exit_of(Some(st)).unwrap_or(Exit {
+                code: None,
+                reason: None,
+                run: String::new(),
+            }))
+        }
+        Some(st) if st.running.is_some() => ContainerState::Running,
+        _ => ContainerState::Waiting,
+    };
+    FrameworkContainer {
+        state,
+        last: exit_of(s.last_state.as_ref()),
+        restart_count: u32::try_from(s.restart_count).unwrap_or(0),
+    }
+}
+
+/// The manifest a bare pod is recreated from: its metadata (name, labels,
+/// annotations) and spec, without what the cluster filled in for the old pod.
+pub fn recreate_manifest(pod: &Pod) -> Value {
+    let mut spec = serde_json::to_value(&pod.spec).unwrap_or(Value::Null);
+    if let Some(s) = spec.as_object_mut() {
+        s.remove("nodeName");
+    }
+    let mut metadata = json!({
+        "name": pod.name_any(),
+        "namespace": pod.namespace(),
+    });
+    if let Some(l) = &pod.metadata.labels {
+        metadata["labels"] = json!(l);
+    }
+    if let Some(a) = &pod.metadata.annotations {
+        metadata["annotations"] = json!(a);
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+}
+
+/// A member pod as the status function sees it. Only the framework
+/// container's state counts: a sidecar's exit changes nothing.
+pub fn observe_pod(entry: &Entry, pod: &Pod) -> Option<ObservedPod> {
+    let index = entry.member.index?;
+    let status = pod.status.as_ref();
+    let container = entry.framework_container.as_ref().and_then(|name| {
+        status?
+            .container_statuses
+            .as_ref()?
+            .iter()
+            .find(|s| &s.name == name)
+            .map(framework_container_status)
+    });
+    let restart_policy = match pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) {
+        Some("Never") => PodRestart::Never,
+        Some("OnFailure") => PodRestart::OnFailure,
+        _ => PodRestart::Always,
+    };
+    Some(ObservedPod {
+        name: pod.name_any(),
+        uid: pod.uid().unwrap_or_default(),
+        role: entry.member.role.clone(),
+        index,
+        owner: entry.member.owner,
+        restart_policy,
+        phase: status
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_else(|| "Pending".to_owned()),
+        reason: status.and_then(|s| s.reason.clone()),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+        container,
+        manifest: (entry.member.owner == PodOwner::None).then(|| recreate_manifest(pod)),
+    })
+}
+
+/// A member StatefulSet for the clean-pod policy.
+pub fn observe_statefulset(sts: &StatefulSet) -> Workload {
+    Workload::StatefulSet {
+        name: sts.name_any(),
+        replicas: sts
+            .spec
+            .replicas
+            .map_or(1, |n| u32::try_from(n).unwrap_or(0)),
+    }
+}
+
+/// A member Job for the clean-pod policy.
+pub fn observe_job(job: &Job) -> Workload {
+    Workload::Job {
+        name: job.name_any(),
+        suspended: job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false),
+    }
+}

@@ -1,0 +1,1443 @@
+//! The job status as a pure function (DESIGN §5):
+//! (the members' observed pods and workloads, the previous status, now) →
+//! (the new status, the actions that make the cluster follow it).
+//!
+//! No client, no clock: the I/O layer observes, calls [`next`], writes the
+//! status if it changed and executes the actions, each of which is
+//! idempotent. Everything a restart of the reconciler must not forget — the
+//! exits already counted, the bare pods still to recreate — is in the status.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+
+use crate::contract::{CleanPodPolicy, Policies, RestartPolicy, Topology};
+use crate::crd::{CoordinatorStatus, DLJobStatus, PendingRecreate, Phase, RoleStatus};
+use crate::frameworks::Framework;
+use crate::member::PodOwner;
+
+/// What the job's members agree on (from the DLJob spec).
+#[derive(Clone)]
+pub struct JobPlan {
+    pub framework: &'static dyn Framework,
+    pub topology: Topology,
+    pub policies: Policies,
+}
+
+impl std::fmt::Debug for JobPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobPlan")
+            .field("framework", &self.framework.name())
+            .field("topology", &self.topology.to_string())
+            .field("policies", &self.policies)
+            .finish()
+    }
+}
+
+/// The pod's own `spec.restartPolicy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodRestart {
+    #[default]
+    Always,
+    OnFailure,
+    Never,
+}
+
+/// How a container run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    /// None: the pod failed without its container reporting an exit
+    /// (eviction, node loss) — treated as retryable.
+    pub code: Option<i32>,
+    /// `Completed`, `Error`, `OOMKilled`, `Evicted`, …
+    pub reason: Option<String>,
+    /// Identifies this run of the container (its container id, else its
+    /// finish time), so that one exit is counted once.
+    pub run: String,
+}
+
+/// The framework container's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ContainerState {
+    Waiting,
+    Running,
+    Terminated(Exit),
+}
+
+/// The framework container of one pod (only its exit code counts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameworkContainer {
+    pub state: ContainerState,
+    /// `lastState.terminated`: the previous run, after a kubelet restart.
+    pub last: Option<Exit>,
+    pub restart_count: u32,
+}
+
+/// One member pod as the status needs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedPod {
+    pub name: String,
+    pub uid: String,
+    pub role: String,
+    pub index: u32,
+    pub owner: PodOwner,
+    pub restart_policy: PodRestart,
+    /// `status.phase`.
+    pub phase: String,
+    /// `status.reason` (e.g. `Evicted`).
+    pub reason: Option<String>,
+    /// Has a deletionTimestamp: it is going away, its exits do not count.
+    pub deleting: bool,
+    pub container: Option<FrameworkContainer>,
+    /// Bare pods: what to recreate it from (metadata and spec).
+    pub manifest: Option<Value>,
+}
+
+/// A member workload, for the clean-pod policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Workload {
+    StatefulSet { name: String, replicas: u32 },
+    Job { name: String, suspended: bool },
+}
+
+/// Everything observed of one job's members.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    pub pods: Vec<ObservedPod>,
+    pub workloads: Vec<Workload>,
+}
+
+/// One idempotent change to the cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Delete the pod if it still has this uid.
+    DeletePod { name: String, uid: String },
+    /// Create a bare pod (AlreadyExists means done).
+    CreatePod { name: String, manifest: Value },
+    /// Annotate `dljob.dev/scaled-from: from`, then scale to 0.
+    ScaleStatefulSetToZero { name: String, from: u32 },
+    /// `spec.suspend: true`.
+    SuspendJob { name: String },
+    /// ttl-seconds-after-finished: delete the DLJob.
+    DeleteDLJob,
+}
+
+/// The Kubernetes Event for a phase change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PhaseEvent {
+    pub warning: bool,
+    pub reason: String,
+    pub note: String,
+}
+
+/// What [`next`] decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub status: DLJobStatus,
+    pub actions: Vec<Action>,
+    /// Present when the phase changed.
+    pub event: Option<PhaseEvent>,
+    /// Reconcile again after this long (a deadline or the ttl).
+    pub requeue_after: Option<Duration>,
+    /// Restarts counted by this call (for metrics).
+    pub new_restarts: u32,
+}
+
+/// The class of an exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitClass {
+    /// 0.
+    Success,
+    /// 1–127: the program failed; retrying will not help.
+    Permanent,
+    /// 128–255 (killed by a signal, OOM) or no exit code: worth a retry.
+    Retryable,
+}
+
+/// Classifies an exit under the job's restart policy.
+pub fn classify(code: Option<i32>, policy: RestartPolicy) -> ExitClass {
+    let class = match code {
+        Some(0) => ExitClass::Success,
+        Some(1..=127) => ExitClass::Permanent,
+        _ => ExitClass::Retryable,
+    };
+    match (class, policy) {
+        (ExitClass::Retryable, RestartPolicy::Never) => ExitClass::Permanent,
+        (c, _) => c,
+    }
+}
+
+impl ObservedPod {
+    /// The exit that speaks for this pod: the framework container's
+    /// `state.terminated`, else its `lastState.terminated`, else — for a pod
+    /// that failed as a whole — an exit without code.
+    pub fn exit(&self) -> Option<Exit> {
+        let from_container = self.container.as_ref().and_then(|c| match &c.state {
+            ContainerState::Terminated(e) => Some(e.clone()),
+            _ => c.last.clone(),
+        });
+        from_container.or_else(|| {
+            (self.phase == "Failed").then(|| Exit {
+                code: None,
+                reason: self.reason.clone(),
+                run: "pod".to_owned(),
+            })
+        })
+    }
+
+    /// The framework container stopped and nothing will restart it: the
+    /// pod must be deleted to run again.
+    pub fn finished(&self) -> bool {
+        if self.phase == "Succeeded" || self.phase == "Failed" {
+            return true;
+        }
+        match self.container.as_ref().map(|c| &c.state) {
+            Some(ContainerState::Terminated(e)) => match self.restart_policy {
+                PodRestart::Never => true,
+                PodRestart::OnFailure => e.code == Some(0),
+                PodRestart::Always => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// Key of the exit in `countedExits`.
+    fn exit_key(&self, exit: &Exit) -> String {
+        format!("{}/{}", self.uid, exit.run)
+    }
+
+    fn replica(&self) -> String {
+        format!("{}-{}", self.role, self.index)
+    }
+}
+
+/// Why the job finished, or is where it is.
+struct Verdict {
+    phase: Phase,
+    reason: &'static str,
+    message: String,
+}
+
+/// Computes the job's next status and the actions to take.
+pub fn next(
+    plan: &JobPlan,
+    observed: &Observed,
+    previous: Option<&DLJobStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Outcome {
+    let prev = previous.cloned().unwrap_or_default();
+    let mut status = prev.clone();
+    status.observed_generation = generation;
+    if status.start_time.is_none() {
+        status.start_time = Some(Time(now));
+    }
+    let mut actions = Vec::new();
+    let mut pods: Vec<&ObservedPod> = observed.pods.iter().filter(|p| !p.deleting).collect();
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+
+    // Counts per role, every role of the topology listed.
+    let mut roles: BTreeMap<String, RoleStatus> = plan
+        .topology
+        .roles()
+        .map(|(r, _)| {
+            let restarts = prev.replicas.get(r).map_or(0, |s| s.restarts);
+            (
+                r.to_owned(),
+                RoleStatus {
+                    restarts,
+                    ..RoleStatus::default()
+                },
+            )
+        })
+        .collect();
+    for p in &pods {
+        let Some(counts) = roles.get_mut(&p.role) else {
+            continue;
+        };
+        let exit = p.exit();
+        match (&p.container, exit) {
+            (Some(c), _) if c.state == ContainerState::Running => counts.active += 1,
+            (_, Some(e)) if e.code == Some(0) => counts.succeeded += 1,
+            (_, Some(_)) => counts.failed += 1,
+            (_, None) => counts.pending += 1,
+        }
+    }
+
+    // The coordinator.
+    let coordinator_replica = plan.framework.coordinator(&plan.topology);
+    let coordinator_pod = coordinator_replica.and_then(|(role, index)| {
+        pods.iter()
+            .find(|p| p.role == role && p.index == index)
+            .copied()
+    });
+    status.coordinator = coordinator_replica.map(|(role, index)| {
+        let exit = coordinator_pod.and_then(|p| p.exit());
+        CoordinatorStatus {
+            replica: format!("{role}-{index}"),
+            pod: coordinator_pod.map(|p| p.name.clone()),
+            exit_code: exit.as_ref().and_then(|e| e.code),
+            reason: exit.and_then(|e| e.reason),
+        }
+    });
+
+    let mut new_restarts = 0;
+    let verdict = if prev.phase.is_finished() {
+        Verdict {
+            phase: prev.phase,
+            reason: "",
+            message: String::new(),
+        }
+    } else {
+        decide(
+            plan,
+            &pods,
+            &observed.pods,
+            coordinator_pod,
+            &mut status,
+            &mut roles,
+            &mut actions,
+            &mut new_restarts,
+            now,
+        )
+    };
+
+    status.restarts = roles.values().map(|r| r.restarts).sum();
+    let active: u32 = roles.values().map(|r| r.active).sum();
+    status.active = format!("{active}/{}", plan.topology.total());
+    status.replicas = roles;
+    status.phase = verdict.phase;
+
+    let mut requeue_after = None;
+    if verdict.phase.is_finished() {
+        if !prev.phase.is_finished() {
+            status.completion_time = Some(Time(now));
+        }
+        status.pending_recreates.clear();
+        clean_up(plan.policies.clean_pod, &pods, observed, &mut actions);
+        if let (Some(ttl), Some(done)) = (
+            plan.policies.ttl_seconds_after_finished,
+            status.completion_time.as_ref(),
+        ) {
+            match remaining(done.0, ttl, now) {
+                None => actions.push(Action::DeleteDLJob),
+                Some(d) => requeue_after = Some(d),
+            }
+        }
+    } else if let (Some(deadline), Some(start)) = (
+        plan.policies.active_deadline_seconds,
+        status.start_time.as_ref(),
+    ) {
+        requeue_after = remaining(start.0, deadline, now);
+    }
+
+    let event = (prev.phase != verdict.phase || previous.is_none()).then(|| PhaseEvent {
+        warning: verdict.phase == Phase::Failed || verdict.phase == Phase::Restarting,
+        reason: verdict.reason.to_owned(),
+        note: verdict.message.clone(),
+    });
+    if !prev.phase.is_finished() {
+        set_conditions(&mut status.conditions, &verdict, now);
+    }
+    Outcome {
+        status,
+        actions,
+        event,
+        requeue_after,
+        new_restarts,
+    }
+}
+
+/// Time left until `start + seconds`, None when it has passed.
+fn remaining(start: Timestamp, seconds: u32, now: Timestamp) -> Option<Duration> {
+    let end = start
+        .checked_add(SignedDuration::from_secs(i64::from(seconds)))
+        .ok()?;
+    let left = now.duration_until(end);
+    if left <= SignedDuration::ZERO {
+        None
+    } else {
+        Duration::try_from(left).ok()
+    }
+}
+
+fn describe(p: &ObservedPod, e: &Exit) -> String {
+    let code = e.code.map_or("without an exit code".to_owned(), |c| {
+        format!("with exit code {c}")
+    });
+    match &e.reason {
+        Some(r) => format!("{} (pod {}) exited {code} ({r})", p.replica(), p.name),
+        None => format!("{} (pod {}) exited {code}", p.replica(), p.name),
+    }
+}
+
+/// The phase of an unfinished job; counts restarts and plans retries.
+#[allow(clippy::too_many_arguments)]
+fn decide(
+    plan: &JobPlan,
+    pods: &[&ObservedPod],
+    all: &[ObservedPod],
+    coordinator: Option<&ObservedPod>,
+    status: &mut DLJobStatus,
+    roles: &mut BTreeMap<String, RoleStatus>,
+    actions: &mut Vec<Action>,
+    new_restarts: &mut u32,
+    now: Timestamp,
+) -> Verdict {
+    let policy = plan.policies.restart;
+    // 1. The coordinator's 0 finishes the job.
+    if let Some(p) = coordinator {
+        if let Some(e) = p.exit().filter(|e| e.code == Some(0)) {
+            return Verdict {
+                phase: Phase::Succeeded,
+                reason: "CoordinatorSucceeded",
+                message: describe(p, &e),
+            };
+        }
+    }
+    // 2. A permanent exit of any member fails it.
+    for p in pods {
+        if let Some(e) = p.exit() {
+            if classify(e.code, policy) == ExitClass::Permanent {
+                let reason = if policy == RestartPolicy::Never && e.code.is_none_or(|c| c > 127) {
+                    "RestartPolicyNever"
+                } else {
+                    "ExitCode"
+                };
+                return Verdict {
+                    phase: Phase::Failed,
+                    reason,
+                    message: describe(p, &e),
+                };
+            }
+        }
+    }
+    // 3. The active deadline.
+    if let (Some(deadline), Some(start)) = (
+        plan.policies.active_deadline_seconds,
+        status.start_time.as_ref(),
+    ) {
+        if remaining(start.0, deadline, now).is_none() {
+            return Verdict {
+                phase: Phase::Failed,
+                reason: "DeadlineExceeded",
+                message: format!("the job ran longer than its active deadline of {deadline}s"),
+            };
+        }
+    }
+    // 4. Retryable exits: count each once, retry, or give up.
+    let total: u32 = roles.values().map(|r| r.restarts).sum();
+    let mut restarts = total;
+    let mut retrying = false;
+    for p in pods {
+        let Some(e) = p.exit() else { continue };
+        if classify(e.code, policy) != ExitClass::Retryable {
+            continue;
+        }
+        let key = p.exit_key(&e);
+        let counted = status.counted_exits.get(&p.name) == Some(&key);
+        if !counted {
+            if restarts >= plan.policies.backoff_limit {
+                return Verdict {
+                    phase: Phase::Failed,
+                    reason: "BackoffLimitExceeded",
+                    message: format!(
+                        "{}; the backoff limit of {} restarts is reached",
+                        describe(p, &e),
+                        plan.policies.backoff_limit
+                    ),
+                };
+            }
+            restarts += 1;
+            *new_restarts += 1;
+            if let Some(r) = roles.get_mut(&p.role) {
+                r.restarts += 1;
+            }
+            status.counted_exits.insert(p.name.clone(), key);
+            retrying = true;
+        }
+        if p.finished() {
+            retrying = true;
+            if p.owner == PodOwner::None {
+                if let Some(manifest) = &p.manifest {
+                    if !status.pending_recreates.iter().any(|r| r.uid == p.uid) {
+                        status.pending_recreates.push(PendingRecreate {
+                            name: p.name.clone(),
+                            uid: p.uid.clone(),
+                            manifest: manifest.clone(),
+                        });
+                    }
+                }
+            }
+            actions.push(Action::DeletePod {
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+            });
+        }
+    }
+    // Forget counted exits of pods that are gone.
+    let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
+    status
+        .counted_exits
+        .retain(|name, _| names.contains(&name.as_str()));
+    // 5. Bare pods deleted for a retry come back from their own spec, once
+    // the old pod (maybe still terminating) is gone.
+    status.pending_recreates.retain(|r| {
+        match all.iter().find(|p| p.name == r.name) {
+            Some(p) => p.uid == r.uid, // still the old one: keep waiting
+            None => true,
+        }
+    });
+    for r in &status.pending_recreates {
+        retrying = true;
+        if !all.iter().any(|p| p.name == r.name) {
+            actions.push(Action::CreatePod {
+                name: r.name.clone(),
+                manifest: r.manifest.clone(),
+            });
+        }
+    }
+
+    let want = plan.topology.total();
+    let active: u32 = roles.values().map(|r| r.active).sum();
+    let prev = status.phase;
+    if retrying || (prev == Phase::Restarting && active < want) {
+        Verdict {
+            phase: Phase::Restarting,
+            reason: "Restarting",
+            message: format!(
+                "retrying after a retryable exit: {restarts} of {} restarts used",
+                plan.policies.backoff_limit
+            ),
+        }
+    } else if active >= want || prev == Phase::Running {
+        Verdict {
+            phase: Phase::Running,
+            reason: "Running",
+            message: format!("all {want} replicas started"),
+        }
+    } else {
+        Verdict {
+            phase: Phase::Pending,
+            reason: "Pending",
+            message: format!("{active} of {want} replicas running"),
+        }
+    }
+}
+
+/// The clean-pod policy on a finished job; every action is skipped once done.
+fn clean_up(
+    policy: CleanPodPolicy,
+    pods: &[&ObservedPod],
+    observed: &Observed,
+    actions: &mut Vec<Action>,
+) {
+    if policy == CleanPodPolicy::None {
+        return;
+    }
+    for w in &observed.workloads {
+        match w {
+            Workload::StatefulSet { name, replicas } if *replicas > 0 => {
+                actions.push(Action::ScaleStatefulSetToZero {
+                    name: name.clone(),
+                    from: *replicas,
+                })
+            }
+            Workload::Job { name, suspended } if !suspended => {
+                actions.push(Action::SuspendJob { name: name.clone() })
+            }
+            _ => {}
+        }
+    }
+    for p in pods {
+        let delete = match policy {
+            CleanPodPolicy::Running => p.owner == PodOwner::None && !p.finished(),
+            CleanPodPolicy::All => true,
+            CleanPodPolicy::None => false,
+        };
+        if delete {
+            actions.push(Action::DeletePod {
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+            });
+        }
+    }
+}
+
+const CONDITION_TYPES: [&str; 5] = ["Created", "Running", "Restarting", "Succeeded", "Failed"];
+
+/// Sets the conditions for `verdict`: the phase's condition True, the others
+/// that exist False; `lastTransitionTime` moves only when a status flips.
+fn set_conditions(conditions: &mut Vec<Condition>, verdict: &Verdict, now: Timestamp) {
+    if !conditions.iter().any(|c| c.type_ == "Created") {
+        set_condition(
+            conditions,
+            now,
+            [
+                "Created",
+                "True",
+                "Created",
+                "the DLJob was created from its members' annotations",
+            ],
+        );
+    }
+    let mine = match verdict.phase {
+        Phase::Pending => "",
+        p => p.as_str(),
+    };
+    if !mine.is_empty() {
+        set_condition(
+            conditions,
+            now,
+            [mine, "True", verdict.reason, &verdict.message],
+        );
+    }
+    // Every other phase condition that is True becomes False.
+    let others: Vec<String> = conditions
+        .iter()
+        .filter(|c| c.type_ != "Created" && c.type_ != mine && c.status == "True")
+        .map(|c| c.type_.clone())
+        .collect();
+    for t in others {
+        set_condition(
+            conditions,
+            now,
+            [&t, "False", verdict.phase.as_str(), &verdict.message],
+        );
+    }
+    conditions.sort_by_key(|c| {
+        CONDITION_TYPES
+            .iter()
+            .position(|t| *t == c.type_)
+            .unwrap_or(CONDITION_TYPES.len())
+    });
+}
+
+/// Sets one condition: [type, status, reason, message].
+fn set_condition(
+    conditions: &mut Vec<Condition>,
+    now: Timestamp,
+    [type_, status, reason, message]: [&str; 4],
+) {
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = Time(now);
+                c.status = status.to_owned();
+            }
+            c.reason = reason.to_owned();
+            c.message = message.to_owned();
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            last_transition_time: Time(now),
+            observed_generation: None,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frameworks;
+    use serde_json::json;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + s).unwrap()
+    }
+
+    fn plan(framework: &str, topology: &str) -> JobPlan {
+        JobPlan {
+            framework: frameworks::by_name(framework).unwrap(),
+            topology: Topology::parse(topology).unwrap(),
+            policies: Policies::default(),
+        }
+    }
+
+    fn exit(code: i32, reason: &str, run: &str) -> Exit {
+        Exit {
+            code: Some(code),
+            reason: Some(reason.to_owned()),
+            run: run.to_owned(),
+        }
+    }
+
+    /// A pod of `role`/`index`, named `role-index`, whose framework
+    /// container is in `state`.
+    fn pod(role: &str, index: u32, owner: PodOwner, state: ContainerState) -> ObservedPod {
+        let name = format!("{role}-{index}");
+        ObservedPod {
+            uid: format!("uid-{name}"),
+            role: role.to_owned(),
+            index,
+            owner,
+            restart_policy: match owner {
+                PodOwner::StatefulSet => PodRestart::Always,
+                _ => PodRestart::Never,
+            },
+            phase: match &state {
+                ContainerState::Waiting => "Pending",
+                ContainerState::Running => "Running",
+                ContainerState::Terminated(e) if e.code == Some(0) => "Succeeded",
+                ContainerState::Terminated(_) => "Failed",
+            }
+            .to_owned(),
+            reason: None,
+            deleting: false,
+            container: Some(FrameworkContainer {
+                state,
+                last: None,
+                restart_count: 0,
+            }),
+            manifest: (owner == PodOwner::None)
+                .then(|| json!({"metadata": {"name": name}, "spec": {}})),
+            name,
+        }
+    }
+
+    fn running(role: &str, index: u32) -> ObservedPod {
+        pod(role, index, PodOwner::None, ContainerState::Running)
+    }
+
+    fn observed(pods: Vec<ObservedPod>) -> Observed {
+        Observed {
+            pods,
+            workloads: vec![],
+        }
+    }
+
+    fn counts(pending: u32, active: u32, succeeded: u32, failed: u32, restarts: u32) -> RoleStatus {
+        RoleStatus {
+            pending,
+            active,
+            succeeded,
+            failed,
+            restarts,
+        }
+    }
+
+    fn condition(
+        type_: &str,
+        status: &str,
+        reason: &str,
+        message: &str,
+        at: Timestamp,
+    ) -> Condition {
+        Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            last_transition_time: Time(at),
+            observed_generation: None,
+        }
+    }
+
+    const CREATED_MSG: &str = "the DLJob was created from its members' annotations";
+
+    #[test]
+    fn first_sight_with_pods_starting_is_pending() {
+        let p = plan("pytorch", "master=1,worker=2");
+        let obs = observed(vec![
+            running("master", 0),
+            pod("worker", 0, PodOwner::None, ContainerState::Waiting),
+        ]);
+        let out = next(&p, &obs, None, Some(1), t(0));
+        assert_eq!(
+            out.status,
+            DLJobStatus {
+                phase: Phase::Pending,
+                conditions: vec![condition("Created", "True", "Created", CREATED_MSG, t(0))],
+                replicas: BTreeMap::from([
+                    ("master".into(), counts(0, 1, 0, 0, 0)),
+                    ("worker".into(), counts(1, 0, 0, 0, 0)),
+                ]),
+                active: "1/3".into(),
+                restarts: 0,
+                coordinator: Some(CoordinatorStatus {
+                    replica: "master-0".into(),
+                    pod: Some("master-0".into()),
+                    exit_code: None,
+                    reason: None,
+                }),
+                start_time: Some(Time(t(0))),
+                completion_time: None,
+                observed_generation: Some(1),
+                counted_exits: BTreeMap::new(),
+                pending_recreates: vec![],
+            }
+        );
+        assert_eq!(out.actions, vec![]);
+        assert_eq!(
+            out.event,
+            Some(PhaseEvent {
+                warning: false,
+                reason: "Pending".into(),
+                note: "1 of 3 replicas running".into()
+            })
+        );
+    }
+
+    #[test]
+    fn all_replicas_running_is_running_and_a_second_pass_changes_nothing() {
+        let p = plan("pytorch", "master=1,worker=2");
+        let obs = observed(vec![
+            running("master", 0),
+            running("worker", 0),
+            running("worker", 1),
+        ]);
+        let first = next(&p, &obs, None, Some(1), t(0));
+        assert_eq!(first.status.phase, Phase::Running);
+        assert_eq!(
+            first.status.conditions,
+            vec![
+                condition("Created", "True", "Created", CREATED_MSG, t(0)),
+                condition("Running", "True", "Running", "all 3 replicas started", t(0)),
+            ]
+        );
+        assert_eq!(first.status.active, "3/3");
+        let second = next(&p, &obs, Some(&first.status), Some(1), t(30));
+        assert_eq!(second.status, first.status);
+        assert_eq!(second.actions, vec![]);
+        assert_eq!(second.event, None);
+        assert_eq!(second.requeue_after, None);
+    }
+
+    #[test]
+    fn coordinator_exit_0_succeeds_and_stops_running_bare_pods() {
+        let p = plan("pytorch", "master=1,worker=2");
+        let obs = observed(vec![
+            pod(
+                "master",
+                0,
+                PodOwner::None,
+                ContainerState::Terminated(exit(0, "Completed", "c1")),
+            ),
+            pod(
+                "worker",
+                0,
+                PodOwner::None,
+                ContainerState::Terminated(exit(0, "Completed", "c2")),
+            ),
+            running("worker", 1),
+        ]);
+        let prev = next(
+            &p,
+            &observed(vec![
+                running("master", 0),
+                running("worker", 0),
+                running("worker", 1),
+            ]),
+            None,
+            Some(1),
+            t(0),
+        )
+        .status;
+        let out = next(&p, &obs, Some(&prev), Some(1), t(100));
+        let s = &out.status;
+        assert_eq!(s.phase, Phase::Succeeded);
+        assert_eq!(s.completion_time, Some(Time(t(100))));
+        assert_eq!(
+            s.coordinator,
+            Some(CoordinatorStatus {
+                replica: "master-0".into(),
+                pod: Some("master-0".into()),
+                exit_code: Some(0),
+                reason: Some("Completed".into()),
+            })
+        );
+        let msg = "master-0 (pod master-0) exited with exit code 0 (Completed)";
+        assert_eq!(
+            s.conditions,
+            vec![
+                condition("Created", "True", "Created", CREATED_MSG, t(0)),
+                condition("Running", "False", "Succeeded", msg, t(100)),
+                condition("Succeeded", "True", "CoordinatorSucceeded", msg, t(100)),
+            ]
+        );
+        assert_eq!(s.replicas["worker"], counts(0, 1, 1, 0, 0));
+        // clean-pod-policy Running: only the bare pod that still runs.
+        assert_eq!(
+            out.actions,
+            vec![Action::DeletePod {
+                name: "worker-1".into(),
+                uid: "uid-worker-1".into()
+            }]
+        );
+        assert_eq!(
+            out.event,
+            Some(PhaseEvent {
+                warning: false,
+                reason: "CoordinatorSucceeded".into(),
+                note: msg.into()
+            })
+        );
+        // Finished is final: a later pass keeps the status as it is.
+        let again = next(&p, &obs, Some(s), Some(1), t(200));
+        assert_eq!(&again.status, s);
+        assert_eq!(again.event, None);
+    }
+
+    #[test]
+    fn non_coordinator_exit_0_is_only_counted() {
+        let p = plan("pytorch", "master=1,worker=2");
+        let obs = observed(vec![
+            running("master", 0),
+            pod(
+                "worker",
+                0,
+                PodOwner::None,
+                ContainerState::Terminated(exit(0, "Completed", "c")),
+            ),
+            running("worker", 1),
+        ]);
+        let out = next(&p, &obs, None, None, t(0));
+        assert_eq!(out.status.phase, Phase::Pending);
+        assert_eq!(out.status.replicas["worker"], counts(0, 1, 1, 0, 0));
+        assert_eq!(out.actions, vec![]);
+    }
+
+    #[test]
+    fn permanent_exit_of_any_member_fails_the_job() {
+        let p = plan("tensorflow", "chief=1,ps=1,worker=1");
+        let obs = observed(vec![
+            running("chief", 0),
+            running("ps", 0),
+            pod(
+                "worker",
+                0,
+                PodOwner::None,
+                ContainerState::Terminated(exit(1, "Error", "c")),
+            ),
+        ]);
+        let out = next(&p, &obs, None, None, t(5));
+        assert_eq!(out.status.phase, Phase::Failed);
+        assert_eq!(out.status.completion_time, Some(Time(t(5))));
+        let msg = "worker-0 (pod worker-0) exited with exit code 1 (Error)";
+        assert_eq!(
+            out.status.conditions.last(),
+            Some(&condition("Failed", "True", "ExitCode", msg, t(5)))
+        );
+        assert_eq!(out.status.restarts, 0);
+        // The parameter server never exits on its own: it is stopped.
+        assert_eq!(
+            out.actions,
+            vec![
+                Action::DeletePod {
+                    name: "chief-0".into(),
+                    uid: "uid-chief-0".into()
+                },
+                Action::DeletePod {
+                    name: "ps-0".into(),
+                    uid: "uid-ps-0".into()
+                },
+            ]
+        );
+        assert!(out.event.unwrap().warning);
+    }
+
+    #[test]
+    fn retryable_exit_of_a_bare_pod_deletes_counts_and_recreates_it_once() {
+        let p = plan("pytorch", "master=1,worker=1");
+        let failed = pod(
+            "worker",
+            0,
+            PodOwner::None,
+            ContainerState::Terminated(exit(137, "OOMKilled", "c1")),
+        );
+        let obs = observed(vec![running("master", 0), failed.clone()]);
+        let out = next(&p, &obs, None, None, t(0));
+        let s = &out.status;
+        assert_eq!(s.phase, Phase::Restarting);
+        assert_eq!(s.restarts, 1);
+        assert_eq!(s.replicas["worker"], counts(0, 0, 0, 1, 1));
+        assert_eq!(
+            s.counted_exits,
+            BTreeMap::from([("worker-0".into(), "uid-worker-0/c1".into())])
+        );
+        assert_eq!(
+            s.pending_recreates,
+            vec![PendingRecreate {
+                name: "worker-0".into(),
+                uid: "uid-worker-0".into(),
+                manifest: json!({"metadata": {"name": "worker-0"}, "spec": {}}),
+            }]
+        );
+        let delete = Action::DeletePod {
+            name: "worker-0".into(),
+            uid: "uid-worker-0".into(),
+        };
+        assert_eq!(out.actions, vec![delete.clone()]);
+        assert_eq!(out.new_restarts, 1);
+        assert_eq!(
+            s.conditions.last(),
+            Some(&condition(
+                "Restarting",
+                "True",
+                "Restarting",
+                "retrying after a retryable exit: 1 of 3 restarts used",
+                t(0)
+            ))
+        );
+
+        // The same observation again (the delete was lost): no second count,
+        // the delete is repeated.
+        let again = next(&p, &obs, Some(s), None, t(1));
+        assert_eq!(&again.status, s);
+        assert_eq!(again.actions, vec![delete]);
+        assert_eq!(again.new_restarts, 0);
+
+        // Terminating: wait, create nothing.
+        let mut terminating = failed.clone();
+        terminating.deleting = true;
+        let out = next(
+            &p,
+            &observed(vec![running("master", 0), terminating]),
+            Some(s),
+            None,
+            t(2),
+        );
+        assert_eq!(out.actions, vec![]);
+        assert_eq!(out.status.restarts, 1);
+
+        // Gone: recreate it from its own spec.
+        let out = next(
+            &p,
+            &observed(vec![running("master", 0)]),
+            Some(&out.status),
+            None,
+            t(3),
+        );
+        assert_eq!(
+            out.actions,
+            vec![Action::CreatePod {
+                name: "worker-0".into(),
+                manifest: json!({"metadata": {"name": "worker-0"}, "spec": {}}),
+            }]
+        );
+        assert_eq!(out.status.phase, Phase::Restarting);
+
+        // Back with a new uid: nothing pending, Running again.
+        let mut back = running("worker", 0);
+        back.uid = "uid-2".into();
+        let out = next(
+            &p,
+            &observed(vec![running("master", 0), back]),
+            Some(&out.status),
+            None,
+            t(4),
+        );
+        assert_eq!(out.actions, vec![]);
+        assert_eq!(out.status.pending_recreates, vec![]);
+        assert_eq!(out.status.counted_exits, BTreeMap::new());
+        assert_eq!(out.status.phase, Phase::Running);
+        assert_eq!(out.status.restarts, 1);
+        assert_eq!(
+            out.status.conditions[1..],
+            [
+                condition("Running", "True", "Running", "all 2 replicas started", t(4)),
+                condition(
+                    "Restarting",
+                    "False",
+                    "Running",
+                    "all 2 replicas started",
+                    t(4)
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn exit_in_last_state_after_a_kubelet_restart_counts_once_without_delete() {
+        let p = plan("jax", "worker=2");
+        let mut w1 = pod("worker", 1, PodOwner::StatefulSet, ContainerState::Running);
+        w1.container.as_mut().unwrap().last = Some(exit(143, "Error", "c1"));
+        w1.container.as_mut().unwrap().restart_count = 1;
+        let obs = Observed {
+            pods: vec![
+                pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running),
+                w1,
+            ],
+            workloads: vec![Workload::StatefulSet {
+                name: "w".into(),
+                replicas: 2,
+            }],
+        };
+        let out = next(&p, &obs, None, None, t(0));
+        assert_eq!(out.status.phase, Phase::Restarting);
+        assert_eq!(out.status.replicas["worker"], counts(0, 2, 0, 0, 1));
+        assert_eq!(out.actions, vec![]);
+        let again = next(&p, &obs, Some(&out.status), None, t(1));
+        assert_eq!(again.status.restarts, 1);
+        assert_eq!(again.status.phase, Phase::Running);
+    }
+
+    #[test]
+    fn coordinator_exit_0_in_last_state_of_a_statefulset_pod_succeeds_and_scales_down() {
+        let p = plan("jax", "worker=2");
+        let mut w0 = pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running);
+        w0.container.as_mut().unwrap().last = Some(exit(0, "Completed", "c1"));
+        let obs = Observed {
+            pods: vec![
+                w0,
+                pod("worker", 1, PodOwner::StatefulSet, ContainerState::Running),
+            ],
+            workloads: vec![Workload::StatefulSet {
+                name: "train".into(),
+                replicas: 2,
+            }],
+        };
+        let out = next(&p, &obs, None, None, t(0));
+        assert_eq!(out.status.phase, Phase::Succeeded);
+        assert_eq!(
+            out.status.coordinator.as_ref().unwrap().pod.as_deref(),
+            Some("worker-0")
+        );
+        assert_eq!(
+            out.actions,
+            vec![Action::ScaleStatefulSetToZero {
+                name: "train".into(),
+                from: 2
+            }]
+        );
+        // Scaled: nothing more to do.
+        let obs = Observed {
+            pods: vec![],
+            workloads: vec![Workload::StatefulSet {
+                name: "train".into(),
+                replicas: 0,
+            }],
+        };
+        assert_eq!(
+            next(&p, &obs, Some(&out.status), None, t(1)).actions,
+            vec![]
+        );
+    }
+
+    #[test]
+    fn on_failure_pods_are_restarted_by_the_kubelet_never_pods_are_deleted() {
+        let p = plan("pytorch", "master=1,worker=1");
+        for (policy, deleted) in [(PodRestart::OnFailure, false), (PodRestart::Never, true)] {
+            let mut w = pod(
+                "worker",
+                0,
+                PodOwner::Job,
+                ContainerState::Terminated(exit(137, "OOMKilled", "c")),
+            );
+            w.restart_policy = policy;
+            w.phase = "Running".into();
+            let out = next(
+                &p,
+                &observed(vec![running("master", 0), w]),
+                None,
+                None,
+                t(0),
+            );
+            assert_eq!(out.status.restarts, 1, "{policy:?}");
+            assert_eq!(out.status.phase, Phase::Restarting, "{policy:?}");
+            let expected = if deleted {
+                vec![Action::DeletePod {
+                    name: "worker-0".into(),
+                    uid: "uid-worker-0".into(),
+                }]
+            } else {
+                vec![]
+            };
+            assert_eq!(out.actions, expected, "{policy:?}");
+            // An owned pod is recreated by its owner, not from a manifest.
+            assert_eq!(out.status.pending_recreates, vec![]);
+        }
+    }
+
+    #[test]
+    fn restarts_beyond_the_backoff_limit_fail_the_job() {
+        let mut p = plan("pytorch", "master=1,worker=1");
+        p.policies.backoff_limit = 1;
+        let first = pod(
+            "worker",
+            0,
+            PodOwner::Job,
+            ContainerState::Terminated(exit(137, "OOMKilled", "c1")),
+        );
+        let out = next(
+            &p,
+            &observed(vec![running("master", 0), first]),
+            None,
+            None,
+            t(0),
+        );
+        assert_eq!(out.status.restarts, 1);
+        assert_eq!(out.status.phase, Phase::Restarting);
+        let mut second = pod(
+            "worker",
+            0,
+            PodOwner::Job,
+            ContainerState::Terminated(exit(137, "OOMKilled", "c2")),
+        );
+        second.uid = "uid-2".into();
+        let out = next(
+            &p,
+            &observed(vec![running("master", 0), second]),
+            Some(&out.status),
+            None,
+            t(10),
+        );
+        assert_eq!(out.status.phase, Phase::Failed);
+        assert_eq!(out.status.restarts, 1);
+        assert_eq!(
+            out.status.conditions.last(),
+            Some(&condition(
+                "Failed",
+                "True",
+                "BackoffLimitExceeded",
+                "worker-0 (pod worker-0) exited with exit code 137 (OOMKilled); the backoff limit of 1 restarts is reached",
+                t(10)
+            ))
+        );
+        // Running: the bare master still runs and is stopped.
+        assert_eq!(
+            out.actions,
+            vec![Action::DeletePod {
+                name: "master-0".into(),
+                uid: "uid-master-0".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn restart_policy_never_fails_on_a_retryable_exit() {
+        let mut p = plan("pytorch", "master=1");
+        p.policies.restart = RestartPolicy::Never;
+        let m = pod(
+            "master",
+            0,
+            PodOwner::None,
+            ContainerState::Terminated(exit(137, "OOMKilled", "c")),
+        );
+        let out = next(&p, &observed(vec![m]), None, None, t(0));
+        assert_eq!(out.status.phase, Phase::Failed);
+        assert_eq!(
+            out.status.conditions.last().unwrap().reason,
+            "RestartPolicyNever"
+        );
+        assert_eq!(out.actions, vec![]);
+    }
+
+    #[test]
+    fn active_deadline_fails_the_job_and_requeues_until_then() {
+        let mut p = plan("pytorch", "master=1");
+        p.policies.active_deadline_seconds = Some(60);
+        let obs = observed(vec![running("master", 0)]);
+        let out = next(&p, &obs, None, None, t(0));
+        assert_eq!(out.status.phase, Phase::Running);
+        assert_eq!(out.requeue_after, Some(Duration::from_secs(60)));
+        let out = next(&p, &obs, Some(&out.status), None, t(45));
+        assert_eq!(out.requeue_after, Some(Duration::from_secs(15)));
+        let out = next(&p, &obs, Some(&out.status), None, t(60));
+        assert_eq!(out.status.phase, Phase::Failed);
+        assert_eq!(
+            out.status.conditions.last(),
+            Some(&condition(
+                "Failed",
+                "True",
+                "DeadlineExceeded",
+                "the job ran longer than its active deadline of 60s",
+                t(60)
+            ))
+        );
+        assert_eq!(
+            out.actions,
+            vec![Action::DeletePod {
+                name: "master-0".into(),
+                uid: "uid-master-0".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn coordinator_missing_or_not_started_keeps_the_job_pending() {
+        let p = plan("mxnet", "scheduler=1,server=1,worker=1");
+        let out = next(
+            &p,
+            &observed(vec![running("server", 0), running("worker", 0)]),
+            None,
+            None,
+            t(0),
+        );
+        assert_eq!(out.status.phase, Phase::Pending);
+        assert_eq!(
+            out.status.coordinator,
+            Some(CoordinatorStatus {
+                replica: "scheduler-0".into(),
+                pod: None,
+                exit_code: None,
+                reason: None
+            })
+        );
+        let mut creating = pod("scheduler", 0, PodOwner::None, ContainerState::Waiting);
+        creating.container = None; // no container status yet
+        let out = next(
+            &p,
+            &observed(vec![creating, running("server", 0), running("worker", 0)]),
+            None,
+            None,
+            t(0),
+        );
+        assert_eq!(out.status.phase, Phase::Pending);
+        assert_eq!(out.status.replicas["scheduler"], counts(1, 0, 0, 0, 0));
+        assert_eq!(
+            out.status.coordinator.unwrap().pod.as_deref(),
+            Some("scheduler-0")
+        );
+    }
+
+    #[test]
+    fn statefulset_ordinals_are_counted_per_role_and_jobs_are_suspended() {
+        let p = plan("tensorflow", "chief=1,ps=2,worker=2");
+        let obs = Observed {
+            pods: vec![
+                pod(
+                    "chief",
+                    0,
+                    PodOwner::Job,
+                    ContainerState::Terminated(exit(0, "Completed", "c")),
+                ),
+                pod("ps", 0, PodOwner::StatefulSet, ContainerState::Running),
+                pod("ps", 1, PodOwner::StatefulSet, ContainerState::Running),
+                pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running),
+                pod("worker", 1, PodOwner::StatefulSet, ContainerState::Waiting),
+            ],
+            workloads: vec![
+                Workload::Job {
+                    name: "chief".into(),
+                    suspended: false,
+                },
+                Workload::StatefulSet {
+                    name: "ps".into(),
+                    replicas: 2,
+                },
+                Workload::StatefulSet {
+                    name: "worker".into(),
+                    replicas: 2,
+                },
+            ],
+        };
+        let out = next(&p, &obs, None, None, t(0));
+        assert_eq!(out.status.phase, Phase::Succeeded);
+        assert_eq!(
+            out.status.replicas,
+            BTreeMap::from([
+                ("chief".into(), counts(0, 0, 1, 0, 0)),
+                ("ps".into(), counts(0, 2, 0, 0, 0)),
+                ("worker".into(), counts(1, 1, 0, 0, 0)),
+            ])
+        );
+        assert_eq!(out.status.active, "3/5");
+        assert_eq!(
+            out.actions,
+            vec![
+                Action::SuspendJob {
+                    name: "chief".into()
+                },
+                Action::ScaleStatefulSetToZero {
+                    name: "ps".into(),
+                    from: 2
+                },
+                Action::ScaleStatefulSetToZero {
+                    name: "worker".into(),
+                    from: 2
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn clean_pod_policy_all_removes_finished_pods_and_none_leaves_everything() {
+        let mut p = plan("pytorch", "master=1,worker=1");
+        let obs = observed(vec![
+            pod(
+                "master",
+                0,
+                PodOwner::None,
+                ContainerState::Terminated(exit(0, "Completed", "c")),
+            ),
+            running("worker", 0),
+        ]);
+        p.policies.clean_pod = CleanPodPolicy::All;
+        assert_eq!(
+            next(&p, &obs, None, None, t(0)).actions,
+            vec![
+                Action::DeletePod {
+                    name: "master-0".into(),
+                    uid: "uid-master-0".into()
+                },
+                Action::DeletePod {
+                    name: "worker-0".into(),
+                    uid: "uid-worker-0".into()
+                },
+            ]
+        );
+        p.policies.clean_pod = CleanPodPolicy::None;
+        assert_eq!(next(&p, &obs, None, None, t(0)).actions, vec![]);
+    }
+
+    #[test]
+    fn ttl_after_finished_deletes_the_dljob() {
+        let mut p = plan("pytorch", "master=1");
+        p.policies.ttl_seconds_after_finished = Some(100);
+        let obs = observed(vec![pod(
+            "master",
+            0,
+            PodOwner::None,
+            ContainerState::Terminated(exit(0, "Completed", "c")),
+        )]);
+        let done = next(&p, &obs, None, None, t(0));
+        assert_eq!(done.requeue_after, Some(Duration::from_secs(100)));
+        assert_eq!(done.actions, vec![]);
+        let later = next(&p, &obs, Some(&done.status), None, t(100));
+        assert_eq!(later.actions, vec![Action::DeleteDLJob]);
+    }
+
+    #[test]
+    fn exit_code_classes() {
+        use ExitClass::*;
+        for (code, policy, class) in [
+            (Some(0), RestartPolicy::ExitCode, Success),
+            (Some(1), RestartPolicy::ExitCode, Permanent),
+            (Some(127), RestartPolicy::ExitCode, Permanent),
+            (Some(128), RestartPolicy::ExitCode, Retryable),
+            (Some(137), RestartPolicy::ExitCode, Retryable),
+            (Some(255), RestartPolicy::ExitCode, Retryable),
+            (None, RestartPolicy::ExitCode, Retryable),
+            (Some(137), RestartPolicy::Never, Permanent),
+            (Some(0), RestartPolicy::Never, Success),
+        ] {
+            assert_eq!(classify(code, policy), class, "{code:?} {policy:?}");
+        }
+    }
+
+    #[test]
+    fn evicted_pod_without_exit_is_retryable() {
+        let p = plan("pytorch", "master=1,worker=1");
+        let mut w = running("worker", 0);
+        w.container = None;
+        w.phase = "Failed".into();
+        w.reason = Some("Evicted".into());
+        let out = next(
+            &p,
+            &observed(vec![running("master", 0), w]),
+            None,
+            None,
+            t(0),
+        );
+        assert_eq!(out.status.phase, Phase::Restarting);
+        assert_eq!(out.status.counted_exits["worker-0"], "uid-worker-0/pod");
+        assert_eq!(out.actions.len(), 1);
+    }
+}
