@@ -1,0 +1,1376 @@
+//! The real `dljob serve` server, started in-process on 127.0.0.1:0 and
+//! spoken to over TLS by a rustls client that trusts the generated CA.
+//!
+//! Fixtures: `../shared/fixtures/admission/` holds reviews captured from a
+//! real kube-apiserver; `tests/fixtures/review-*.json` are real-shaped
+//! reviews derived from them. Every test is bounded by a timeout; expected
+//! values are computed by hand from DESIGN §2–§3 (host = `j-r-i.j.ns.svc`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use dljob::config::Config;
+use dljob::validate::NoPeers;
+use dljob::webhook::{self, Inputs, Running, Settings, TlsSource};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::{http1, http2};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use prometheus_client::registry::Registry;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------- harness
+
+fn tempdir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "dljob-webhook-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn localhost() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+struct Server {
+    running: Running,
+    addr: SocketAddr,
+    ca: String,
+    _dir: PathBuf,
+}
+
+/// A server with a self-signed certificate and the default config.
+async fn start(tweak: impl FnOnce(&mut Settings)) -> Server {
+    let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap();
+    start_with(tweak, config).await
+}
+
+async fn start_with(
+    tweak: impl FnOnce(&mut Settings),
+    config: tokio::sync::watch::Receiver<Config>,
+) -> Server {
+    let dir = tempdir("ss");
+    let mut settings = Settings::new(
+        localhost(),
+        TlsSource::SelfSigned {
+            ca_out: dir.join("ca.pem"),
+        },
+    );
+    tweak(&mut settings);
+    let running = webhook::run(
+        settings,
+        Inputs {
+            config,
+            peers: Arc::new(NoPeers),
+        },
+        Registry::default(),
+    )
+    .await
+    .unwrap();
+    let ca = running.ca_pem().expect("self-signed").to_owned();
+    Server {
+        addr: running.local_addr(),
+        running,
+        ca,
+        _dir: dir,
+    }
+}
+
+fn tls_connector(ca_pem: &str, alpn: &[&[u8]]) -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    TlsConnector::from(Arc::new(config))
+}
+
+async fn tls(
+    addr: SocketAddr,
+    ca_pem: &str,
+    alpn: &[&[u8]],
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    tls_connector(ca_pem, alpn)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Proto {
+    H1,
+    H2,
+}
+
+#[derive(Clone)]
+enum Sender {
+    H1(Arc<tokio::sync::Mutex<http1::SendRequest<Full<Bytes>>>>),
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+/// One client connection (HTTP/1.1 keep-alive or HTTP/2).
+#[derive(Clone)]
+struct Conn {
+    sender: Sender,
+    peer_cert: Vec<u8>,
+}
+
+async fn connect(addr: SocketAddr, ca_pem: &str, proto: Proto) -> std::io::Result<Conn> {
+    let alpn: &[&[u8]] = match proto {
+        Proto::H1 => &[b"http/1.1"],
+        Proto::H2 => &[b"h2"],
+    };
+    let stream = tls(addr, ca_pem, alpn).await?;
+    let (_, session) = stream.get_ref();
+    let peer_cert = session.peer_certificates().unwrap()[0].to_vec();
+    let negotiated = session.alpn_protocol().map(<[u8]>::to_vec);
+    let io = TokioIo::new(stream);
+    let sender = match proto {
+        Proto::H1 => {
+            assert_eq!(negotiated.as_deref(), Some(&b"http/1.1"[..]));
+            let (s, conn) = http1::handshake(io).await.map_err(std::io::Error::other)?;
+            tokio::spawn(conn);
+            Sender::H1(Arc::new(tokio::sync::Mutex::new(s)))
+        }
+        Proto::H2 => {
+            assert_eq!(negotiated.as_deref(), Some(&b"h2"[..]));
+            let (s, conn) = http2::handshake(TokioExecutor::new(), io)
+                .await
+                .map_err(std::io::Error::other)?;
+            tokio::spawn(conn);
+            Sender::H2(s)
+        }
+    };
+    Ok(Conn { sender, peer_cert })
+}
+
+impl Conn {
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<(StatusCode, Bytes), hyper::Error> {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let resp = match &self.sender {
+            Sender::H1(s) => {
+                let mut s = s.lock().await;
+                s.ready().await?;
+                s.send_request(req).await?
+            }
+            Sender::H2(s) => {
+                let mut s = s.clone();
+                s.ready().await?;
+                s.send_request(req).await?
+            }
+        };
+        let status = resp.status();
+        let body = resp.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        let (status, bytes) = self
+            .send("POST", path, serde_json::to_vec(body).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&bytes)
+        );
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, String) {
+        let (s, b) = self.send("GET", path, Vec::new()).await.unwrap();
+        (s, String::from_utf8(b.to_vec()).unwrap())
+    }
+}
+
+/// Runs `f` bounded by [`LIMIT`].
+async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, f)
+        .await
+        .expect("test timed out")
+}
+
+fn shared(name: &str) -> Value {
+    let path = format!(
+        "{}/../shared/fixtures/admission/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .unwrap()
+}
+
+fn local(name: &str) -> Value {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .unwrap()
+}
+
+/// The decoded patch of a response; asserts the wire shape (`patchType`
+/// and a base64 *string*, as the AdmissionReview v1 schema documents).
+fn patch_of(response: &Value) -> Option<json_patch::Patch> {
+    let r = &response["response"];
+    match r.get("patch") {
+        None => {
+            assert!(r.get("patchType").is_none(), "patchType without patch: {r}");
+            None
+        }
+        Some(Value::String(b64)) => {
+            assert_eq!(r["patchType"], "JSONPatch");
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .expect("patch is base64");
+            let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+            assert!(!patch.0.is_empty(), "an empty patch must be left out");
+            Some(patch)
+        }
+        Some(other) => panic!("patch must be a base64 string, got {other}"),
+    }
+}
+
+/// The review's object with the response's patch applied.
+fn patched(review: &Value, response: &Value) -> Value {
+    let mut object = review["request"]["object"].clone();
+    if let Some(p) = patch_of(response) {
+        json_patch::patch(&mut object, &p.0).expect("the patch applies to the object");
+    }
+    object
+}
+
+/// A review of `object` (the one before, re-sent as the API server does
+/// with reinvocationPolicy IfNeeded).
+fn review_again(review: &Value, object: Value, uid: &str) -> Value {
+    let mut r = review.clone();
+    r["request"]["object"] = object;
+    r["request"]["uid"] = json!(uid);
+    r
+}
+
+fn env_of(pod_spec: &Value, container: &str) -> BTreeMap<String, String> {
+    let c = pod_spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == container)
+        .unwrap_or_else(|| panic!("no container {container}"));
+    c["env"]
+        .as_array()
+        .map(|env| {
+            env.iter()
+                .filter_map(|e| {
+                    Some((
+                        e["name"].as_str()?.to_owned(),
+                        e["value"].as_str()?.to_owned(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn assert_allowed(resp: &Value, uid: &str) {
+    assert_eq!(resp["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(resp["kind"], "AdmissionReview");
+    assert_eq!(resp["response"]["uid"], uid);
+    assert_eq!(resp["response"]["allowed"], true, "{resp}");
+}
+
+fn assert_denied(resp: &Value, uid: &str, code: u16, reason: &str, message_has: &str) {
+    let r = &resp["response"];
+    assert_eq!(r["uid"], uid);
+    assert_eq!(r["allowed"], false, "{resp}");
+    assert_eq!(r["status"]["code"], code, "{resp}");
+    assert_eq!(r["status"]["reason"], reason, "{resp}");
+    let msg = r["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(message_has),
+        "{msg:?} should contain {message_has:?}"
+    );
+    assert!(r.get("patch").is_none());
+}
+
+fn uid(review: &Value) -> String {
+    review["request"]["uid"].as_str().unwrap().to_owned()
+}
+
+/// TF_CONFIG of the `resnet` job in `team-a` (chief=1,worker=2,ps=1; port 2222).
+fn resnet_tf_config(role: &str, index: u32, port: u16) -> Value {
+    let h = |r: &str, i: u32| format!("resnet-{r}-{i}.resnet.team-a.svc:{port}");
+    json!({
+        "cluster": {
+            "chief": [h("chief", 0)],
+            "worker": [h("worker", 0), h("worker", 1)],
+            "ps": [h("ps", 0)],
+        },
+        "task": {"type": role, "index": index},
+        "environment": "cloud",
+    })
+}
+
+// ---------------------------------------------------------------- reviews
+
+#[tokio::test]
+async fn pod_create_is_patched_with_tf_config_and_a_second_review_yields_no_patch() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
+        let review = shared("mutate-create-pod-resnet-chief.json");
+        // The API server POSTs with a query string.
+        let (_, resp) = c.post("/mutate?timeout=5s", &review).await;
+        assert_allowed(&resp, &uid(&review));
+        let pod = patched(&review, &resp);
+
+        assert_eq!(pod["spec"]["hostname"], "resnet-chief-0");
+        assert_eq!(pod["spec"]["subdomain"], "resnet");
+        let env = env_of(&pod["spec"], "tensorflow");
+        let tf: Value = serde_json::from_str(&env["TF_CONFIG"]).unwrap();
+        assert_eq!(tf, resnet_tf_config("chief", 0, 2222));
+        assert_eq!(env["DLJOB_JOB"], "resnet");
+        assert_eq!(env["DLJOB_ROLE"], "chief");
+        assert_eq!(env["DLJOB_INDEX"], "0");
+        assert_eq!(env["DLJOB_WORLD_SIZE"], "4");
+        assert_eq!(env["DLJOB_HOSTS_WORKER"], "resnet-worker-0.resnet.team-a.svc,resnet-worker-1.resnet.team-a.svc");
+        let ports = pod["spec"]["containers"][0]["ports"].as_array().unwrap();
+        assert!(ports.contains(&json!({"name": "dljob", "containerPort": 2222, "protocol": "TCP"})));
+        // The captured service-account volume and mount are kept.
+        assert_eq!(pod["spec"]["volumes"][0], review["request"]["object"]["spec"]["volumes"][0]);
+
+        let again = review_again(&review, pod, "second-review");
+        let (_, resp) = c.post("/mutate", &again).await;
+        assert_eq!(resp["response"], json!({"uid": "second-review", "allowed": true}));
+    })
+    .await
+}
+
+#[tokio::test]
+async fn response_patch_is_a_base64_string_on_the_wire() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+        let review = shared("mutate-create-pod-resnet-ps.json");
+        let (status, raw) = c
+            .send("POST", "/mutate", serde_json::to_vec(&review).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK);
+        let text = std::str::from_utf8(&raw).unwrap();
+        assert!(
+            text.contains(r#""patchType":"JSONPatch","patch":""#),
+            "{text}"
+        );
+        let v: Value = serde_json::from_str(text).unwrap();
+        assert!(v["response"]["patch"].is_string());
+    })
+    .await
+}
+
+#[tokio::test]
+async fn dry_run_gets_the_same_answer() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
+        let dry = shared("mutate-create-pod-resnet-ps.json");
+        assert_eq!(dry["request"]["dryRun"], true);
+        let mut wet = dry.clone();
+        wet["request"]["dryRun"] = json!(false);
+        let (_, a) = c.post("/mutate", &dry).await;
+        let (_, b) = c.post("/mutate", &wet).await;
+        assert_eq!(a, b);
+        let pod = patched(&dry, &a);
+        let tf: Value =
+            serde_json::from_str(&env_of(&pod["spec"], "tensorflow")["TF_CONFIG"]).unwrap();
+        assert_eq!(tf, resnet_tf_config("ps", 0, 2222));
+
+        let dry = shared("validate-create-pod-resnet-ps.json");
+        let mut wet = dry.clone();
+        wet["request"]["dryRun"] = json!(false);
+        assert_eq!(
+            c.post("/validate", &dry).await.1,
+            c.post("/validate", &wet).await.1
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn statefulset_template_is_mutated_and_its_pods_get_identity_from_the_ordinal() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+
+        // The captured StatefulSet already says everything: nothing to add.
+        let review = shared("mutate-create-statefulset-resnet-worker.json");
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_eq!(
+            resp["response"],
+            json!({"uid": uid(&review), "allowed": true})
+        );
+
+        // One the API server defaulted to OrderedReady, without serviceName.
+        let review = local("review-mutate-create-statefulset-mx-servers.json");
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_allowed(&resp, &uid(&review));
+        let sts = patched(&review, &resp);
+        assert_eq!(sts["spec"]["podManagementPolicy"], "Parallel");
+        assert_eq!(sts["spec"]["serviceName"], "mx");
+        assert_eq!(
+            sts["spec"]["template"]["metadata"]["labels"],
+            json!({"app": "mx-servers", "dljob.dev/job": "mx", "dljob.dev/role": "server"})
+        );
+        assert_eq!(
+            sts["spec"]["template"]["metadata"]["annotations"]["dljob.dev/replicas"],
+            "scheduler=1,server=2,worker=2"
+        );
+        let (_, resp) = c
+            .post("/mutate", &review_again(&review, sts, "sts-again"))
+            .await;
+        assert_eq!(
+            resp["response"],
+            json!({"uid": "sts-again", "allowed": true})
+        );
+
+        // Its pod with ordinal 1: identity from the topology, not the pod name.
+        let review = local("review-mutate-create-pod-mx-servers-1.json");
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_allowed(&resp, &uid(&review));
+        let pod = patched(&review, &resp);
+        assert_eq!(pod["spec"]["hostname"], "mx-server-1");
+        assert_eq!(pod["spec"]["subdomain"], "mx");
+        let env = env_of(&pod["spec"], "mxnet");
+        for (k, v) in [
+            ("DMLC_ROLE", "server"),
+            ("DMLC_PS_ROOT_URI", "mx-scheduler-0.mx.ml.svc"),
+            ("DMLC_PS_ROOT_PORT", "9091"),
+            ("DMLC_NUM_SERVER", "2"),
+            ("DMLC_NUM_WORKER", "2"),
+            ("DMLC_USE_KUBERNETES", "1"),
+            ("DLJOB_INDEX", "1"),
+        ] {
+            assert_eq!(env.get(k).map(String::as_str), Some(v), "{k}");
+        }
+        let (_, resp) = c
+            .post("/mutate", &review_again(&review, pod, "pod-again"))
+            .await;
+        assert_eq!(
+            resp["response"],
+            json!({"uid": "pod-again", "allowed": true})
+        );
+
+        // The captured StatefulSet pod, ordinal 1 of worker=2.
+        let review = shared("mutate-create-pod-resnet-worker-1.json");
+        let (_, resp) = c.post("/mutate", &review).await;
+        let pod = patched(&review, &resp);
+        assert_eq!(pod["spec"]["hostname"], "resnet-worker-1");
+        let tf: Value =
+            serde_json::from_str(&env_of(&pod["spec"], "tensorflow")["TF_CONFIG"]).unwrap();
+        assert_eq!(tf, resnet_tf_config("worker", 1, 2222));
+
+        // Ordinal 2 after the StatefulSet was scaled past worker=2.
+        for (path, name) in [
+            ("/mutate", "mutate-create-pod-resnet-worker-2.json"),
+            ("/validate", "validate-create-pod-resnet-worker-2.json"),
+        ] {
+            let review = shared(name);
+            let (_, resp) = c.post(path, &review).await;
+            assert_denied(
+                &resp,
+                &uid(&review),
+                422,
+                "Invalid",
+                "scale the StatefulSet back to 2",
+            );
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn indexed_job_and_the_pods_of_its_mutated_template() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
+        let job_review = shared("mutate-create-job-gpt-worker.json");
+        let (_, resp) = c.post("/mutate", &job_review).await;
+        assert_allowed(&resp, &uid(&job_review));
+        let job = patched(&job_review, &resp);
+        let template_annotations = job["spec"]["template"]["metadata"]["annotations"].clone();
+        assert_eq!(template_annotations["dljob.dev/replicas"], "worker=2");
+        let (_, resp) = c
+            .post("/mutate", &review_again(&job_review, job, "job-again"))
+            .await;
+        assert_eq!(
+            resp["response"],
+            json!({"uid": "job-again", "allowed": true})
+        );
+
+        // As captured, the pods come from the unmutated template: denied
+        // with a message that says what to do.
+        let captured = shared("mutate-create-pod-gpt-worker-1.json");
+        let (_, resp) = c.post("/mutate", &captured).await;
+        assert_denied(
+            &resp,
+            &uid(&captured),
+            422,
+            "Invalid",
+            "add dljob.dev/replicas to the template",
+        );
+
+        // The same pod created from the mutated template.
+        for (name, index) in [
+            ("mutate-create-pod-gpt-worker-0.json", 0),
+            ("mutate-create-pod-gpt-worker-1.json", 1),
+        ] {
+            let mut review = shared(name);
+            review["request"]["object"]["metadata"]["annotations"] = template_annotations.clone();
+            review["request"]["object"]["metadata"]["annotations"]
+                ["batch.kubernetes.io/job-completion-index"] = json!(index.to_string());
+            let (_, resp) = c.post("/mutate", &review).await;
+            assert_allowed(&resp, &uid(&review));
+            let pod = patched(&review, &resp);
+            assert_eq!(
+                pod["metadata"]["name"],
+                Value::Null,
+                "generateName pods stay unnamed"
+            );
+            assert_eq!(pod["spec"]["hostname"], format!("gpt-worker-{index}"));
+            assert_eq!(pod["spec"]["subdomain"], "gpt");
+            let env = env_of(&pod["spec"], "jax");
+            assert_eq!(
+                env["JAX_COORDINATOR_ADDRESS"],
+                "gpt-worker-0.gpt.team-a.svc:6666"
+            );
+            assert_eq!(env["JAX_NUM_PROCESSES"], "2");
+            assert_eq!(env["JAX_PROCESS_ID"], index.to_string());
+            let (_, resp) = c
+                .post("/mutate", &review_again(&review, pod, "again"))
+                .await;
+            assert_eq!(resp["response"], json!({"uid": "again", "allowed": true}));
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn generate_name_pytorch_pod_uses_the_request_namespace() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+        let review = shared("mutate-create-pod-ddp-worker.json");
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_allowed(&resp, &uid(&review));
+        let pod = patched(&review, &resp);
+        let container = pod["spec"]["containers"][0]["name"].as_str().unwrap();
+        let env = env_of(&pod["spec"], container);
+        assert_eq!(env["MASTER_ADDR"], "ddp-worker-0.ddp.team-a.svc");
+        assert_eq!(env["MASTER_PORT"], "23456");
+        assert_eq!(env["WORLD_SIZE"], "1");
+        assert_eq!(env["RANK"], "0");
+        let (_, resp) = c
+            .post(
+                "/validate",
+                &shared("validate-create-pod-ddp-worker-rkzbv.json"),
+            )
+            .await;
+        assert_allowed(&resp, "e23f1ff1-e2a4-4de9-bd15-6cecb4460446");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn every_captured_validating_review_gets_its_decision() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
+        for (name, allowed) in [
+            ("validate-create-job-gpt-worker.json", true),
+            ("validate-create-pod-ddp-worker-rkzbv.json", true),
+            ("validate-create-pod-gpt-worker-0-fnczs.json", false),
+            ("validate-create-pod-gpt-worker-1-qtb4g.json", false),
+            ("validate-create-pod-resnet-chief.json", true),
+            ("validate-create-pod-resnet-ps.json", true),
+            ("validate-create-pod-resnet-worker-0.json", true),
+            ("validate-create-pod-resnet-worker-1.json", true),
+            ("validate-create-pod-resnet-worker-2.json", false),
+            ("validate-create-statefulset-resnet-worker.json", true),
+            ("validate-update-pod-resnet-chief.json", true),
+            ("validate-update-statefulset-resnet-worker.json", false),
+        ] {
+            let review = shared(name);
+            let (_, resp) = c.post("/validate", &review).await;
+            assert_eq!(resp["response"]["uid"], uid(&review), "{name}");
+            assert_eq!(resp["response"]["allowed"], allowed, "{name}: {resp}");
+            assert!(
+                resp["response"].get("patch").is_none(),
+                "{name}: validate never patches"
+            );
+            if !allowed {
+                assert_eq!(resp["response"]["status"]["code"], 422, "{name}");
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn update_validates_identity_keys_and_mutates_only_what_is_missing() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+
+        // An annotation added to a running pod: allowed, nothing to patch.
+        let review = shared("mutate-update-pod-resnet-chief.json");
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_eq!(
+            resp["response"],
+            json!({"uid": uid(&review), "allowed": true})
+        );
+
+        // The role of an existing member changed.
+        let review = local("review-validate-update-pod-resnet-chief-role-changed.json");
+        let (_, resp) = c.post("/validate", &review).await;
+        assert_denied(
+            &resp,
+            &uid(&review),
+            422,
+            "Invalid",
+            "dljob.dev/role cannot change on an existing member",
+        );
+        assert!(resp["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("delete and recreate"));
+
+        // spec.replicas of a StatefulSet member patched from 2 to 3.
+        let review = shared("validate-update-statefulset-resnet-worker.json");
+        let (_, resp) = c.post("/validate", &review).await;
+        assert_denied(
+            &resp,
+            &uid(&review),
+            422,
+            "Invalid",
+            "StatefulSet replicas is 3",
+        );
+
+        // A StatefulSet whose template lost the job labels gets them back on UPDATE.
+        let create = local("review-mutate-create-statefulset-mx-servers.json");
+        let mut update = create.clone();
+        update["request"]["operation"] = json!("UPDATE");
+        update["request"]["uid"] = json!("sts-update");
+        update["request"]["oldObject"] = create["request"]["object"].clone();
+        let (_, resp) = c.post("/mutate", &update).await;
+        assert_allowed(&resp, "sts-update");
+        let sts = patched(&update, &resp);
+        assert_eq!(
+            sts["spec"]["template"]["metadata"]["labels"]["dljob.dev/job"],
+            "mx"
+        );
+        assert_eq!(
+            sts["spec"]["podManagementPolicy"], "OrderedReady",
+            "podManagementPolicy is immutable: only CREATE sets it"
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn delete_connect_unknown_kinds_and_reviews_without_object_pass_untouched() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
+        let delete = local("review-mutate-delete-pod-resnet-chief.json");
+        assert!(delete["request"].get("object").is_none());
+        let deployment = local("review-mutate-create-deployment-labelled.json");
+        let mut connect_review = shared("mutate-create-pod-resnet-chief.json");
+        connect_review["request"]["operation"] = json!("CONNECT");
+        connect_review["request"]["subResource"] = json!("exec");
+        connect_review["request"]["object"] = json!({"kind": "PodExecOptions", "apiVersion": "v1"});
+        let mut status = shared("mutate-update-pod-resnet-chief.json");
+        status["request"]["subResource"] = json!("status");
+        status["request"]["object"]["metadata"]["labels"]["dljob.dev/role"] = json!("ps");
+        for review in [delete, deployment, connect_review, status] {
+            for path in ["/mutate", "/validate"] {
+                let (_, resp) = c.post(path, &review).await;
+                assert_eq!(
+                    resp["response"],
+                    json!({"uid": uid(&review), "allowed": true}),
+                    "{path} {review}"
+                );
+            }
+        }
+        // CREATE with no object at all: a malformed review, denied as such.
+        let mut review = shared("mutate-create-pod-resnet-chief.json");
+        review["request"].as_object_mut().unwrap().remove("object");
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_denied(
+            &resp,
+            &uid(&review),
+            400,
+            "BadRequest",
+            "request.object is missing",
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn warnings_name_user_values_that_are_kept() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+        let mut review = shared("mutate-create-pod-resnet-chief.json");
+        review["request"]["object"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "TF_CONFIG", "value": "{\"mine\":true}"}]);
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_allowed(&resp, &uid(&review));
+        let warnings = resp["response"]["warnings"].as_array().expect("warnings");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.as_str().unwrap().contains("TF_CONFIG")),
+            "{warnings:?}"
+        );
+        let pod = patched(&review, &resp);
+        assert_eq!(
+            env_of(&pod["spec"], "tensorflow")["TF_CONFIG"],
+            "{\"mine\":true}"
+        );
+    })
+    .await
+}
+
+// ---------------------------------------------------------------- bad input
+
+/// Writes `request` raw on a new HTTP/1.1 TLS connection and reads the
+/// whole answer (the server closes the connection).
+async fn raw_exchange(s: &Server, request: &[u8]) -> String {
+    let mut stream = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn raw_post(path: &str, body: &[u8], extra_headers: &str) -> Vec<u8> {
+    let mut r = format!(
+        "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{extra_headers}\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body);
+    r
+}
+
+async fn still_serves(s: &Server) {
+    let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+    let review = shared("mutate-create-pod-resnet-chief.json");
+    let (_, resp) = c.post("/mutate", &review).await;
+    assert_allowed(&resp, &uid(&review));
+}
+
+#[tokio::test]
+async fn malformed_bodies_get_400_or_a_denial_when_the_uid_is_known() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+        for (body, has) in [
+            (&b""[..], "empty body"),
+            (b"not json", "not JSON"),
+            (b"{\"apiVersion\":", "not JSON"),
+            (b"[1,2,3]", "no request"),
+            (b"{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\"}", "no request"),
+            (b"{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{\"operation\":\"CREATE\"}}", "request.uid is missing"),
+            (b"{\"request\":{\"uid\":42}}", "request.uid is missing"),
+        ] {
+            for path in ["/mutate", "/validate"] {
+                let (status, text) = c.send("POST", path, body.to_vec()).await.unwrap();
+                assert_eq!(status, StatusCode::BAD_REQUEST, "{body:?}");
+                let text = String::from_utf8(text.to_vec()).unwrap();
+                assert!(text.contains(has), "{text:?} should contain {has:?}");
+            }
+        }
+
+        let mut review = shared("mutate-create-pod-resnet-chief.json");
+        review["apiVersion"] = json!("admission.k8s.io/v1beta1");
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_denied(&resp, &uid(&review), 400, "BadRequest", "admissionReviewVersions");
+        let mut review = shared("mutate-create-pod-resnet-chief.json");
+        review["kind"] = json!("ConfigMap");
+        let (_, resp) = c.post("/validate", &review).await;
+        assert_denied(&resp, &uid(&review), 400, "BadRequest", "AdmissionReview admission.k8s.io/v1");
+        let mut review = shared("mutate-create-pod-resnet-chief.json");
+        review["request"]["kind"] = json!("Pod");
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_denied(&resp, &uid(&review), 400, "BadRequest", "malformed AdmissionReview request");
+
+        let (status, _) = c.send("GET", "/mutate", Vec::new()).await.unwrap();
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        let (status, _) = c.send("POST", "/nope", Vec::new()).await.unwrap();
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        still_serves(&s).await;
+    })
+    .await
+}
+
+/// A labelled UPDATE review padded to `size` bytes with an annotation.
+fn padded_update(size: usize) -> Vec<u8> {
+    let mut review = shared("validate-update-pod-resnet-chief.json");
+    let base = serde_json::to_vec(&review).unwrap().len();
+    let pad = "x".repeat(size.saturating_sub(base + 40));
+    review["request"]["object"]["metadata"]["annotations"]["example.com/padding"] = json!(pad);
+    let body = serde_json::to_vec(&review).unwrap();
+    assert!(body.len().abs_diff(size) < 100, "{} vs {size}", body.len());
+    body
+}
+
+#[tokio::test]
+async fn default_body_limit_is_3_mib() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
+        let (status, body) = c
+            .send("POST", "/validate", padded_update(2_900_000))
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK);
+        let resp: Value = serde_json::from_slice(&body).unwrap();
+        assert_allowed(&resp, "028b152e-ae5d-4fda-8b50-1a4d665f9ced");
+
+        let (status, _) = c
+            .send("POST", "/validate", padded_update(3 * 1024 * 1024 + 1000))
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        still_serves(&s).await;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_get_413_declared_or_chunked() {
+    bounded(async {
+        let s = start(|s| s.max_body_bytes = 64 * 1024).await;
+        // Declared by Content-Length: refused before the body is read.
+        let answer = raw_exchange(
+            &s,
+            format!(
+                "POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-length: {}\r\n\r\n",
+                10 * 1024 * 1024
+            )
+            .as_bytes(),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+
+        // Chunked, no length: refused once the limit is passed.
+        let mut req =
+            b"POST /validate HTTP/1.1\r\nhost: localhost\r\ntransfer-encoding: chunked\r\n\r\n"
+                .to_vec();
+        for _ in 0..20 {
+            req.extend_from_slice(format!("{:x}\r\n", 8192).as_bytes());
+            req.extend_from_slice(&[b' '; 8192]);
+            req.extend_from_slice(b"\r\n");
+        }
+        req.extend_from_slice(b"0\r\n\r\n");
+        let answer = raw_exchange(&s, &req).await;
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(answer.contains("--max-body-bytes"), "{answer}");
+
+        // Over HTTP/2 too.
+        let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
+        let (status, _) = c
+            .send("POST", "/mutate", vec![b' '; 100 * 1024])
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        still_serves(&s).await;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn slow_and_stalled_clients_are_cut_off_and_the_server_keeps_serving() {
+    bounded(async {
+        let s = start(|s| s.read_timeout = Duration::from_millis(500)).await;
+
+        // Headers sent, body stalled: 408.
+        let review = serde_json::to_vec(&shared("mutate-create-pod-resnet-chief.json")).unwrap();
+        let mut stream = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
+        let full = raw_post("/mutate", &review, "");
+        let head_and_some = full.len() - review.len() + 100;
+        stream.write_all(&full[..head_and_some]).await.unwrap();
+        let mut out = Vec::new();
+        let _ = stream.read_to_end(&mut out).await;
+        let answer = String::from_utf8_lossy(&out);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+
+        // Half a request line, then nothing: disconnected.
+        let mut stream = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
+        stream.write_all(b"POST /mut").await.unwrap();
+        let mut out = Vec::new();
+        let _ = stream.read_to_end(&mut out).await;
+
+        // TCP connected, no TLS handshake: disconnected.
+        let mut tcp = TcpStream::connect(s.addr).await.unwrap();
+        let mut out = Vec::new();
+        let _ = tcp.read_to_end(&mut out).await;
+        assert!(out.is_empty());
+
+        // HTTP/2 stream whose body stalls: 408 on that stream.
+        let stream = tls(s.addr, &s.ca, &[b"h2"]).await.unwrap();
+        let (mut sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let (mut tx, body) = futures_channel_body();
+        tx.send_data(Bytes::from_static(b"{\"apiVersion\":")).await;
+        let req = Request::post("/mutate")
+            .header("host", "localhost")
+            .body(body)
+            .unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT);
+        drop(tx);
+
+        still_serves(&s).await;
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+        let (_, metrics) = c.get("/metrics").await;
+        assert!(
+            metrics.contains(
+                r#"dljob_webhook_rejected_requests_total{endpoint="mutate",reason="timeout"} 2"#
+            ),
+            "{metrics}"
+        );
+    })
+    .await
+}
+
+/// A request body fed chunk by chunk from the test.
+fn futures_channel_body() -> (BodyTx, http_body_util::StreamBody<tokio_stream_like::Rx>) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    (
+        BodyTx(tx),
+        http_body_util::StreamBody::new(tokio_stream_like::Rx(rx)),
+    )
+}
+
+struct BodyTx(tokio::sync::mpsc::Sender<Result<hyper::body::Frame<Bytes>, std::io::Error>>);
+
+impl BodyTx {
+    async fn send_data(&mut self, b: Bytes) {
+        self.0.send(Ok(hyper::body::Frame::data(b))).await.unwrap();
+    }
+}
+
+mod tokio_stream_like {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use hyper::body::{Bytes, Frame};
+
+    pub struct Rx(pub tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>);
+
+    impl futures::Stream for Rx {
+        type Item = Result<Frame<Bytes>, std::io::Error>;
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            self.0.poll_recv(cx)
+        }
+    }
+}
+
+// ---------------------------------------------------------------- concurrency
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_concurrent_reviews_each_get_their_own_uid() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let mut conns = Vec::new();
+        for i in 0..4 {
+            conns.push(
+                connect(s.addr, &s.ca, if i < 3 { Proto::H2 } else { Proto::H1 })
+                    .await
+                    .unwrap(),
+            );
+        }
+        let template = shared("mutate-create-pod-resnet-worker-0.json");
+        let reviews = (0..500).map(|i| {
+            let conn = conns[i % 4].clone();
+            let mut review = template.clone();
+            review["request"]["uid"] = json!(format!("concurrent-{i}"));
+            async move {
+                let (_, resp) = conn.post("/mutate", &review).await;
+                (i, resp)
+            }
+        });
+        let answers = futures::future::join_all(reviews).await;
+        assert_eq!(answers.len(), 500);
+        let first_patch = answers[0].1["response"]["patch"].clone();
+        for (i, resp) in answers {
+            assert_allowed(&resp, &format!("concurrent-{i}"));
+            assert_eq!(resp["response"]["patch"], first_patch);
+        }
+    })
+    .await
+}
+
+// ---------------------------------------------------------------- TLS
+
+fn write_atomically(path: &Path, contents: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// The value of the sample `series` in a metrics text (0 when absent).
+fn counter(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn der_of(pem: &str) -> Vec<u8> {
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap()
+        .to_vec()
+}
+
+#[tokio::test]
+async fn certificate_files_are_reloaded_without_dropping_open_connections() {
+    bounded(async {
+        let dir = tempdir("rotate");
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let sans = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        let first = dljob::certs::generate(&sans, 30).unwrap();
+        write_atomically(&cert, &first.cert_pem);
+        write_atomically(&key, &first.key_pem);
+        let mut settings = Settings::new(
+            localhost(),
+            TlsSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+        );
+        settings.reload_interval = Duration::from_millis(100);
+        settings.read_timeout = Duration::from_secs(30);
+        let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap();
+        let running = webhook::run(
+            settings,
+            Inputs {
+                config,
+                peers: Arc::new(NoPeers),
+            },
+            Registry::default(),
+        )
+        .await
+        .unwrap();
+        assert!(running.ca_pem().is_none());
+        let addr = running.local_addr();
+
+        let old_h1 = connect(addr, &first.ca_pem, Proto::H1).await.unwrap();
+        let old_h2 = connect(addr, &first.ca_pem, Proto::H2).await.unwrap();
+        assert_eq!(old_h1.peer_cert, der_of(&first.cert_pem));
+        assert_eq!(old_h1.get("/healthz").await.0, StatusCode::OK);
+
+        // Rotate: a new CA and certificate, as a Secret update would.
+        let second = dljob::certs::generate(&sans, 30).unwrap();
+        write_atomically(&key, &second.key_pem);
+        write_atomically(&cert, &second.cert_pem);
+        let fresh = loop {
+            if let Ok(c) = connect(addr, &second.ca_pem, Proto::H1).await {
+                break c;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(fresh.peer_cert, der_of(&second.cert_pem));
+        assert!(
+            connect(addr, &first.ca_pem, Proto::H1).await.is_err(),
+            "new connections get the new certificate"
+        );
+
+        // Connections opened before the rotation keep working.
+        let review = shared("mutate-create-pod-resnet-chief.json");
+        for c in [&old_h1, &old_h2, &fresh] {
+            let (_, resp) = c.post("/mutate", &review).await;
+            assert_allowed(&resp, &uid(&review));
+        }
+
+        // A broken certificate file is refused; the last good one stays.
+        let failures =
+            |m: &str| counter(m, r#"dljob_webhook_tls_reloads_total{outcome="failure"}"#);
+        let before = failures(&fresh.get("/metrics").await.1);
+        std::fs::write(&cert, "not a certificate").unwrap();
+        while failures(&fresh.get("/metrics").await.1) == before {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let c = connect(addr, &second.ca_pem, Proto::H2).await.unwrap();
+        assert_eq!(c.peer_cert, der_of(&second.cert_pem));
+        assert_eq!(c.get("/readyz").await.0, StatusCode::OK);
+        running.shutdown(Duration::from_secs(5)).await.unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn self_signed_ca_is_written_and_both_http_versions_are_served() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let written = std::fs::read_to_string(s._dir.join("ca.pem")).unwrap();
+        assert_eq!(written, s.ca);
+        for proto in [Proto::H1, Proto::H2] {
+            let c = connect(s.addr, &s.ca, proto).await.unwrap();
+            assert_eq!(c.get("/healthz").await, (StatusCode::OK, "ok\n".into()));
+            assert_eq!(c.get("/readyz").await, (StatusCode::OK, "ok\n".into()));
+        }
+        // A client naming 127.0.0.1 is served too.
+        let tcp = TcpStream::connect(s.addr).await.unwrap();
+        let ip = ServerName::try_from("127.0.0.1").unwrap();
+        tls_connector(&s.ca, &[b"h2"])
+            .connect(ip, tcp)
+            .await
+            .unwrap();
+    })
+    .await
+}
+
+// ---------------------------------------------------------------- config, metrics, shutdown
+
+#[tokio::test]
+async fn config_file_is_reloaded_and_an_invalid_one_is_ignored() {
+    bounded(async {
+        let dir = tempdir("config");
+        let path = dir.join("config.yaml");
+        std::fs::write(&path, "ports:\n  tensorflow: 3333\n").unwrap();
+        let interval = Duration::from_millis(100);
+        let (config, task) = webhook::reload::watch_config(Some(path.clone()), interval).unwrap();
+        let s = start_with(|_| {}, config).await;
+        let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
+        let review = shared("mutate-create-pod-resnet-chief.json");
+        let tf_port = || async {
+            let (_, resp) = c.post("/mutate", &review).await;
+            let pod = patched(&review, &resp);
+            let tf: Value =
+                serde_json::from_str(&env_of(&pod["spec"], "tensorflow")["TF_CONFIG"]).unwrap();
+            let host = tf["cluster"]["chief"][0].as_str().unwrap().to_owned();
+            host.rsplit(':').next().unwrap().parse::<u16>().unwrap()
+        };
+        assert_eq!(tf_port().await, 3333);
+
+        write_atomically(&path, "ports:\n  tensorflow: 4444\n");
+        while tf_port().await != 4444 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        // Invalid: an unknown key. The previous config stays in force for
+        // as long as the file is broken (checked over several reloads).
+        write_atomically(&path, "ports:\n  tensorflow: 5555\nbogus: true\n");
+        for _ in 0..10 {
+            assert_eq!(tf_port().await, 4444);
+            tokio::time::sleep(interval / 2).await;
+        }
+        write_atomically(&path, "");
+        while tf_port().await != 2222 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        task.abort();
+        let _ = std::fs::remove_dir_all(dir);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn metrics_count_reviews_by_endpoint_kind_operation_and_decision() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+        c.post("/mutate", &shared("mutate-create-pod-resnet-chief.json")).await;
+        c.post("/mutate", &shared("mutate-create-pod-resnet-ps.json")).await;
+        c.post("/validate", &shared("validate-update-statefulset-resnet-worker.json")).await;
+        c.send("POST", "/mutate", b"nope".to_vec()).await.unwrap();
+        let (status, m) = c.get("/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        for line in [
+            r#"dljob_webhook_reviews_total{endpoint="mutate",kind="Pod",operation="CREATE",allowed="true"} 2"#,
+            r#"dljob_webhook_reviews_total{endpoint="validate",kind="StatefulSet",operation="UPDATE",allowed="false"} 1"#,
+            r#"dljob_webhook_rejected_requests_total{endpoint="mutate",reason="bad_request"} 1"#,
+            r#"dljob_webhook_review_duration_seconds_count{endpoint="mutate"} 3"#,
+            r#"dljob_webhook_review_duration_seconds_count{endpoint="validate"} 1"#,
+        ] {
+            assert!(m.lines().any(|l| l == line), "missing {line:?} in\n{m}");
+        }
+        assert!(m.contains("# TYPE dljob_webhook_review_duration_seconds histogram"));
+        assert!(m.trim_end().ends_with("# EOF"));
+    })
+    .await
+}
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_in_flight_reviews_and_stops_accepting() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let Server {
+            running,
+            addr,
+            ca,
+            _dir,
+        } = s;
+        let review = shared("mutate-create-pod-resnet-chief.json");
+        let body = serde_json::to_vec(&review).unwrap();
+        let full = raw_post("/mutate", &body, "");
+        let split = full.len() - body.len() + 10;
+
+        // A review whose body is still arriving when the shutdown starts.
+        let mut stream = tls(addr, &ca, &[b"http/1.1"]).await.unwrap();
+        stream.write_all(&full[..split]).await.unwrap();
+        stream.flush().await.unwrap();
+        let idle = connect(addr, &ca, Proto::H2).await.unwrap();
+        assert_eq!(idle.get("/healthz").await.0, StatusCode::OK);
+        let shutdown = tokio::spawn(running.shutdown(Duration::from_secs(30)));
+        while TcpStream::connect(addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!shutdown.is_finished(), "waits for the in-flight review");
+        stream.write_all(&full[split..]).await.unwrap();
+        let mut out = Vec::new();
+        stream.read_to_end(&mut out).await.unwrap();
+        let answer = String::from_utf8_lossy(&out);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.contains(&format!("\"uid\":\"{}\"", uid(&review))),
+            "{answer}"
+        );
+        shutdown.await.unwrap().unwrap();
+    })
+    .await
+}
+
+// ---------------------------------------------------------------- the binary
+
+/// `dljob serve` as a process: no cluster reachable, JSON logs, one line
+/// per review, exit 0 on SIGTERM.
+#[cfg(unix)]
+#[tokio::test]
+async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigterm() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    bounded(async {
+        let dir = tempdir("bin");
+        let ca_path = dir.join("ca.pem");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dljob"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--self-signed-ca-out",
+            ])
+            .arg(&ca_path)
+            .env("KUBECONFIG", dir.join("no-such-kubeconfig"))
+            .env("HOME", &dir)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let line = line.unwrap();
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut said_alone = false;
+        let addr: SocketAddr = loop {
+            let line = rx.recv().await.expect("the server logs its address");
+            let msg = line["message"].as_str().unwrap_or_default();
+            said_alone |= msg.contains("serving the webhook alone");
+            if msg.starts_with("webhook listening") {
+                assert!(
+                    msg.contains(&format!("curl --cacert {}", ca_path.display())),
+                    "{msg}"
+                );
+                break line["address"].as_str().unwrap().parse().unwrap();
+            }
+        };
+        assert!(said_alone, "says it runs without the reconciler");
+
+        let ca = std::fs::read_to_string(&ca_path).unwrap();
+        let c = connect(addr, &ca, Proto::H2).await.unwrap();
+        let review = shared("mutate-create-pod-resnet-chief.json");
+        c.post("/mutate", &review).await;
+        let line = loop {
+            let line = rx.recv().await.unwrap();
+            if line["message"] == "review" {
+                break line;
+            }
+        };
+        assert_eq!(line["uid"], uid(&review));
+        assert_eq!(line["kind"], "Pod");
+        assert_eq!(line["object"], "team-a/resnet-chief");
+        assert_eq!(line["operation"], "CREATE");
+        assert_eq!(line["allowed"], true);
+        assert_eq!(line["patch_ops"], 7);
+        assert!(line["latency_ms"].is_number());
+
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(exit.code(), Some(0));
+        let _ = std::fs::remove_dir_all(dir);
+    })
+    .await
+}
