@@ -1,16 +1,482 @@
-//! The install path: `dljob certs` and `dljob webhook-config`. Placeholder
-//! until the install path lands.
+//! The install path: the webhook configurations (one definition, used by
+//! `dljob webhook-config` and kept identical to `deploy/base/webhooks.yaml`
+//! by tests/deploy.rs), `dljob certs` and `dljob webhook-config`.
+//!
+//! Safety comes from the selectors: the API server calls dljob only for
+//! objects labelled `dljob.dev/job`, never in `kube-system` or dljob's own
+//! namespace, so unlabelled workloads are untouched even while dljob is down.
 
+use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
-use crate::cli::{CertsArgs, WebhookConfigArgs};
+use anyhow::Context;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
+use k8s_openapi::ByteString;
+use serde::Serialize;
 
-/// `dljob certs`.
-pub fn certs(_args: &CertsArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("dljob certs is not built yet")
+use crate::cli::{CertsArgs, WebhookConfigArgs};
+use crate::contract;
+
+/// Name of both webhook configurations (they are cluster-scoped).
+pub const WEBHOOK_CONFIGURATION_NAME: &str = "dljob";
+/// The mutating webhook inside its configuration.
+pub const MUTATING_WEBHOOK_NAME: &str = "mutate.dljob.dev";
+/// The validating webhook inside its configuration.
+pub const VALIDATING_WEBHOOK_NAME: &str = "validate.dljob.dev";
+/// The Namespace deploy/ installs into.
+pub const NAMESPACE: &str = "dljob-system";
+/// The Service in front of the webhook pods.
+pub const SERVICE: &str = "dljob";
+/// The Secret the Deployment mounts its serving certificate from.
+pub const TLS_SECRET: &str = "dljob-tls";
+/// Seconds the API server waits for a review before failing it.
+pub const TIMEOUT_SECONDS: i32 = 5;
+/// Validity of the certificates `dljob certs` makes.
+pub const CERT_DAYS: u32 = 3650;
+
+/// Where the API server sends admission reviews.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The in-cluster Service (what deploy/ uses), port 443.
+    Service { namespace: String, name: String },
+    /// A base URL, e.g. `https://192.0.2.10:8443`, for `dljob serve` running
+    /// outside the cluster. `/mutate` and `/validate` are appended.
+    Url(String),
+}
+
+impl Endpoint {
+    /// The Service deploy/ installs.
+    pub fn in_cluster() -> Self {
+        Self::Service {
+            namespace: NAMESPACE.to_owned(),
+            name: SERVICE.to_owned(),
+        }
+    }
+
+    /// Checks a base URL the way the API server will: https, a host, no user
+    /// info, query or fragment. A trailing `/` is dropped.
+    pub fn url(url: &str) -> Result<Self, InstallError> {
+        let bad = |why: &str| InstallError::Url {
+            url: url.to_owned(),
+            why: why.to_owned(),
+        };
+        let rest = url
+            .strip_prefix("https://")
+            .ok_or_else(|| bad("the API server only calls webhooks over https://"))?;
+        if rest.contains(['?', '#']) {
+            return Err(bad("it may not have a query or fragment"));
+        }
+        let authority = rest.split('/').next().unwrap_or_default();
+        if authority.contains('@') {
+            return Err(bad("it may not carry user info"));
+        }
+        if authority.is_empty() || authority.starts_with(':') {
+            return Err(bad("it needs a host, e.g. https://192.0.2.10:8443"));
+        }
+        Ok(Self::Url(url.trim_end_matches('/').to_owned()))
+    }
+
+    fn client_config(&self, path: &str, ca_bundle: Option<&[u8]>) -> WebhookClientConfig {
+        let ca_bundle = ca_bundle.map(|ca| ByteString(ca.to_vec()));
+        match self {
+            Self::Service { namespace, name } => WebhookClientConfig {
+                ca_bundle,
+                service: Some(ServiceReference {
+                    name: name.clone(),
+                    namespace: namespace.clone(),
+                    path: Some(path.to_owned()),
+                    port: Some(443),
+                }),
+                url: None,
+            },
+            Self::Url(base) => WebhookClientConfig {
+                ca_bundle,
+                service: None,
+                url: Some(format!("{base}{path}")),
+            },
+        }
+    }
+}
+
+/// Why an install command was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("--url {url}: {why}")]
+    Url { url: String, why: String },
+}
+
+/// The workload kinds dljob admits, for `operations`.
+fn rules(operations: &[&str]) -> Vec<RuleWithOperations> {
+    [("", "pods"), ("apps", "statefulsets"), ("batch", "jobs")]
+        .into_iter()
+        .map(|(group, resource)| RuleWithOperations {
+            api_groups: Some(vec![group.to_owned()]),
+            api_versions: Some(vec!["v1".to_owned()]),
+            operations: Some(operations.iter().map(|&o| o.to_owned()).collect()),
+            resources: Some(vec![resource.to_owned()]),
+            scope: Some("Namespaced".to_owned()),
+        })
+        .collect()
+}
+
+/// Only objects carrying the job label are sent to dljob.
+fn object_selector() -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: contract::JOB.to_owned(),
+            operator: "Exists".to_owned(),
+            values: None,
+        }]),
+        match_labels: None,
+    }
+}
+
+/// Never in kube-system, nor in dljob's own namespace (its pods must not
+/// wait on themselves).
+fn namespace_selector() -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".to_owned(),
+            operator: "NotIn".to_owned(),
+            values: Some(vec!["kube-system".to_owned(), NAMESPACE.to_owned()]),
+        }]),
+        match_labels: None,
+    }
+}
+
+fn metadata() -> ObjectMeta {
+    ObjectMeta {
+        name: Some(WEBHOOK_CONFIGURATION_NAME.to_owned()),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Both webhook configurations: mutate on CREATE, validate on CREATE and
+/// UPDATE, of pods, StatefulSets and Jobs labelled `dljob.dev/job`; failing
+/// closed for those, within [`TIMEOUT_SECONDS`].
+pub fn webhook_configurations(
+    endpoint: &Endpoint,
+    ca_bundle: Option<&[u8]>,
+) -> (MutatingWebhookConfiguration, ValidatingWebhookConfiguration) {
+    let mutating = MutatingWebhookConfiguration {
+        metadata: metadata(),
+        webhooks: Some(vec![MutatingWebhook {
+            name: MUTATING_WEBHOOK_NAME.to_owned(),
+            admission_review_versions: vec!["v1".to_owned()],
+            client_config: endpoint.client_config("/mutate", ca_bundle),
+            rules: Some(rules(&["CREATE"])),
+            object_selector: Some(object_selector()),
+            namespace_selector: Some(namespace_selector()),
+            match_policy: Some("Equivalent".to_owned()),
+            failure_policy: Some("Fail".to_owned()),
+            side_effects: "None".to_owned(),
+            timeout_seconds: Some(TIMEOUT_SECONDS),
+            // Another webhook may add a container after dljob ran; dljob's
+            // mutation is idempotent, so running again is safe.
+            reinvocation_policy: Some("IfNeeded".to_owned()),
+            match_conditions: None,
+        }]),
+    };
+    let validating = ValidatingWebhookConfiguration {
+        metadata: metadata(),
+        webhooks: Some(vec![ValidatingWebhook {
+            name: VALIDATING_WEBHOOK_NAME.to_owned(),
+            admission_review_versions: vec!["v1".to_owned()],
+            client_config: endpoint.client_config("/validate", ca_bundle),
+            rules: Some(rules(&["CREATE", "UPDATE"])),
+            object_selector: Some(object_selector()),
+            namespace_selector: Some(namespace_selector()),
+            match_policy: Some("Equivalent".to_owned()),
+            failure_policy: Some("Fail".to_owned()),
+            side_effects: "None".to_owned(),
+            timeout_seconds: Some(TIMEOUT_SECONDS),
+            match_conditions: None,
+        }]),
+    };
+    (mutating, validating)
+}
+
+/// Both configurations as one multi-document YAML stream.
+pub fn webhook_configurations_yaml(
+    endpoint: &Endpoint,
+    ca_bundle: Option<&[u8]>,
+) -> Result<String, serde_saphyr::SerializeError> {
+    let (mutating, validating) = webhook_configurations(endpoint, ca_bundle);
+    Ok(format!(
+        "{}---\n{}",
+        serde_saphyr::to_string(&mutating)?,
+        serde_saphyr::to_string(&validating)?
+    ))
 }
 
 /// `dljob webhook-config`.
-pub fn webhook_config(_args: &WebhookConfigArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("dljob webhook-config is not built yet")
+pub fn webhook_config(args: &WebhookConfigArgs) -> anyhow::Result<ExitCode> {
+    let endpoint = Endpoint::url(&args.url)?;
+    let ca = match &args.ca {
+        Some(path) => {
+            let pem =
+                std::fs::read(path).with_context(|| format!("reading --ca {}", path.display()))?;
+            if !pem.starts_with(b"-----BEGIN CERTIFICATE-----") {
+                anyhow::bail!(
+                    "--ca {}: expected a PEM certificate (-----BEGIN CERTIFICATE-----)",
+                    path.display()
+                );
+            }
+            Some(pem)
+        }
+        None => {
+            eprintln!(
+                "note: no --ca given, so the API server must trust the webhook's certificate \
+                 through its system roots; for `dljob serve` without --tls-cert pass \
+                 --ca dljob-ca.pem"
+            );
+            None
+        }
+    };
+    let yaml = webhook_configurations_yaml(&endpoint, ca.as_deref())?;
+    std::io::stdout().lock().write_all(yaml.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The kustomize Component `dljob certs` writes beside the PEM files: it
+/// generates the TLS Secret from them and copies the CA (already base64 in
+/// the Secret's `ca.crt`) into both webhook configurations' caBundle.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CertsComponent {
+    pub api_version: String,
+    pub kind: String,
+    pub secret_generator: Vec<SecretGenerator>,
+    pub replacements: Vec<Replacement>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SecretGenerator {
+    pub name: String,
+    pub namespace: String,
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub files: Vec<String>,
+    pub options: GeneratorOptions,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratorOptions {
+    pub disable_name_suffix_hash: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Replacement {
+    pub source: ReplacementSource,
+    pub targets: Vec<ReplacementTarget>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplacementSource {
+    pub kind: String,
+    pub name: String,
+    pub field_path: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplacementTarget {
+    pub select: Selector,
+    pub field_paths: Vec<String>,
+    pub options: TargetOptions,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Selector {
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TargetOptions {
+    pub create: bool,
+}
+
+/// The Component for a Secret in `namespace`.
+pub fn certs_component(namespace: &str) -> CertsComponent {
+    let target = |kind: &str| ReplacementTarget {
+        select: Selector {
+            kind: kind.to_owned(),
+            name: WEBHOOK_CONFIGURATION_NAME.to_owned(),
+        },
+        field_paths: vec!["webhooks.*.clientConfig.caBundle".to_owned()],
+        options: TargetOptions { create: true },
+    };
+    CertsComponent {
+        api_version: "kustomize.config.k8s.io/v1alpha1".to_owned(),
+        kind: "Component".to_owned(),
+        secret_generator: vec![SecretGenerator {
+            name: TLS_SECRET.to_owned(),
+            namespace: namespace.to_owned(),
+            type_: "kubernetes.io/tls".to_owned(),
+            files: vec![
+                "tls.crt".to_owned(),
+                "tls.key".to_owned(),
+                "ca.crt=ca.pem".to_owned(),
+            ],
+            // A fixed name: `dljob serve` re-reads the mounted files, so
+            // re-running `dljob certs && kubectl apply -k deploy/` rotates
+            // the certificate without a restart or an orphaned Secret.
+            options: GeneratorOptions {
+                disable_name_suffix_hash: true,
+            },
+        }],
+        replacements: vec![Replacement {
+            source: ReplacementSource {
+                kind: "Secret".to_owned(),
+                name: TLS_SECRET.to_owned(),
+                field_path: "data.[ca.crt]".to_owned(),
+            },
+            targets: vec![
+                target("MutatingWebhookConfiguration"),
+                target("ValidatingWebhookConfiguration"),
+            ],
+        }],
+    }
+}
+
+/// `dljob certs`.
+pub fn certs(args: &CertsArgs) -> anyhow::Result<ExitCode> {
+    let sans = crate::certs::service_sans(&args.service, &args.namespace);
+    let bundle = crate::certs::generate(&sans, CERT_DAYS).context("generating certificates")?;
+    let component = serde_saphyr::to_string(&certs_component(&args.namespace))?;
+
+    let out = &args.out;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    write_file(&out.join("ca.pem"), bundle.ca_pem.as_bytes(), 0o644)?;
+    write_file(&out.join("tls.crt"), bundle.cert_pem.as_bytes(), 0o644)?;
+    write_file(&out.join("tls.key"), bundle.key_pem.as_bytes(), 0o600)?;
+    write_file(&out.join("kustomization.yaml"), component.as_bytes(), 0o644)?;
+
+    let mut stderr = std::io::stderr().lock();
+    writeln!(
+        stderr,
+        "wrote {0}/ca.pem, {0}/tls.crt, {0}/tls.key and {0}/kustomization.yaml: \
+         a CA and a serving certificate for {1}, valid {2} days",
+        out.display(),
+        sans.join(", "),
+        CERT_DAYS
+    )?;
+    if args.namespace != NAMESPACE || args.service != SERVICE {
+        writeln!(
+            stderr,
+            "note: deploy/ installs Service {SERVICE} in namespace {NAMESPACE}; \
+             your overlay must rename them to match this certificate"
+        )?;
+    }
+    writeln!(
+        stderr,
+        "next: kubectl apply -k deploy/   (deploy/ includes ../certs as a kustomize \
+         Component; keep {} out of git)",
+        out.join("tls.key").display()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_file(path: &Path, contents: &[u8], mode: u32) -> anyhow::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        options.mode(mode);
+        // `mode` applies only to new files: tighten an existing one too.
+        if path.exists() {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+                .with_context(|| format!("setting permissions of {}", path.display()))?;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    options
+        .open(path)
+        .and_then(|mut f| f.write_all(contents))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_endpoint_appends_the_paths_and_drops_a_trailing_slash() {
+        let endpoint = Endpoint::url("https://192.0.2.10:8443/").unwrap();
+        let (m, v) = webhook_configurations(&endpoint, Some(b"CA"));
+        let m = &m.webhooks.unwrap()[0].client_config;
+        let v = &v.webhooks.unwrap()[0].client_config;
+        assert_eq!(m.url.as_deref(), Some("https://192.0.2.10:8443/mutate"));
+        assert_eq!(v.url.as_deref(), Some("https://192.0.2.10:8443/validate"));
+        assert_eq!(m.service, None);
+        assert_eq!(m.ca_bundle, Some(ByteString(b"CA".to_vec())));
+    }
+
+    #[test]
+    fn url_endpoint_refuses_what_the_api_server_refuses() {
+        for url in [
+            "http://192.0.2.10:8443",
+            "192.0.2.10:8443",
+            "https://",
+            "https://:8443",
+            "https://host:8443/?x=1",
+            "https://host:8443/#f",
+            "https://user@host:8443",
+        ] {
+            assert!(Endpoint::url(url).is_err(), "{url} was accepted");
+        }
+    }
+
+    #[test]
+    fn service_endpoint_is_port_443_of_the_in_cluster_service() {
+        let (m, _) = webhook_configurations(&Endpoint::in_cluster(), None);
+        assert_eq!(
+            m.webhooks.unwrap()[0].client_config,
+            WebhookClientConfig {
+                ca_bundle: None,
+                service: Some(ServiceReference {
+                    name: "dljob".into(),
+                    namespace: "dljob-system".into(),
+                    path: Some("/mutate".into()),
+                    port: Some(443),
+                }),
+                url: None,
+            }
+        );
+    }
+
+    #[test]
+    fn yaml_has_both_configurations_as_two_documents() {
+        let yaml = webhook_configurations_yaml(&Endpoint::in_cluster(), None).unwrap();
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+        let kinds: Vec<_> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "MutatingWebhookConfiguration",
+                "ValidatingWebhookConfiguration"
+            ]
+        );
+        assert_eq!(docs[0]["apiVersion"], "admissionregistration.k8s.io/v1");
+    }
+
+    #[test]
+    fn certs_component_names_the_secret_namespace() {
+        let c = certs_component("elsewhere");
+        assert_eq!(c.secret_generator[0].namespace, "elsewhere");
+        assert_eq!(c.secret_generator[0].name, TLS_SECRET);
+        assert_eq!(c.replacements[0].targets.len(), 2);
+    }
 }

@@ -1,0 +1,711 @@
+//! The install path as a user runs it: `dljob certs` then
+//! `kubectl kustomize deploy/` (in a scratch copy of deploy/ and crds/, so no
+//! private key lands in the checkout), and the cert-manager overlay. The
+//! rendered manifests must hold the safety invariants with exact values, and
+//! `dljob webhook-config` must print the same webhook configurations.
+//!
+//! kubectl is on every machine CI runs on: without it these tests fail.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use dljob::install::{self, Endpoint};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
+    WebhookClientConfig,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::ByteString;
+use serde_json::Value;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A scratch directory removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("dljob-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn dljob(args: &[&str]) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_dljob"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dljob {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn kustomize(dir: &Path) -> Vec<Value> {
+    let out = match Command::new("kubectl").arg("kustomize").arg(dir).output() {
+        Ok(out) => out,
+        Err(e) => panic!(
+            "running `kubectl kustomize {}`: {e}. kubectl (with its built-in kustomize) \
+             must be on PATH for these tests; install it, do not skip them",
+            dir.display()
+        ),
+    };
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {} failed:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut docs: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap())
+        .expect("kubectl kustomize printed YAML serde-saphyr cannot read");
+    docs.iter_mut().for_each(unwrap_base64);
+    docs
+}
+
+/// kustomize wraps base64 values (Secret data, the caBundle it copies from
+/// one) at 70 columns. The API server's decoder (Go's encoding/base64)
+/// skips the newlines; k8s-openapi's does not, so drop them before reading.
+fn unwrap_base64(doc: &mut Value) {
+    let unwrap = |v: &mut Value| {
+        if let Some(s) = v.as_str() {
+            *v = Value::String(s.replace('\n', ""));
+        }
+    };
+    if doc["kind"] == "Secret" {
+        if let Some(data) = doc["data"].as_object_mut() {
+            data.values_mut().for_each(unwrap);
+        }
+    }
+    if let Some(webhooks) = doc["webhooks"].as_array_mut() {
+        for webhook in webhooks {
+            if let Some(ca) = webhook["clientConfig"].get_mut("caBundle") {
+                unwrap(ca);
+            }
+        }
+    }
+}
+
+/// What `dljob certs && kubectl kustomize deploy/` produced.
+struct Install {
+    docs: Vec<Value>,
+    ca_pem: Vec<u8>,
+    tls_crt: Vec<u8>,
+    tls_key: Vec<u8>,
+}
+
+fn install() -> &'static Install {
+    static INSTALL: OnceLock<Install> = OnceLock::new();
+    INSTALL.get_or_init(|| {
+        let scratch = Scratch::new("deploy");
+        copy_tree(&repo().join("deploy"), &scratch.0.join("deploy"));
+        copy_tree(&repo().join("crds"), &scratch.0.join("crds"));
+        let certs = scratch.0.join("certs");
+        dljob(&["certs", "--out", certs.to_str().unwrap()]);
+        let read = |f: &str| std::fs::read(certs.join(f)).unwrap();
+        Install {
+            docs: kustomize(&scratch.0.join("deploy")),
+            ca_pem: read("ca.pem"),
+            tls_crt: read("tls.crt"),
+            tls_key: read("tls.key"),
+        }
+    })
+}
+
+fn cert_manager() -> &'static [Value] {
+    static DOCS: OnceLock<Vec<Value>> = OnceLock::new();
+    DOCS.get_or_init(|| kustomize(&repo().join("deploy/cert-manager")))
+}
+
+/// The one object of type `K` named `name` in `docs`.
+fn get<K>(docs: &[Value], name: &str) -> K
+where
+    K: k8s_openapi::Resource + serde::de::DeserializeOwned,
+{
+    let found: Vec<_> = docs
+        .iter()
+        .filter(|d| d["apiVersion"] == K::API_VERSION && d["kind"] == K::KIND)
+        .filter(|d| d["metadata"]["name"] == name)
+        .collect();
+    assert_eq!(found.len(), 1, "expected one {} {name}", K::KIND);
+    serde_json::from_value(found[0].clone()).unwrap()
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn rule(group: &str, resource: &str, operations: &[&str]) -> RuleWithOperations {
+    RuleWithOperations {
+        api_groups: Some(strings(&[group])),
+        api_versions: Some(strings(&["v1"])),
+        operations: Some(strings(operations)),
+        resources: Some(strings(&[resource])),
+        scope: Some("Namespaced".into()),
+    }
+}
+
+fn only_labelled_objects() -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "dljob.dev/job".into(),
+            operator: "Exists".into(),
+            values: None,
+        }]),
+        match_labels: None,
+    }
+}
+
+fn not_in_system_namespaces() -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".into(),
+            operator: "NotIn".into(),
+            values: Some(strings(&["kube-system", "dljob-system"])),
+        }]),
+        match_labels: None,
+    }
+}
+
+/// The invariants of issue 5 point 1, exact, on one rendering; returns the
+/// two client configs.
+fn assert_webhook_invariants(docs: &[Value]) -> (WebhookClientConfig, WebhookClientConfig) {
+    let m: MutatingWebhookConfiguration = get(docs, "dljob");
+    let v: ValidatingWebhookConfiguration = get(docs, "dljob");
+    let [m] = <[_; 1]>::try_from(m.webhooks.unwrap()).unwrap();
+    let [v] = <[_; 1]>::try_from(v.webhooks.unwrap()).unwrap();
+
+    assert_eq!(m.name, "mutate.dljob.dev");
+    assert_eq!(
+        m.rules.unwrap(),
+        vec![
+            rule("", "pods", &["CREATE"]),
+            rule("apps", "statefulsets", &["CREATE"]),
+            rule("batch", "jobs", &["CREATE"]),
+        ]
+    );
+    assert_eq!(m.object_selector, Some(only_labelled_objects()));
+    assert_eq!(m.namespace_selector, Some(not_in_system_namespaces()));
+    assert_eq!(m.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(m.side_effects, "None");
+    assert_eq!(m.timeout_seconds, Some(5));
+    assert_eq!(m.admission_review_versions, strings(&["v1"]));
+    assert_eq!(m.match_policy.as_deref(), Some("Equivalent"));
+    assert_eq!(m.reinvocation_policy.as_deref(), Some("IfNeeded"));
+    assert_eq!(m.match_conditions, None);
+
+    assert_eq!(v.name, "validate.dljob.dev");
+    assert_eq!(
+        v.rules.unwrap(),
+        vec![
+            rule("", "pods", &["CREATE", "UPDATE"]),
+            rule("apps", "statefulsets", &["CREATE", "UPDATE"]),
+            rule("batch", "jobs", &["CREATE", "UPDATE"]),
+        ]
+    );
+    assert_eq!(v.object_selector, Some(only_labelled_objects()));
+    assert_eq!(v.namespace_selector, Some(not_in_system_namespaces()));
+    assert_eq!(v.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(v.side_effects, "None");
+    assert_eq!(v.timeout_seconds, Some(5));
+    assert_eq!(v.admission_review_versions, strings(&["v1"]));
+    assert_eq!(v.match_policy.as_deref(), Some("Equivalent"));
+    assert_eq!(v.match_conditions, None);
+
+    for (cc, path) in [
+        (&m.client_config, "/mutate"),
+        (&v.client_config, "/validate"),
+    ] {
+        let service = cc.service.as_ref().expect("deploy/ points at the Service");
+        assert_eq!(cc.url, None);
+        assert_eq!(service.name, "dljob");
+        assert_eq!(service.namespace, "dljob-system");
+        assert_eq!(service.path.as_deref(), Some(path));
+        assert_eq!(service.port, Some(443));
+    }
+    (m.client_config, v.client_config)
+}
+
+/// A webhook configuration as JSON with the parts that legitimately differ
+/// between renderings (labels, annotations, clientConfig) removed.
+fn without_client_config_and_labels(mut doc: Value) -> Value {
+    let meta = doc["metadata"].as_object_mut().unwrap();
+    meta.remove("labels");
+    meta.remove("annotations");
+    for webhook in doc["webhooks"].as_array_mut().unwrap() {
+        webhook.as_object_mut().unwrap().remove("clientConfig");
+    }
+    doc
+}
+
+fn webhook_docs(docs: &[Value]) -> Vec<Value> {
+    docs.iter()
+        .filter(|d| {
+            d["kind"]
+                .as_str()
+                .unwrap()
+                .ends_with("WebhookConfiguration")
+        })
+        .cloned()
+        .map(without_client_config_and_labels)
+        .collect()
+}
+
+#[test]
+fn install_renders_exactly_the_expected_objects() {
+    let mut objects: Vec<(String, String, String)> = install()
+        .docs
+        .iter()
+        .map(|d| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                text(&d["kind"]),
+                text(&d["metadata"]["namespace"]),
+                text(&d["metadata"]["name"]),
+            )
+        })
+        .collect();
+    objects.sort();
+    let expected: Vec<(String, String, String)> = [
+        ("ClusterRole", "", "dljob"),
+        ("ClusterRoleBinding", "", "dljob"),
+        ("ConfigMap", "dljob-system", "dljob-config"),
+        ("CustomResourceDefinition", "", "dljobs.dljob.dev"),
+        ("Deployment", "dljob-system", "dljob"),
+        ("MutatingWebhookConfiguration", "", "dljob"),
+        ("Namespace", "", "dljob-system"),
+        ("PodDisruptionBudget", "dljob-system", "dljob"),
+        ("Role", "dljob-system", "dljob-leader-election"),
+        ("RoleBinding", "dljob-system", "dljob-leader-election"),
+        ("Secret", "dljob-system", "dljob-tls"),
+        ("Service", "dljob-system", "dljob"),
+        ("ServiceAccount", "dljob-system", "dljob"),
+        ("ValidatingWebhookConfiguration", "", "dljob"),
+    ]
+    .into_iter()
+    .map(|(k, n, m)| (k.into(), n.into(), m.into()))
+    .collect();
+    assert_eq!(objects, expected);
+}
+
+#[test]
+fn webhooks_see_only_labelled_workloads_outside_system_namespaces() {
+    let (m, v) = assert_webhook_invariants(&install().docs);
+    // `dljob certs` put its CA in both, so the API server trusts the Service.
+    assert_eq!(m.ca_bundle, Some(ByteString(install().ca_pem.clone())));
+    assert_eq!(v.ca_bundle, Some(ByteString(install().ca_pem.clone())));
+}
+
+#[test]
+fn cert_manager_overlay_keeps_the_webhook_invariants_and_injects_the_ca() {
+    let docs = cert_manager();
+    let (m, v) = assert_webhook_invariants(docs);
+    assert_eq!(m.ca_bundle, None, "the cainjector fills it in");
+    assert_eq!(v.ca_bundle, None, "the cainjector fills it in");
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let doc = docs.iter().find(|d| d["kind"] == kind).unwrap();
+        assert_eq!(
+            doc["metadata"]["annotations"],
+            serde_json::json!({"cert-manager.io/inject-ca-from": "dljob-system/dljob"})
+        );
+    }
+    // Same webhooks as the plain install, apart from how the CA arrives.
+    assert_eq!(webhook_docs(docs), webhook_docs(&install().docs));
+}
+
+#[test]
+fn cert_manager_overlay_issues_the_service_names_into_the_mounted_secret() {
+    let docs = cert_manager();
+    let by_name = |kind: &str, name: &str| -> Value {
+        docs.iter()
+            .find(|d| {
+                d["apiVersion"] == "cert-manager.io/v1"
+                    && d["kind"] == kind
+                    && d["metadata"]["name"] == name
+            })
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+            .clone()
+    };
+    let serving = by_name("Certificate", "dljob");
+    assert_eq!(serving["metadata"]["namespace"], "dljob-system");
+    assert_eq!(
+        serving["spec"]["dnsNames"],
+        serde_json::json!(dljob::certs::service_sans("dljob", "dljob-system"))
+    );
+    assert_eq!(serving["spec"]["secretName"], "dljob-tls");
+    assert_eq!(
+        serving["spec"]["issuerRef"],
+        serde_json::json!({"kind": "Issuer", "name": "dljob-ca"})
+    );
+    let ca_issuer = by_name("Issuer", "dljob-ca");
+    assert_eq!(ca_issuer["metadata"]["namespace"], "dljob-system");
+    let ca = by_name("Certificate", "dljob-ca");
+    assert_eq!(ca["spec"]["isCA"], true);
+    assert_eq!(
+        ca["spec"]["secretName"],
+        ca_issuer["spec"]["ca"]["secretName"]
+    );
+    assert_eq!(
+        by_name("Issuer", "dljob-selfsigned")["metadata"]["namespace"],
+        "dljob-system"
+    );
+    // cert-manager writes the Secret; kustomize must not.
+    assert!(!docs.iter().any(|d| d["kind"] == "Secret"));
+    let deployment: Deployment = get(docs, "dljob");
+    let volumes = deployment.spec.template.spec.unwrap().volumes.unwrap();
+    let tls = volumes.iter().find(|v| v.name == "tls").unwrap();
+    assert_eq!(
+        tls.secret.as_ref().unwrap().secret_name.as_deref(),
+        Some("dljob-tls")
+    );
+}
+
+#[test]
+fn rendered_webhook_configurations_are_the_rust_definition() {
+    let docs = &install().docs;
+    let (m, v) =
+        install::webhook_configurations(&Endpoint::in_cluster(), Some(install().ca_pem.as_slice()));
+    let rendered = |kind: &str| {
+        let mut doc = docs.iter().find(|d| d["kind"] == kind).unwrap().clone();
+        doc["metadata"].as_object_mut().unwrap().remove("labels");
+        doc
+    };
+    assert_eq!(
+        rendered("MutatingWebhookConfiguration"),
+        serde_json::to_value(&m).unwrap()
+    );
+    assert_eq!(
+        rendered("ValidatingWebhookConfiguration"),
+        serde_json::to_value(&v).unwrap()
+    );
+}
+
+#[test]
+fn webhook_config_command_differs_from_deploy_only_in_client_config() {
+    let scratch = Scratch::new("webhook-config");
+    let ca = scratch.0.join("ca.pem");
+    std::fs::write(&ca, &install().ca_pem).unwrap();
+    let out = dljob(&[
+        "webhook-config",
+        "--url",
+        "https://192.0.2.10:8443",
+        "--ca",
+        ca.to_str().unwrap(),
+    ]);
+    let printed: Vec<Value> =
+        serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    assert_eq!(printed.len(), 2);
+    assert_eq!(webhook_docs(&printed), webhook_docs(&install().docs));
+
+    let m: MutatingWebhookConfiguration = get(&printed, "dljob");
+    let v: ValidatingWebhookConfiguration = get(&printed, "dljob");
+    let client = |url: &str| WebhookClientConfig {
+        ca_bundle: Some(ByteString(install().ca_pem.clone())),
+        service: None,
+        url: Some(url.into()),
+    };
+    assert_eq!(
+        m.webhooks.unwrap()[0].client_config,
+        client("https://192.0.2.10:8443/mutate")
+    );
+    assert_eq!(
+        v.webhooks.unwrap()[0].client_config,
+        client("https://192.0.2.10:8443/validate")
+    );
+}
+
+#[test]
+fn webhook_config_refuses_a_plain_http_url() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dljob"))
+        .args(["webhook-config", "--url", "http://127.0.0.1:8443"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("https://"), "{stderr}");
+}
+
+#[test]
+fn generated_certificate_reaches_the_mounted_secret() {
+    let install = install();
+    let secret: Secret = get(&install.docs, "dljob-tls");
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    let data = secret.data.unwrap();
+    let bytes = |k: &str| data.get(k).map(|b| b.0.clone());
+    assert_eq!(bytes("tls.crt"), Some(install.tls_crt.clone()));
+    assert_eq!(bytes("tls.key"), Some(install.tls_key.clone()));
+    assert_eq!(bytes("ca.crt"), Some(install.ca_pem.clone()));
+    assert_eq!(data.len(), 3);
+    assert!(install.tls_key.starts_with(b"-----BEGIN PRIVATE KEY-----"));
+}
+
+#[cfg(unix)]
+#[test]
+fn certs_writes_the_private_key_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new("certs-mode");
+    let out = scratch.0.join("certs");
+    dljob(&["certs", "--out", out.to_str().unwrap()]);
+    let mode = |f: &str| std::fs::metadata(out.join(f)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode("tls.key"), 0o600);
+    assert_eq!(mode("tls.crt"), 0o644);
+    let mut files: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        ["ca.pem", "kustomization.yaml", "tls.crt", "tls.key"]
+    );
+}
+
+#[test]
+fn cluster_role_grants_exact_verbs_and_no_wildcards() {
+    let docs = &install().docs;
+    let role: ClusterRole = get(docs, "dljob");
+    let mut granted: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for rule in role.rules.unwrap() {
+        assert_eq!(rule.resource_names, None);
+        assert_eq!(rule.non_resource_urls, None);
+        for group in rule.api_groups.unwrap() {
+            for resource in rule.resources.clone().unwrap() {
+                let verbs = granted.entry((group.clone(), resource)).or_default();
+                verbs.extend(rule.verbs.iter().cloned());
+                verbs.sort();
+            }
+        }
+    }
+    let expected: BTreeMap<(String, String), Vec<String>> = [
+        (
+            ("dljob.dev", "dljobs"),
+            &[
+                "create", "delete", "get", "list", "patch", "update", "watch",
+            ][..],
+        ),
+        (("dljob.dev", "dljobs/status"), &["get", "patch", "update"]),
+        (("", "pods"), &["create", "delete", "get", "list", "watch"]),
+        (("apps", "statefulsets"), &["get", "list", "patch", "watch"]),
+        (("batch", "jobs"), &["get", "list", "patch", "watch"]),
+        (
+            ("", "services"),
+            &["create", "get", "list", "patch", "watch"],
+        ),
+        (("", "secrets"), &["create", "get", "list", "watch"]),
+        (("", "events"), &["create", "patch"]),
+        (("events.k8s.io", "events"), &["create", "patch"]),
+    ]
+    .into_iter()
+    .map(|((g, r), verbs)| ((g.into(), r.into()), strings(verbs)))
+    .collect();
+    assert_eq!(granted, expected);
+
+    let lease: Role = get(docs, "dljob-leader-election");
+    assert_eq!(
+        serde_json::to_value(lease.rules.unwrap()).unwrap(),
+        serde_json::json!([{
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update", "patch"],
+        }])
+    );
+
+    let crb: ClusterRoleBinding = get(docs, "dljob");
+    let rb: RoleBinding = get(docs, "dljob-leader-election");
+    assert_eq!(crb.role_ref.name, "dljob");
+    assert_eq!(rb.role_ref.name, "dljob-leader-election");
+    for subjects in [crb.subjects.unwrap(), rb.subjects.unwrap()] {
+        assert_eq!(
+            serde_json::to_value(subjects).unwrap(),
+            serde_json::json!([{"kind": "ServiceAccount", "name": "dljob", "namespace": "dljob-system"}])
+        );
+    }
+
+    // No wildcard in any RBAC object, in any field.
+    for doc in docs
+        .iter()
+        .filter(|d| d["apiVersion"] == "rbac.authorization.k8s.io/v1")
+    {
+        assert!(!doc.to_string().contains("\"*\""), "wildcard in {doc}");
+    }
+}
+
+#[test]
+fn deployment_runs_two_restricted_probed_replicas_with_tls_and_config_mounted() {
+    let deployment: Deployment = get(&install().docs, "dljob");
+    let spec = deployment.spec;
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("dljob"));
+    let psc = pod.security_context.unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(psc.run_as_user, Some(65532));
+    assert_eq!(
+        psc.seccomp_profile.unwrap().type_,
+        "RuntimeDefault".to_owned()
+    );
+
+    let [c] = <[_; 1]>::try_from(pod.containers).unwrap();
+    assert_eq!(
+        c.image.as_deref(),
+        Some(concat!("ghcr.io/dljob/dljob:", env!("CARGO_PKG_VERSION")))
+    );
+    assert_eq!(
+        c.args.unwrap(),
+        strings(&[
+            "serve",
+            "--listen=0.0.0.0:8443",
+            "--tls-cert=/tls/tls.crt",
+            "--tls-key=/tls/tls.key",
+            "--config=/etc/dljob/config.yaml",
+            "--log-format=json",
+        ])
+    );
+    let probe_path = |p: Option<k8s_openapi::api::core::v1::Probe>| {
+        let get = p.unwrap().http_get.unwrap();
+        assert_eq!(get.scheme.as_deref(), Some("HTTPS"));
+        assert_eq!(get.port, IntOrString::String("https".into()));
+        get.path.unwrap()
+    };
+    assert_eq!(probe_path(c.readiness_probe), "/readyz");
+    assert_eq!(probe_path(c.liveness_probe), "/healthz");
+    let ports = c.ports.unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0].container_port, 8443);
+    assert_eq!(ports[0].name.as_deref(), Some("https"));
+
+    let resources = c.resources.unwrap();
+    for list in [resources.requests.unwrap(), resources.limits.unwrap()] {
+        let mut keys: Vec<_> = list.keys().cloned().collect();
+        keys.sort();
+        assert_eq!(keys, strings(&["cpu", "memory"]));
+    }
+
+    let sc = c.security_context.unwrap();
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.privileged, None);
+    let caps = sc.capabilities.unwrap();
+    assert_eq!(caps.drop, Some(strings(&["ALL"])));
+    assert_eq!(caps.add, None);
+    assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+
+    let mounts: BTreeMap<_, _> = c
+        .volume_mounts
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.name, (m.mount_path, m.read_only, m.sub_path)))
+        .collect();
+    assert_eq!(
+        mounts,
+        BTreeMap::from([
+            ("config".into(), ("/etc/dljob".into(), Some(true), None)),
+            ("tls".into(), ("/tls".into(), Some(true), None)),
+        ])
+    );
+    let volumes = pod.volumes.unwrap();
+    let volume = |n: &str| volumes.iter().find(|v| v.name == n).unwrap().clone();
+    assert_eq!(
+        volume("tls").secret.unwrap().secret_name.as_deref(),
+        Some("dljob-tls")
+    );
+    assert_eq!(volume("config").config_map.unwrap().name, "dljob-config");
+    let _: Secret = get(&install().docs, "dljob-tls");
+    let _: ConfigMap = get(&install().docs, "dljob-config");
+
+    let pdb: PodDisruptionBudget = get(&install().docs, "dljob");
+    let pdb = pdb.spec.unwrap();
+    assert_eq!(pdb.min_available, Some(IntOrString::Int(1)));
+    assert_eq!(pdb.selector, Some(spec.selector));
+}
+
+#[test]
+fn service_sends_443_to_the_webhook_port_of_the_deployment_pods() {
+    let docs = &install().docs;
+    let service: Service = get(docs, "dljob");
+    let spec = service.spec.unwrap();
+    let [port] = <[_; 1]>::try_from(spec.ports.unwrap()).unwrap();
+    assert_eq!(port.port, 443);
+    assert_eq!(port.target_port, Some(IntOrString::String("https".into())));
+    let deployment: Deployment = get(docs, "dljob");
+    let template = deployment.spec.template;
+    let pod_labels = template.metadata.unwrap().labels.unwrap();
+    let selector = spec.selector.unwrap();
+    assert!(!selector.is_empty());
+    for (k, v) in &selector {
+        assert_eq!(pod_labels.get(k), Some(v), "pods lack selector label {k}");
+    }
+    let container = &template.spec.unwrap().containers[0];
+    let named = container.ports.as_ref().unwrap();
+    assert_eq!(named[0].name.as_deref(), Some("https"));
+    assert_eq!(named[0].container_port, 8443);
+}
+
+#[test]
+fn shipped_config_and_its_commented_nvidia_example_parse() {
+    let config: ConfigMap = get(&install().docs, "dljob-config");
+    let text = config.data.unwrap().remove("config.yaml").unwrap();
+    assert_eq!(
+        dljob::config::Config::from_yaml(&text).unwrap(),
+        dljob::config::Config::default()
+    );
+    // Uncomment the accelerators example the way an admin would.
+    let start = text.find("# accelerators:").unwrap();
+    let example: String = text[start..]
+        .lines()
+        .map(|l| l.strip_prefix("# ").unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let config = dljob::config::Config::from_yaml(&example).unwrap();
+    let gpu = &config.accelerators["nvidia.com/gpu"];
+    assert_eq!(gpu.volumes[0].mount_path, "/usr/local/nvidia/lib64");
+    assert_eq!(gpu.env[0].name, "LD_LIBRARY_PATH");
+}
+
+#[test]
+fn dockerfile_builds_a_release_binary_into_a_non_root_image() {
+    let dockerfile = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
+    let froms = dockerfile
+        .lines()
+        .filter(|l| l.starts_with("FROM "))
+        .count();
+    assert!(froms >= 2, "multi-stage build expected");
+    assert!(dockerfile.contains("cargo build --release --locked"));
+    assert!(dockerfile.lines().any(|l| l.trim() == "USER 65532:65532"));
+    assert!(dockerfile.contains(concat!("version=\"", env!("CARGO_PKG_VERSION"), "\"")));
+}
