@@ -426,3 +426,24 @@ fn subcommand_help_mentions_its_flags() {
         }
     }
 }
+
+#[test]
+fn validate_cross_checks_the_members_of_one_file() {
+    let text = std::fs::read_to_string(example("tensorflow-ps/job.yaml")).unwrap();
+    // The chief alone declares one parameter server.
+    let text = text.replacen(
+        "dljob.dev/replicas: chief=1,worker=2,ps=2",
+        "dljob.dev/replicas: chief=1,worker=2,ps=1",
+        1,
+    );
+    let run = dljob(&["validate", "-f", "-"], Some(&text));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(
+        run.stdout.lines().next(),
+        Some("Pod/tf-ps-chief: dljob.dev/replicas is chief=1,worker=2,ps=1 here but chief=1,worker=2,ps=2 on StatefulSet \"tf-ps-worker\" of job \"tf-ps\"; every member of a job must agree"),
+        "{run:?}"
+    );
+    // Both sides of each disagreement are reported.
+    assert_eq!(run.stdout.lines().count(), 4, "{run:?}");
+    assert_eq!(run.stderr, "4 problems found\n");
+}

@@ -216,6 +216,7 @@ fn controller_pods(kind: Kind, workload: &Value) -> Vec<(u32, Value)> {
                         json!(format!("{name}-6c5b8d9f7")),
                     );
                     meta.insert("name".into(), json!(pod_name));
+                    meta.insert("generateName".into(), json!(format!("{name}-")));
                     meta.insert(
                         "ownerReferences".into(),
                         json!([{
