@@ -83,6 +83,11 @@ pub struct ServeArgs {
     /// Where the generated self-signed CA is written (without --tls-cert).
     #[arg(long, default_value = "dljob-ca.pem")]
     pub self_signed_ca_out: PathBuf,
+    /// Extra DNS name or IP address for the self-signed certificate (besides
+    /// localhost and 127.0.0.1), e.g. the address a cluster's API server
+    /// uses to reach this machine. Repeatable.
+    #[arg(long = "self-signed-san", value_name = "DNS|IP")]
+    pub self_signed_sans: Vec<String>,
     /// Run only the reconciler (development against a cluster).
     #[arg(long, conflicts_with = "no_reconciler")]
     pub no_webhook: bool,

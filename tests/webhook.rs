@@ -73,6 +73,7 @@ async fn start_with(
         localhost(),
         TlsSource::SelfSigned {
             ca_out: dir.join("ca.pem"),
+            extra_sans: vec!["dljob.example.test".into()],
         },
     );
     tweak(&mut settings);
@@ -1161,13 +1162,19 @@ async fn self_signed_ca_is_written_and_both_http_versions_are_served() {
             assert_eq!(c.get("/healthz").await, (StatusCode::OK, "ok\n".into()));
             assert_eq!(c.get("/readyz").await, (StatusCode::OK, "ok\n".into()));
         }
-        // A client naming 127.0.0.1 is served too.
-        let tcp = TcpStream::connect(s.addr).await.unwrap();
-        let ip = ServerName::try_from("127.0.0.1").unwrap();
-        tls_connector(&s.ca, &[b"h2"])
-            .connect(ip, tcp)
-            .await
-            .unwrap();
+        // Clients naming 127.0.0.1 or an extra SAN are served too; others not.
+        for (name, ok) in [
+            ("127.0.0.1", true),
+            ("dljob.example.test", true),
+            ("example.com", false),
+        ] {
+            let tcp = TcpStream::connect(s.addr).await.unwrap();
+            let server_name = ServerName::try_from(name).unwrap();
+            let handshake = tls_connector(&s.ca, &[b"h2"])
+                .connect(server_name, tcp)
+                .await;
+            assert_eq!(handshake.is_ok(), ok, "{name}");
+        }
     })
     .await
 }

@@ -86,7 +86,9 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 key: key.clone(),
             },
             _ => TlsSource::SelfSigned {
-                ca_out: args.self_signed_ca_out.clone(),
+                ca_out: std::path::absolute(&args.self_signed_ca_out)
+                    .unwrap_or_else(|_| args.self_signed_ca_out.clone()),
+                extra_sans: args.self_signed_sans.clone(),
             },
         };
         let settings = Settings {
@@ -103,11 +105,12 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 key = %key.display(),
                 "webhook listening (HTTPS, HTTP/2 and HTTP/1.1); certificate re-read when it changes"
             ),
-            TlsSource::SelfSigned { ca_out } => tracing::info!(
+            TlsSource::SelfSigned { ca_out, extra_sans } => tracing::info!(
                 address = %running.local_addr(),
                 ca = %ca_out.display(),
-                "webhook listening with a self-signed certificate for localhost and 127.0.0.1; \
+                "webhook listening with a self-signed certificate for localhost, 127.0.0.1{}; \
                  trust it with: curl --cacert {}",
+                extra_sans.iter().map(|s| format!(", {s}")).collect::<String>(),
                 ca_out.display()
             ),
         }

@@ -19,9 +19,13 @@ use super::reload::WatchedFiles;
 pub enum TlsSource {
     /// PEM certificate chain and key, re-read when either changes.
     Files { cert: PathBuf, key: PathBuf },
-    /// A fresh CA and a certificate for `localhost` and `127.0.0.1`; the CA
-    /// is written to `ca_out` so that clients can trust it.
-    SelfSigned { ca_out: PathBuf },
+    /// A fresh CA and a certificate for `localhost`, `127.0.0.1` and
+    /// `extra_sans`; the CA is written to `ca_out` so that clients can trust
+    /// it.
+    SelfSigned {
+        ca_out: PathBuf,
+        extra_sans: Vec<String>,
+    },
 }
 
 /// Why a certificate could not be loaded.
@@ -89,8 +93,9 @@ pub fn load(source: &TlsSource) -> Result<Loaded, TlsError> {
                 )),
             })
         }
-        TlsSource::SelfSigned { ca_out } => {
-            let sans = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+        TlsSource::SelfSigned { ca_out, extra_sans } => {
+            let mut sans = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+            sans.extend(extra_sans.iter().cloned());
             let bundle = crate::certs::generate(&sans, 365)?;
             std::fs::write(ca_out, &bundle.ca_pem)
                 .map_err(|e| TlsError::WriteCa(ca_out.clone(), e))?;
