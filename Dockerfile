@@ -1,12 +1,14 @@
-# dljob: the admission webhook and reconciler, one static-ish binary.
+# syntax=docker/dockerfile:1
+# dljob: the admission webhook and reconciler in one binary.
 #   docker build -t ghcr.io/dljob/dljob:0.1.0 .
-# Not built in CI here; deploy/ references this image name.
+# Not built in CI here (no Docker daemon on these machines); deploy/
+# references this image name. RUN --mount needs BuildKit (docker >= 23).
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY src ./src
-COPY benches ./benches
+# The whole context (see .dockerignore), so every target Cargo.toml declares
+# (benches, tests) is present when cargo reads the manifest.
+COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin dljob \
