@@ -513,20 +513,15 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
     let expected: BTreeMap<(String, String), Vec<String>> = [
         (
             ("dljob.dev", "dljobs"),
-            &[
-                "create", "delete", "get", "list", "patch", "update", "watch",
-            ][..],
+            &["create", "delete", "list", "watch"][..],
         ),
-        (("dljob.dev", "dljobs/status"), &["get", "patch", "update"]),
-        (("", "pods"), &["create", "delete", "get", "list", "watch"]),
-        (("apps", "statefulsets"), &["get", "list", "patch", "watch"]),
-        (("batch", "jobs"), &["get", "list", "patch", "watch"]),
-        (
-            ("", "services"),
-            &["create", "get", "list", "patch", "watch"],
-        ),
-        (("", "secrets"), &["create", "get", "list", "watch"]),
-        (("", "events"), &["create", "patch"]),
+        (("dljob.dev", "dljobs/status"), &["patch"]),
+        (("", "pods"), &["create", "delete", "list", "watch"]),
+        (("apps", "statefulsets"), &["list", "patch", "watch"]),
+        (("apps", "statefulsets/scale"), &["patch"]),
+        (("batch", "jobs"), &["list", "patch", "watch"]),
+        (("", "services"), &["create", "list", "watch"]),
+        (("", "secrets"), &["create", "list", "watch"]),
         (("events.k8s.io", "events"), &["create", "patch"]),
     ]
     .into_iter()
@@ -540,7 +535,7 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
         serde_json::json!([{
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["get", "create", "update", "patch"],
+            "verbs": ["get", "create", "patch"],
         }])
     );
 
