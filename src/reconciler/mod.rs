@@ -1,20 +1,276 @@
-//! The reconciler (DESIGN §5). Placeholder until the reconciler lands.
+//! The reconciler (DESIGN §5).
+//!
+//! - [`status`]: the pure status function, (observed members, previous
+//!   status, now) → (status, actions).
+//! - [`observe`]: trimming watched objects, the member index (the
+//!   validating webhook's peers, from memory) and the observations.
+//! - [`resources`]: the DLJob, Service and SSH Secret as values.
+//! - [`controller`]: the I/O: reconcile one DLJob, execute the actions,
+//!   create the DLJob on first sight of a member.
+//!
+//! Both replicas watch the members (the webhook reads the index); only the
+//! holder of the `dljob-reconciler` Lease runs the controller.
 
+pub mod controller;
+pub mod metrics;
 pub mod observe;
+pub mod resources;
 pub mod status;
 
+use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures::{future, StreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::controller::Controller;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use self::controller::{Context, Stores};
+use self::metrics::Metrics;
+use self::observe::{MemberIndex, MemberObject};
 use crate::config::Config;
-use crate::validate::{NoPeers, PeerSource};
+use crate::contract as c;
+use crate::crd::DLJob;
+use crate::validate::PeerSource;
+
+/// The Lease the replicas compete for.
+pub const LEASE_NAME: &str = "dljob-reconciler";
 
 /// Starts the reconciler in the background (leader election, controller)
 /// and returns the member cache the validating webhook reads peers from.
 /// Registers its metrics in `registry`; follows config reloads on `config`.
 pub async fn start(
-    _client: kube::Client,
-    _registry: &mut prometheus_client::registry::Registry,
-    _config: tokio::sync::watch::Receiver<Config>,
+    client: kube::Client,
+    registry: &mut prometheus_client::registry::Registry,
+    config: tokio::sync::watch::Receiver<Config>,
 ) -> anyhow::Result<(Arc<dyn PeerSource>, tokio::task::JoinHandle<()>)> {
-    Ok((Arc::new(NoPeers), tokio::spawn(async {})))
+    let metrics = Arc::new(Metrics::register(registry));
+    let index = Arc::new(MemberIndex::default());
+    let members = watcher::Config::default().labels(c::JOB);
+
+    let (pods, pod_task) =
+        watch_members::<Pod>(&client, &members, &index, &config, observe::trim_pod);
+    let (statefulsets, sts_task) = watch_members::<StatefulSet>(
+        &client,
+        &members,
+        &index,
+        &config,
+        observe::trim_statefulset,
+    );
+    let (jobs, job_task) =
+        watch_members::<Job>(&client, &members, &index, &config, observe::trim_job);
+    let (services, svc_task) = watch_metadata::<Service>(&client, &members);
+    let (secrets, secret_task) = watch_metadata::<Secret>(&client, &members);
+    let stores = Stores {
+        pods,
+        statefulsets,
+        jobs,
+        services,
+        secrets,
+    };
+
+    let lead = lead(client, index.clone(), stores, metrics, config);
+    let handle = tokio::spawn(async move {
+        future::join(
+            future::join5(pod_task, sts_task, job_task, svc_task, secret_task),
+            lead,
+        )
+        .await;
+    });
+    Ok((index, handle))
+}
+
+/// A trimmed reflector over one member kind that also feeds the index.
+fn watch_members<K>(
+    client: &Client,
+    cfg: &watcher::Config,
+    index: &Arc<MemberIndex>,
+    config: &watch::Receiver<Config>,
+    trim: fn(&mut K),
+) -> (Store<K>, impl std::future::Future<Output = ()>)
+where
+    K: MemberObject
+        + Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let index = index.clone();
+    let config = config.clone();
+    let stream = watcher(Api::<K>::all(client.clone()), cfg.clone())
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer)
+        .for_each(move |event| {
+            match event {
+                Ok(ev) => index.apply_event(&ev, &config.borrow()),
+                Err(e) => tracing::warn!(kind = %K::kind(&()), error = %e, "member watch failed"),
+            }
+            future::ready(())
+        });
+    (store, stream)
+}
+
+/// A metadata-only reflector (the owned Service and Secret: whether they
+/// exist is all the reconciler reads, and the Secret's keys never reach it).
+fn watch_metadata<K>(
+    client: &Client,
+    cfg: &watcher::Config,
+) -> (
+    Store<PartialObjectMeta<K>>,
+    impl std::future::Future<Output = ()>,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(
+        Api::<PartialObjectMeta<K>>::all(client.clone()),
+        cfg.clone(),
+    )
+    .default_backoff()
+    .modify(|o: &mut PartialObjectMeta<K>| {
+        o.managed_fields_mut().clear();
+        o.annotations_mut().clear();
+    })
+    .reflect(writer)
+    .for_each(|_| future::ready(()));
+    (store, stream)
+}
+
+/// This replica's name in the Lease and in Events.
+fn identity() -> String {
+    std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| format!("dljob-{}", std::process::id()))
+}
+
+/// Leader election: while this replica holds the Lease, run the
+/// controller and the first-sight creator; when it loses it, stop them and
+/// wait to win it again. The webhook is never affected.
+async fn lead(
+    client: Client,
+    index: Arc<MemberIndex>,
+    stores: Stores,
+    metrics: Arc<Metrics>,
+    config: watch::Receiver<Config>,
+) {
+    let namespace =
+        std::env::var("POD_NAMESPACE").unwrap_or_else(|_| client.default_namespace().to_owned());
+    let manager = loop {
+        match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
+            .with_namespace(&namespace)
+            .with_identity(identity())
+            .with_duration(15)
+            .with_grace(5)
+            .build()
+            .await
+        {
+            Ok(m) => break m,
+            Err(e) => {
+                tracing::warn!(error = %e, "leader election: cannot use the Lease, retrying");
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+        }
+    };
+    let (mut leader, _lease_task) = manager.watch().await;
+    loop {
+        if leader.wait_for(|l| *l).await.is_err() {
+            return; // the lease task ended
+        }
+        tracing::info!("leader: reconciling");
+        let mut lost = leader.clone();
+        let stop = async move {
+            let _ = lost.wait_for(|l| !*l).await;
+        };
+        run_controller(&client, &index, &stores, &metrics, &config, stop).await;
+        tracing::info!("not the leader any more: reconciling stopped");
+    }
+}
+
+/// The controller and the creator, until `stop` resolves.
+async fn run_controller(
+    client: &Client,
+    index: &Arc<MemberIndex>,
+    stores: &Stores,
+    metrics: &Arc<Metrics>,
+    config: &watch::Receiver<Config>,
+    stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let members = watcher::Config::default().labels(c::JOB);
+    let dljobs: Api<DLJob> = Api::all(client.clone());
+    let controller = Controller::new(dljobs, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().debounce(Duration::from_secs(1)))
+        .watches(Api::<Pod>::all(client.clone()), members.clone(), job_of)
+        .watches(
+            Api::<StatefulSet>::all(client.clone()),
+            members.clone(),
+            job_of,
+        )
+        .watches(Api::<Job>::all(client.clone()), members, job_of)
+        .graceful_shutdown_on(stopped(stop_rx.clone()));
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "dljob".into(),
+                instance: Some(identity()),
+            },
+        ),
+        index: index.clone(),
+        stores: stores.clone(),
+        dljobs: controller.store(),
+        metrics: metrics.clone(),
+        config: config.clone(),
+        now: controller::now,
+    });
+    let run = controller
+        .run(controller::reconcile, controller::error_policy, ctx.clone())
+        .for_each(|_| future::ready(()));
+    let create = creator(ctx, stopped(stop_rx));
+    let watch_stop = async move {
+        stop.await;
+        let _ = stop_tx.send(true);
+    };
+    future::join3(run, create, watch_stop).await;
+}
+
+/// Maps a member to its DLJob.
+fn job_of<K: Resource>(member: K) -> Option<ObjectRef<DLJob>> {
+    let job = member.meta().labels.as_ref()?.get(c::JOB)?;
+    Some(ObjectRef::new(job).within(member.meta().namespace.as_deref()?))
+}
+
+/// First sight of a member: creates the missing DLJobs every two seconds
+/// (a Controller only reconciles what is in its own store).
+async fn creator(ctx: Arc<Context>, stop: impl std::future::Future<Output = ()>) {
+    let work = async {
+        ctx.dljobs.wait_until_ready().await.ok();
+        loop {
+            if let Err(e) = controller::create_missing(&ctx.client, &ctx.index, &ctx.dljobs).await {
+                tracing::warn!(error = %e, "creating a DLJob failed");
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    };
+    futures::pin_mut!(work, stop);
+    future::select(work, stop).await;
 }

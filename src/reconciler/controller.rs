@@ -1,0 +1,362 @@
+//! The I/O around [`status::next`]: read the job's members from the
+//! reflector stores, ensure the owned objects, write the status, publish
+//! the Event and execute the actions. Nothing here decides anything.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{
+    Api, DeleteParams, PartialObjectMeta, Patch, PatchParams, PostParams, Preconditions,
+};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+
+use super::metrics::Metrics;
+use super::observe::{self, MemberIndex};
+use super::resources;
+use super::status::{self, Action, JobPlan, Observed};
+use crate::config::Config;
+use crate::contract::{self as c, Topology};
+use crate::crd::DLJob;
+use crate::frameworks;
+use crate::object::Kind;
+
+/// The field manager of every write.
+pub const MANAGER: &str = "dljob";
+
+/// Reconcile again at the latest after this long: a safety net for a
+/// member event the debounced trigger saw before the member stores did.
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// Why a reconcile failed; the controller retries it with a backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("DLJob {job} cannot be reconciled: {reason}")]
+    BadSpec { job: String, reason: String },
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("generating the SSH key: {0}")]
+    Ssh(#[from] ssh_key::Error),
+}
+
+impl Error {
+    /// The `error` label of `dljob_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::BadSpec { .. } => "bad_spec",
+            Error::Kube(_) => "kube",
+            Error::Ssh(_) => "ssh",
+        }
+    }
+}
+
+/// The members the reflectors keep, trimmed (see [`observe`]).
+#[derive(Clone)]
+pub struct Stores {
+    pub pods: Store<Pod>,
+    pub statefulsets: Store<StatefulSet>,
+    pub jobs: Store<Job>,
+    pub services: Store<PartialObjectMeta<Service>>,
+    pub secrets: Store<PartialObjectMeta<Secret>>,
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub index: Arc<MemberIndex>,
+    pub stores: Stores,
+    pub dljobs: Store<DLJob>,
+    pub metrics: Arc<Metrics>,
+    pub config: tokio::sync::watch::Receiver<Config>,
+    /// The clock (a fixed one in tests).
+    pub now: fn() -> Timestamp,
+}
+
+/// The current second: status times have one-second precision.
+pub fn now() -> Timestamp {
+    Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// The job's plan from its spec.
+pub fn plan_of(job: &DLJob) -> Result<JobPlan, Error> {
+    let bad = |reason: String| Error::BadSpec {
+        job: job.name_any(),
+        reason,
+    };
+    let framework = frameworks::by_name(&job.spec.framework)
+        .ok_or_else(|| bad(format!("unknown framework {:?}", job.spec.framework)))?;
+    let topology = Topology::parse(&job.spec.replicas).map_err(|e| bad(e.to_string()))?;
+    Ok(JobPlan {
+        framework,
+        topology,
+        policies: job.spec.policies(),
+    })
+}
+
+fn tolerate(result: Result<(), kube::Error>, codes: &[u16]) -> Result<(), kube::Error> {
+    match result {
+        Err(kube::Error::Api(s)) if codes.contains(&s.code) => Ok(()),
+        other => other,
+    }
+}
+
+const NOT_FOUND: u16 = 404;
+const CONFLICT: u16 = 409;
+
+/// Creates `object` unless it exists (AlreadyExists is success).
+async fn create_if_absent<K>(api: Api<K>, object: &K) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let pp = PostParams {
+        field_manager: Some(MANAGER.to_owned()),
+        ..PostParams::default()
+    };
+    tolerate(api.create(&pp, object).await.map(drop), &[CONFLICT])
+}
+
+/// One reconcile of one DLJob, timed and counted.
+pub async fn reconcile(job: Arc<DLJob>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let started = Instant::now();
+    let result = reconcile_job(&job, &ctx).await;
+    ctx.metrics.reconciled(started.elapsed());
+    ctx.metrics.set_phases(
+        ctx.dljobs
+            .state()
+            .iter()
+            .map(|j| j.status.as_ref().map(|s| s.phase).unwrap_or_default()),
+    );
+    if let Err(e) = &result {
+        ctx.metrics.failed(e.metric_label());
+    }
+    result
+}
+
+/// After a failed reconcile: retry soon.
+pub fn error_policy(job: Arc<DLJob>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    tracing::warn!(job = %job.name_any(), %error, "reconcile failed");
+    match error {
+        Error::BadSpec { .. } => Requeue::await_change(),
+        _ => Requeue::requeue(Duration::from_secs(15)),
+    }
+}
+
+async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
+    let name = job.name_any();
+    let namespace = job.namespace().unwrap_or_default();
+    let plan = plan_of(job)?;
+    let client = &ctx.client;
+
+    let here = |n: &str| (n.to_owned(), namespace.clone());
+    let has_service = {
+        let (n, ns) = here(&name);
+        ctx.stores
+            .services
+            .get(&ObjectRef::new(&n).within(&ns))
+            .is_some()
+    };
+    if !has_service {
+        if let Some(svc) = resources::service(job) {
+            create_if_absent(Api::<Service>::namespaced(client.clone(), &namespace), &svc).await?;
+        }
+    }
+    if resources::uses_ssh(&job.spec.framework) {
+        let secret_name = crate::mutate::ssh_secret_name(&name);
+        let has_secret = ctx
+            .stores
+            .secrets
+            .get(&ObjectRef::new(&secret_name).within(&namespace))
+            .is_some();
+        if !has_secret {
+            let key = resources::generate_key()?;
+            let domain = ctx.config.borrow().cluster_domain.clone();
+            if let Some(secret) = resources::ssh_secret(job, &key, &domain) {
+                create_if_absent(
+                    Api::<Secret>::namespaced(client.clone(), &namespace),
+                    &secret,
+                )
+                .await?;
+            }
+        }
+    }
+
+    let observed = observe_members(ctx, &namespace, &name);
+    let out = status::next(
+        &plan,
+        &observed,
+        job.status.as_ref(),
+        job.metadata.generation,
+        (ctx.now)(),
+    );
+
+    let jobs: Api<DLJob> = Api::namespaced(client.clone(), &namespace);
+    if job.status.as_ref() != Some(&out.status) {
+        let body = json!({
+            "apiVersion": "dljob.dev/v1alpha1",
+            "kind": "DLJob",
+            "status": out.status,
+        });
+        jobs.patch_status(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    }
+    if let Some(ev) = &out.event {
+        let event = Event {
+            type_: if ev.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: ev.reason.clone(),
+            note: Some(ev.note.clone()),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+            tracing::warn!(job = %name, error = %e, "publishing the phase Event failed");
+        }
+    }
+    ctx.metrics.restarts.inc_by(u64::from(out.new_restarts));
+    for action in &out.actions {
+        execute(client, &namespace, &name, action).await?;
+    }
+    Ok(Requeue::requeue(
+        out.requeue_after.map_or(RESYNC, |d| d.min(RESYNC)),
+    ))
+}
+
+/// The job's members as the status function takes them.
+pub fn observe_members(ctx: &Context, namespace: &str, job: &str) -> Observed {
+    let mut observed = Observed::default();
+    for entry in ctx.index.members(namespace, job) {
+        let m = &entry.member;
+        match m.kind {
+            Kind::Pod => {
+                let key = ObjectRef::new(&m.name).within(namespace);
+                if let Some(pod) = ctx.stores.pods.get(&key) {
+                    observed.pods.extend(observe::observe_pod(&entry, &pod));
+                }
+            }
+            Kind::StatefulSet => {
+                let key = ObjectRef::new(&m.name).within(namespace);
+                if let Some(sts) = ctx.stores.statefulsets.get(&key) {
+                    observed.workloads.push(observe::observe_statefulset(&sts));
+                }
+            }
+            Kind::Job => {
+                let key = ObjectRef::new(&m.name).within(namespace);
+                if let Some(j) = ctx.stores.jobs.get(&key) {
+                    observed.workloads.push(observe::observe_job(&j));
+                }
+            }
+        }
+    }
+    observed
+}
+
+/// Executes one action; each is idempotent (gone, already done and
+/// precondition conflicts are success).
+pub async fn execute(
+    client: &Client,
+    namespace: &str,
+    job: &str,
+    action: &Action,
+) -> Result<(), kube::Error> {
+    let merge = PatchParams {
+        field_manager: Some(MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    match action {
+        Action::DeletePod { name, uid } => {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            tolerate(
+                pods.delete(name, &dp).await.map(drop),
+                &[NOT_FOUND, CONFLICT],
+            )
+        }
+        Action::CreatePod { manifest, .. } => {
+            let pod: Pod =
+                serde_json::from_value(manifest.clone()).map_err(kube::Error::SerdeError)?;
+            create_if_absent(Api::<Pod>::namespaced(client.clone(), namespace), &pod).await
+        }
+        Action::ScaleStatefulSetToZero { name, from } => {
+            let sets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+            // The annotation first: with replicas still matching the topology
+            // the validating webhook admits the update; the scale subresource
+            // never reaches it.
+            let annotate = json!({"metadata": {"annotations": {c::SCALED_FROM: from.to_string()}}});
+            tolerate(
+                sets.patch(name, &merge, &Patch::Merge(&annotate))
+                    .await
+                    .map(drop),
+                &[NOT_FOUND],
+            )?;
+            let scale = json!({"spec": {"replicas": 0}});
+            tolerate(
+                sets.patch_scale(name, &merge, &Patch::Merge(&scale))
+                    .await
+                    .map(drop),
+                &[NOT_FOUND],
+            )
+        }
+        Action::SuspendJob { name } => {
+            let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+            let suspend = json!({"spec": {"suspend": true}});
+            tolerate(
+                jobs.patch(name, &merge, &Patch::Merge(&suspend))
+                    .await
+                    .map(drop),
+                &[NOT_FOUND],
+            )
+        }
+        Action::DeleteDLJob => {
+            let jobs: Api<DLJob> = Api::namespaced(client.clone(), namespace);
+            tolerate(
+                jobs.delete(job, &DeleteParams::background())
+                    .await
+                    .map(drop),
+                &[NOT_FOUND],
+            )
+        }
+    }
+}
+
+/// Creates the DLJob of every job that has a live member and no DLJob yet
+/// (first sight of a member). Returns how many it created.
+pub async fn create_missing(
+    client: &Client,
+    index: &MemberIndex,
+    dljobs: &Store<DLJob>,
+) -> Result<usize, kube::Error> {
+    let mut created = 0;
+    for ((namespace, name), member) in index.live_jobs() {
+        if dljobs
+            .get(&ObjectRef::new(&name).within(&namespace))
+            .is_some()
+        {
+            continue;
+        }
+        let job = resources::dljob_for(&member);
+        create_if_absent(Api::<DLJob>::namespaced(client.clone(), &namespace), &job).await?;
+        created += 1;
+    }
+    Ok(created)
+}

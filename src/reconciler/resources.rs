@@ -1,0 +1,215 @@
+//! The objects the reconciler owns, built as plain values: the DLJob from a
+//! member, the headless Service and the mpi/chainer SSH Secret.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::ObjectMeta;
+use kube::Resource;
+
+use crate::contract as c;
+use crate::crd::{DLJob, DLJobSpec, JobCleanPodPolicy, JobRestartPolicy};
+use crate::frameworks;
+use crate::member::MemberSpec;
+use crate::mutate;
+
+/// Frameworks whose pods reach each other over SSH.
+pub fn uses_ssh(framework: &str) -> bool {
+    framework == "mpi" || framework == "chainer"
+}
+
+/// The DLJob for the job `member` belongs to, from its annotations.
+pub fn dljob_for(member: &MemberSpec) -> DLJob {
+    let mut spec = DLJobSpec {
+        framework: member.framework.name().to_owned(),
+        replicas: member.topology.to_string(),
+        port: member.port,
+        restart_policy: JobRestartPolicy::ExitCode,
+        backoff_limit: 0,
+        clean_pod_policy: JobCleanPodPolicy::Running,
+        ttl_seconds_after_finished: None,
+        active_deadline_seconds: None,
+        ssh_path: uses_ssh(member.framework.name()).then(|| member.ssh_path.clone()),
+    };
+    spec.set_policies(&member.policies);
+    let mut job = DLJob::new(&member.job, spec);
+    job.metadata.namespace = Some(member.namespace.clone());
+    job.metadata.labels = Some(BTreeMap::from([(c::JOB.to_owned(), member.job.clone())]));
+    job
+}
+
+fn owned_meta(job: &DLJob, name: String, owner: OwnerReference) -> ObjectMeta {
+    let job_name = job.metadata.name.clone().unwrap_or_default();
+    ObjectMeta {
+        name: Some(name),
+        namespace: job.metadata.namespace.clone(),
+        labels: Some(BTreeMap::from([(c::JOB.to_owned(), job_name)])),
+        owner_references: Some(vec![owner]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The job's headless Service `j`: every member pod gets the DNS name
+/// `j-r-i.j.ns.svc`, ready or not. None when the DLJob has no uid yet.
+pub fn service(job: &DLJob) -> Option<Service> {
+    let owner = job.controller_owner_ref(&())?;
+    let name = job.metadata.name.clone()?;
+    Some(Service {
+        metadata: owned_meta(job, name.clone(), owner),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_owned()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(BTreeMap::from([(c::JOB.to_owned(), name)])),
+            ports: Some(vec![ServicePort {
+                name: Some(mutate::PORT_NAME.to_owned()),
+                port: i32::from(job.spec.port),
+                protocol: Some("TCP".to_owned()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// An ed25519 key pair for the job.
+pub fn generate_key() -> Result<ssh_key::PrivateKey, ssh_key::Error> {
+    ssh_key::PrivateKey::random(&mut rand_core::OsRng, ssh_key::Algorithm::Ed25519)
+}
+
+/// The ssh client config: every host of the topology, no host key checks
+/// (the hosts' keys are generated at pod start and unknown in advance).
+pub fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> Option<String> {
+    let topology = c::Topology::parse(&job.spec.replicas).ok()?;
+    let name = job.metadata.name.as_deref()?;
+    let namespace = job.metadata.namespace.as_deref()?;
+    let view = frameworks::Job {
+        name,
+        namespace,
+        cluster_domain,
+        topology: &topology,
+        port: job.spec.port,
+        slots: 1,
+        elastic: None,
+    };
+    let mut out = String::new();
+    for (role, count) in topology.roles() {
+        for index in 0..count {
+            let short = c::pod_hostname(name, role, index);
+            let fqdn = view.host(role, index);
+            out.push_str(&format!(
+                "Host {short} {fqdn}\n    HostName {fqdn}\n    Port {}\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    IdentityFile {ssh_path}/id_ed25519\n\n",
+                job.spec.port
+            ));
+        }
+    }
+    Some(out)
+}
+
+/// The Secret `j-ssh` the webhook mounts on mpi/chainer pods: the key
+/// pair, `authorized_keys` and the ssh `config`.
+pub fn ssh_secret(job: &DLJob, key: &ssh_key::PrivateKey, cluster_domain: &str) -> Option<Secret> {
+    let owner = job.controller_owner_ref(&())?;
+    let name = job.metadata.name.as_deref()?;
+    let ssh_path = job
+        .spec
+        .ssh_path
+        .as_deref()
+        .unwrap_or(crate::member::DEFAULT_SSH_PATH);
+    let private = key.to_openssh(ssh_key::LineEnding::LF).ok()?.to_string();
+    let public = key.public_key().to_openssh().ok()?;
+    let string_data = BTreeMap::from([
+        ("id_ed25519".to_owned(), private),
+        ("id_ed25519.pub".to_owned(), format!("{public}\n")),
+        ("authorized_keys".to_owned(), format!("{public}\n")),
+        (
+            "config".to_owned(),
+            ssh_config(job, ssh_path, cluster_domain)?,
+        ),
+    ]);
+    Some(Secret {
+        metadata: owned_meta(job, mutate::ssh_secret_name(name), owner),
+        string_data: Some(string_data),
+        type_: Some("Opaque".to_owned()),
+        ..Secret::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(framework: &str, replicas: &str, port: u16) -> DLJob {
+        let mut j = DLJob::new(
+            "mnist",
+            DLJobSpec {
+                framework: framework.into(),
+                replicas: replicas.into(),
+                port,
+                restart_policy: JobRestartPolicy::ExitCode,
+                backoff_limit: 3,
+                clean_pod_policy: JobCleanPodPolicy::Running,
+                ttl_seconds_after_finished: None,
+                active_deadline_seconds: None,
+                ssh_path: None,
+            },
+        );
+        j.metadata.namespace = Some("ml".into());
+        j.metadata.uid = Some("u1".into());
+        j
+    }
+
+    #[test]
+    fn service_is_headless_owned_and_selects_the_job() {
+        let svc =
+            serde_json::to_value(service(&job("pytorch", "master=1,worker=2", 23456)).unwrap())
+                .unwrap();
+        assert_eq!(
+            svc,
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {
+                    "name": "mnist", "namespace": "ml",
+                    "labels": {"dljob.dev/job": "mnist"},
+                    "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist", "uid": "u1", "controller": true}]
+                },
+                "spec": {
+                    "clusterIP": "None",
+                    "publishNotReadyAddresses": true,
+                    "selector": {"dljob.dev/job": "mnist"},
+                    "ports": [{"name": "dljob", "port": 23456, "protocol": "TCP"}]
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn ssh_secret_holds_keys_and_a_config_per_host() {
+        let key = ssh_key::PrivateKey::from(ssh_key::private::Ed25519Keypair::from_seed(&[7; 32]));
+        let s = ssh_secret(&job("mpi", "launcher=1,worker=2", 22), &key, "").unwrap();
+        assert_eq!(s.metadata.name.as_deref(), Some("mnist-ssh"));
+        let data = s.string_data.unwrap();
+        assert_eq!(
+            data.keys().collect::<Vec<_>>(),
+            ["authorized_keys", "config", "id_ed25519", "id_ed25519.pub"]
+        );
+        assert!(data["id_ed25519"].starts_with("-----BEGIN OPENSSH PRIVATE KEY-----\n"));
+        assert!(data["authorized_keys"].starts_with("ssh-ed25519 "));
+        assert_eq!(data["authorized_keys"], data["id_ed25519.pub"]);
+        assert_eq!(
+            data["config"].split("\n\n").next().unwrap(),
+            "Host mnist-launcher-0 mnist-launcher-0.mnist.ml.svc\n    HostName mnist-launcher-0.mnist.ml.svc\n    Port 22\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    IdentityFile /root/.ssh/id_ed25519"
+        );
+        assert_eq!(
+            data["config"].matches("StrictHostKeyChecking no").count(),
+            3
+        );
+        assert!(data["config"].contains("Host mnist-worker-1 mnist-worker-1.mnist.ml.svc\n"));
+        // A generated key is a different one every time.
+        assert_ne!(
+            generate_key().unwrap().public_key(),
+            generate_key().unwrap().public_key()
+        );
+    }
+}
