@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod contract;
 pub mod crd;
+pub mod edits;
 pub mod frameworks;
 pub mod install;
 pub mod manifest;

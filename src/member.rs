@@ -453,31 +453,30 @@ pub fn parse(
         .filter(|s| !s.is_empty())
         .or(namespace)
         .unwrap_or("default");
-    Ok(Some(Parsed {
-        member: MemberSpec {
-            kind,
-            name: str_at(object, &["metadata", "name"])
-                .unwrap_or("")
-                .to_owned(),
-            namespace: namespace.to_owned(),
-            job: job.to_owned(),
-            role: role.to_owned(),
-            framework,
-            topology,
-            topology_inferred: inferred,
-            index,
-            owner,
-            size,
-            port,
-            slots,
-            elastic,
-            policies,
-            container,
-            ordered_start,
-            ssh_path,
-        },
-        warnings,
-    }))
+    let member = MemberSpec {
+        kind,
+        name: str_at(object, &["metadata", "name"])
+            .unwrap_or("")
+            .to_owned(),
+        namespace: namespace.to_owned(),
+        job: job.to_owned(),
+        role: role.to_owned(),
+        framework,
+        topology,
+        topology_inferred: inferred,
+        index,
+        owner,
+        size,
+        port,
+        slots,
+        elastic,
+        policies,
+        container,
+        ordered_start,
+        ssh_path,
+    };
+    slots_warning(&member, object, &mut warnings);
+    Ok(Some(Parsed { member, warnings }))
 }
 
 fn size_mismatch(kind: Kind, n: u32, role: &str, count: u32, t: &Topology) -> String {
@@ -718,6 +717,47 @@ fn parse_policies(meta: &Meta<'_>, v: &mut Violations) -> Policies {
         v,
     );
     p
+}
+
+/// Chooses the framework container of a pod (or pod template, `pod` being
+/// the value holding `spec`): `dljob.dev/container`, else
+/// `kubectl.kubernetes.io/default-container`, else one named after the
+/// framework, else the first.
+pub fn framework_container(m: &MemberSpec, pod: &Value) -> Option<usize> {
+    let containers = object::containers(pod.get("spec")?);
+    let by_name = |n: &str| containers.iter().position(|c| object::name_of(c) == n);
+    if let Some(n) = &m.container {
+        return by_name(n);
+    }
+    object::meta_str(pod, &[], "annotations", c::K8S_DEFAULT_CONTAINER)
+        .and_then(by_name)
+        .or_else(|| by_name(m.framework.name()))
+        .or(if containers.is_empty() { None } else { Some(0) })
+}
+
+/// mpi/chainer: the hostfile gives each worker `dljob.dev/slots` slots; a
+/// worker whose framework container requests a different number of GPUs
+/// probably wants them equal. Checked on the object the user writes (the
+/// workload's template or the plain pod), where a warning reaches them.
+fn slots_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>) {
+    if !m.framework.uses_slots() || m.role != "worker" || m.owner != PodOwner::None {
+        return;
+    }
+    let Some(pod) = at(object, m.kind.pod_path()) else {
+        return;
+    };
+    let Some(i) = framework_container(m, pod) else {
+        return;
+    };
+    let gpus = object::gpu_count(&object::containers(&pod["spec"])[i]).unwrap_or(0);
+    if gpus > 0 && gpus != m.slots {
+        warnings.push(format!(
+            "the worker's framework container requests {gpus} GPUs but the hostfile gives each worker {} slot{}; set {}: \"{gpus}\" on every member",
+            m.slots,
+            if m.slots == 1 { "" } else { "s" },
+            c::SLOTS
+        ));
+    }
 }
 
 impl MemberSpec {

@@ -1,10 +1,12 @@
 //! The mutation of DESIGN §2: (object, config) → (mutated object, warnings).
 //! Pure: no I/O, no clock. Mutating a mutated object changes nothing.
 
-use serde_json::{json, Map, Value};
+use json_patch::Patch;
+use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::contract as c;
+use crate::edits::{List, PodEdits};
 use crate::frameworks::{self, Env, Member};
 use crate::member::{self, MemberSpec, Parsed, PodOwner, Violations};
 use crate::object::{self, at, Kind};
@@ -15,6 +17,8 @@ pub const HOSTFILE_DIR: &str = "/etc/dljob";
 pub const HOSTFILE_PATH: &str = "/etc/dljob/hostfile";
 /// Name of the downwardAPI volume that projects the hostfile annotation.
 pub const HOSTFILE_VOLUME: &str = "dljob-hostfile";
+/// The downward-API field the hostfile volume projects.
+pub const HOSTFILE_FIELD: &str = "metadata.annotations['dljob.dev/hostfile']";
 /// Name of the Secret volume holding the job's SSH keys (mpi, chainer).
 pub const SSH_VOLUME: &str = "dljob-ssh";
 /// Name of the container port dljob adds.
@@ -41,19 +45,27 @@ pub fn ssh_secret_name(job: &str) -> String {
     format!("{job}-ssh")
 }
 
-/// Mutates `object` of `kind`. `Ok(None)`: not a member, nothing to do.
-/// `namespace` is the request's namespace (used when the object has none).
+/// What admission does to a member: the JSON Patch and the warnings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admission {
+    pub patch: Patch,
+    pub warnings: Vec<String>,
+}
+
+/// Mutates `object` of `kind` and returns the RFC 6902 patch. `Ok(None)`:
+/// not a member, nothing to do. `namespace` is the request's namespace (used
+/// when the object has none).
 ///
 /// On UPDATE only what is still missing and still mutable is added: labels
 /// and annotations, and a StatefulSet's pod template. Pod specs and Job
 /// templates are immutable once created and are left alone.
-pub fn mutate(
+pub fn mutate_patch(
     kind: Kind,
     object: &Value,
     namespace: Option<&str>,
     operation: Operation,
     config: &Config,
-) -> Result<Option<Mutation>, Violations> {
+) -> Result<Option<Admission>, Violations> {
     let Some(Parsed {
         member,
         mut warnings,
@@ -61,21 +73,41 @@ pub fn mutate(
     else {
         return Ok(None);
     };
-    let mut out = object.clone();
-    match kind {
-        Kind::Pod => {
-            if operation == Operation::Create {
-                mutate_pod(&member, &mut out, config, &mut warnings);
-            }
+    let patch = match kind {
+        Kind::Pod if operation == Operation::Create => {
+            pod_patch(&member, object, config, &mut warnings)
         }
+        Kind::Pod => Patch(Vec::new()),
         Kind::StatefulSet | Kind::Job => {
+            // Workloads are rare and small next to pods: edit a copy and diff.
+            let mut out = object.clone();
             mutate_workload(&member, &mut out, operation, &mut warnings);
+            patch(object, &out)
         }
-    }
-    Ok(Some(Mutation {
-        object: out,
-        warnings,
-    }))
+    };
+    Ok(Some(Admission { patch, warnings }))
+}
+
+/// Like [`mutate_patch`], returning the mutated object (the offline
+/// commands print it).
+pub fn mutate(
+    kind: Kind,
+    object: &Value,
+    namespace: Option<&str>,
+    operation: Operation,
+    config: &Config,
+) -> Result<Option<Mutation>, Violations> {
+    Ok(
+        mutate_patch(kind, object, namespace, operation, config)?.map(|a| {
+            let mut out = object.clone();
+            json_patch::patch(&mut out, &a.patch)
+                .expect("dljob's own patch applies to the object it was made from");
+            Mutation {
+                object: out,
+                warnings: a.warnings,
+            }
+        }),
+    )
 }
 
 /// Workloads: the pod template carries the job's labels and annotations so
@@ -156,21 +188,7 @@ fn set_missing_at(obj: &mut Value, meta: &[&str], which: &str, key: &str, value:
     set_missing(obj, &path, key, value);
 }
 
-/// Chooses the framework container: `dljob.dev/container`, else
-/// `kubectl.kubernetes.io/default-container`, else one named after the
-/// framework, else the first.
-pub fn framework_container(m: &MemberSpec, pod: &Value) -> Option<usize> {
-    let spec = pod.get("spec")?;
-    let containers = object::containers(spec);
-    let by_name = |n: &str| containers.iter().position(|c| object::name_of(c) == n);
-    if let Some(n) = &m.container {
-        return by_name(n);
-    }
-    object::meta_str(pod, &[], "annotations", c::K8S_DEFAULT_CONTAINER)
-        .and_then(by_name)
-        .or_else(|| by_name(m.framework.name()))
-        .or(if containers.is_empty() { None } else { Some(0) })
-}
+pub use crate::member::framework_container;
 
 /// Everything dljob injects into one member pod, computed before editing.
 struct PodPlan {
@@ -201,54 +219,44 @@ fn plan_pod(m: &MemberSpec, pod: &Value, config: &Config) -> Option<PodPlan> {
     })
 }
 
-fn mutate_pod(m: &MemberSpec, pod: &mut Value, config: &Config, warnings: &mut Vec<String>) {
+/// The pod's edits as a patch (the pod is not copied).
+fn pod_patch(m: &MemberSpec, pod: &Value, config: &Config, warnings: &mut Vec<String>) -> Patch {
+    let mut edits = PodEdits::new(pod);
     let Some(plan) = plan_pod(m, pod, config) else {
         warnings.push("the pod has no containers; dljob injected nothing".to_owned());
-        return;
+        return edits.into_patch();
     };
-    if m.framework.uses_slots() && m.role == "worker" {
-        let gpus =
-            object::gpu_count(&object::containers(&pod["spec"])[plan.container]).unwrap_or(0);
-        if gpus > 0 && gpus != m.slots {
-            warnings.push(format!(
-                "the worker's framework container requests {gpus} GPUs but the hostfile gives each worker {} slot{}; set {}: \"{gpus}\" on every member",
-                m.slots,
-                if m.slots == 1 { "" } else { "s" },
-                c::SLOTS
-            ));
-        }
-    }
 
-    // Identity.
-    {
-        let spec = object::object_at_mut(pod, &["spec"]).expect("pod spec is an object");
-        if m.owner == PodOwner::None {
-            if let Some(old) = spec.get("hostname").and_then(Value::as_str) {
-                if old != plan.hostname {
+    // Identity. Controllers set these for their pods; a user's values on a
+    // plain pod are replaced with a word.
+    let spec = &pod["spec"];
+    if m.owner == PodOwner::None {
+        for (field, ours) in [
+            ("hostname", plan.hostname.as_str()),
+            ("subdomain", m.job.as_str()),
+        ] {
+            if let Some(old) = spec.get(field).and_then(Value::as_str) {
+                if old != ours {
                     warnings.push(format!(
-                        "spec.hostname \"{old}\" replaced by \"{}\": member hostnames follow the topology",
-                        plan.hostname
+                        "spec.{field} \"{old}\" replaced by \"{ours}\": member pods are named by the job's topology"
                     ));
                 }
             }
         }
-        spec.insert("hostname".into(), Value::String(plan.hostname));
-        spec.insert("subdomain".into(), Value::String(m.job.clone()));
     }
+    edits.set_spec("hostname", Value::String(plan.hostname));
+    edits.set_spec("subdomain", Value::String(m.job.clone()));
 
-    // The hostfile annotation, projected by a downwardAPI volume.
-    {
-        let ann = object::object_at_mut(pod, &["metadata", "annotations"])
-            .expect("metadata is an object");
-        ann.insert(c::HOSTFILE.into(), Value::String(plan.hostfile));
-    }
-    let mut volumes: Vec<(Value, Value)> = Vec::with_capacity(4);
+    // The hostfile annotation, projected by a downwardAPI volume; the SSH
+    // Secret for mpi and chainer.
+    edits.set_annotation(c::HOSTFILE, Value::String(plan.hostfile));
+    let mut volumes: Vec<(Value, Value)> = Vec::with_capacity(2);
     volumes.push((
         json!({
             "name": HOSTFILE_VOLUME,
             "downwardAPI": {"items": [{
                 "path": "hostfile",
-                "fieldRef": {"fieldPath": format!("metadata.annotations['{}']", c::HOSTFILE)}
+                "fieldRef": {"fieldPath": HOSTFILE_FIELD}
             }]}
         }),
         json!({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": true}),
@@ -263,84 +271,67 @@ fn mutate_pod(m: &MemberSpec, pod: &mut Value, config: &Config, warnings: &mut V
         ));
     }
 
-    let spec = object::object_at_mut(pod, &["spec"]).expect("pod spec is an object");
-    let mut pod_volumes_wanted: Vec<Value> = Vec::new();
-    let containers = spec
-        .get_mut("containers")
-        .and_then(Value::as_array_mut)
-        .expect("checked by plan_pod");
-    {
-        let fc = containers[plan.container]
-            .as_object_mut()
-            .expect("a container is an object");
-        let cname = fc
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        merge_env(
-            fc,
-            &cname,
-            plan.env.iter().map(|(n, v)| (n.as_str(), v.as_str())),
-            warnings,
-        );
-        merge_port(fc, &cname, m.port, warnings);
-        for (volume, mount) in volumes {
-            if merge_mount(fc, &cname, mount, warnings) {
-                pod_volumes_wanted.push(volume);
-            }
+    let containers = object::containers(spec);
+    let fc = plan.container;
+    let fc_name = object::name_of(&containers[fc]);
+    merge_env(
+        &mut edits,
+        fc,
+        fc_name,
+        plan.env.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+        warnings,
+    );
+    merge_port(&mut edits, fc, fc_name, m.port, warnings);
+    let mut wanted: Vec<Value> = Vec::with_capacity(4);
+    for (volume, mount) in volumes {
+        if merge_mount(&mut edits, fc, fc_name, mount, warnings) {
+            wanted.push(volume);
         }
     }
     // Accelerators: every container requesting a configured resource.
-    for container in containers.iter_mut() {
+    for (i, container) in containers.iter().enumerate() {
+        let name = object::name_of(container);
         for (resource, acc) in &config.accelerators {
             if !object::requests_resource(container, resource) {
                 continue;
             }
-            let fc = container.as_object_mut().expect("a container is an object");
-            let cname = fc
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
             merge_env(
-                fc,
-                &cname,
+                &mut edits,
+                i,
+                name,
                 acc.env.iter().map(|e| (e.name.as_str(), e.value.as_str())),
                 warnings,
             );
             for hv in &acc.volumes {
                 let mount = json!({"name": hv.name, "mountPath": hv.mount_path, "readOnly": true});
-                if merge_mount(fc, &cname, mount, warnings) {
-                    let volume = json!({"name": hv.name, "hostPath": {"path": hv.host_path}});
-                    if !pod_volumes_wanted
-                        .iter()
-                        .any(|v| object::name_of(v) == hv.name)
-                    {
-                        pod_volumes_wanted.push(volume);
-                    }
+                if merge_mount(&mut edits, i, name, mount, warnings)
+                    && !wanted.iter().any(|v| object::name_of(v) == hv.name)
+                {
+                    wanted.push(json!({"name": hv.name, "hostPath": {"path": hv.host_path}}));
                 }
             }
         }
     }
-    for volume in pod_volumes_wanted {
-        merge_volume(spec, volume, warnings);
+    for volume in wanted {
+        merge_volume(&mut edits, volume, warnings);
     }
+    edits.into_patch()
 }
 
 /// Adds each var unless the container sets it; a different user value is
 /// kept and named in a warning.
 fn merge_env<'a>(
-    container: &mut Map<String, Value>,
+    edits: &mut PodEdits<'_>,
+    container: usize,
     cname: &str,
     vars: impl Iterator<Item = (&'a str, &'a str)>,
     warnings: &mut Vec<String>,
 ) {
-    let had_env = container.contains_key("env");
-    let env = object::array_mut(container, "env").expect("env is a list");
+    let list = List::Env(container);
     for (name, value) in vars {
-        match env.iter().find(|e| object::name_of(e) == name) {
-            None => env.push(json!({"name": name, "value": value})),
+        let existing = edits.items(list).find(|e| object::name_of(e) == name);
+        match existing {
+            None => edits.append(list, json!({"name": name, "value": value})),
             Some(existing) => {
                 let same = existing.get("valueFrom").is_none()
                     && existing.get("value").and_then(Value::as_str).unwrap_or("") == value;
@@ -352,9 +343,6 @@ fn merge_env<'a>(
                 }
             }
         }
-    }
-    if env.is_empty() && !had_env {
-        container.remove("env");
     }
 }
 
@@ -373,42 +361,50 @@ fn shorten(value: &str) -> String {
 
 /// Adds the named port unless the container already declares that port.
 fn merge_port(
-    container: &mut Map<String, Value>,
+    edits: &mut PodEdits<'_>,
+    container: usize,
     cname: &str,
     port: u16,
     warnings: &mut Vec<String>,
 ) {
-    let ports = object::array_mut(container, "ports").expect("ports is a list");
+    let list = List::Ports(container);
     let number = |p: &Value| p.get("containerPort").and_then(Value::as_u64);
-    if ports.iter().any(|p| number(p) == Some(u64::from(port))) {
+    if edits
+        .items(list)
+        .any(|p| number(p) == Some(u64::from(port)))
+    {
         return;
     }
-    if let Some(existing) = ports.iter().find(|p| object::name_of(p) == PORT_NAME) {
+    if let Some(existing) = edits.items(list).find(|p| object::name_of(p) == PORT_NAME) {
         warnings.push(format!(
             "container \"{cname}\": port \"{PORT_NAME}\" is declared by the user as {} and kept; dljob would declare {port}",
             number(existing).unwrap_or(0)
         ));
         return;
     }
-    ports.push(json!({"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}));
+    edits.append(
+        list,
+        json!({"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}),
+    );
 }
 
 /// Adds a volume mount unless that path is taken. Returns whether the
 /// mount (and so its volume) is in place.
 fn merge_mount(
-    container: &mut Map<String, Value>,
+    edits: &mut PodEdits<'_>,
+    container: usize,
     cname: &str,
     mount: Value,
     warnings: &mut Vec<String>,
 ) -> bool {
-    let mounts = object::array_mut(container, "volumeMounts").expect("volumeMounts is a list");
+    let list = List::Mounts(container);
     let path = mount["mountPath"].as_str().unwrap_or("");
-    match mounts
-        .iter()
-        .find(|m| m.get("mountPath").and_then(Value::as_str) == Some(path))
-    {
+    let existing = edits
+        .items(list)
+        .find(|m| m.get("mountPath").and_then(Value::as_str) == Some(path));
+    match existing {
         None => {
-            mounts.push(mount);
+            edits.append(list, mount);
             true
         }
         Some(existing) if object::contains(existing, &mount) => true,
@@ -425,11 +421,13 @@ fn merge_mount(
 
 /// Adds a pod volume unless one of that name exists; a different user
 /// volume of the same name is kept and named in a warning.
-fn merge_volume(spec: &mut Map<String, Value>, volume: Value, warnings: &mut Vec<String>) {
-    let volumes = object::array_mut(spec, "volumes").expect("volumes is a list");
+fn merge_volume(edits: &mut PodEdits<'_>, volume: Value, warnings: &mut Vec<String>) {
     let name = object::name_of(&volume);
-    match volumes.iter().find(|v| object::name_of(v) == name) {
-        None => volumes.push(volume),
+    let existing = edits
+        .items(List::Volumes)
+        .find(|v| object::name_of(v) == name);
+    match existing {
+        None => edits.append(List::Volumes, volume),
         Some(existing) if object::contains(existing, &volume) => {}
         Some(_) => warnings.push(format!(
             "volume \"{name}\" is defined by the user and kept; dljob would define it as {volume}"
@@ -440,7 +438,7 @@ fn merge_volume(spec: &mut Map<String, Value>, volume: Value, warnings: &mut Vec
 /// The RFC 6902 patch that turns `original` into `mutated`. Parents are
 /// added whole only where they were absent; pointer escaping (`~1`) is the
 /// json-patch crate's.
-pub fn patch(original: &Value, mutated: &Value) -> json_patch::Patch {
+pub fn patch(original: &Value, mutated: &Value) -> Patch {
     json_patch::diff(original, mutated)
 }
 

@@ -273,18 +273,17 @@ fn decide(
     };
     let namespace = Some(summary.namespace.as_str()).filter(|n| !n.is_empty());
     match endpoint {
-        Endpoint::Mutate => match mutate::mutate(kind, object, namespace, operation, config) {
-            Ok(None) => Decision::allow(),
-            Ok(Some(m)) => {
-                let patch = mutate::patch(object, &m.object);
-                Decision {
-                    patch: Some(patch).filter(|p| !p.0.is_empty()),
-                    warnings: m.warnings,
+        Endpoint::Mutate => {
+            match mutate::mutate_patch(kind, object, namespace, operation, config) {
+                Ok(None) => Decision::allow(),
+                Ok(Some(a)) => Decision {
+                    patch: Some(a.patch).filter(|p| !p.0.is_empty()),
+                    warnings: a.warnings,
                     denial: None,
-                }
+                },
+                Err(v) => Decision::deny(Denial::invalid(kind.as_str(), &summary.name, v)),
             }
-            Err(v) => Decision::deny(Denial::invalid(kind.as_str(), &summary.name, v)),
-        },
+        }
         Endpoint::Validate => {
             let old = match (operation, &req.old_object) {
                 (MutateOperation::Update, Some(o @ Value::Object(_))) => Some(o),
