@@ -532,11 +532,19 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
     let lease: Role = get(docs, "dljob-leader-election");
     assert_eq!(
         serde_json::to_value(lease.rules.unwrap()).unwrap(),
-        serde_json::json!([{
-            "apiGroups": ["coordination.k8s.io"],
-            "resources": ["leases"],
-            "verbs": ["get", "create", "patch"],
-        }])
+        serde_json::json!([
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["create"],
+            },
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": [dljob::reconciler::LEASE_NAME],
+                "verbs": ["get", "patch"],
+            },
+        ])
     );
 
     let crb: ClusterRoleBinding = get(docs, "dljob");
