@@ -1,0 +1,863 @@
+//! The reconciler's I/O on kube's mocked client: every API call a reconcile
+//! makes is asserted (method, path, the body fields that matter), in the
+//! style of controller-rs' `ApiServerVerifier`; and a reconcile of an
+//! unchanged job makes none.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dljob::config::Config;
+use dljob::crd::{DLJob, DLJobSpec, JobCleanPodPolicy, JobRestartPolicy};
+use dljob::reconciler::controller::{self, Context, Stores};
+use dljob::reconciler::metrics::Metrics;
+use dljob::reconciler::observe::{self, MemberIndex, MemberObject};
+use dljob::reconciler::status::{self, ContainerState};
+use dljob::validate::PeerSource;
+use http::{Request, Response};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{PartialObjectMeta, PartialObjectMetaExt};
+use kube::client::Body;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde_json::{json, Value};
+use tower_test::mock;
+
+type Handle = mock::Handle<Request<Body>, Response<Body>>;
+
+const NS: &str = "ml";
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_700_000_000).unwrap()
+}
+
+// ---- object builders ------------------------------------------------------
+
+fn annotations(framework: &str, replicas: &str, extra: &[(&str, &str)]) -> Value {
+    let mut a = json!({"dljob.dev/framework": framework, "dljob.dev/replicas": replicas});
+    for (k, v) in extra {
+        a[*k] = json!(v);
+    }
+    a
+}
+
+/// A bare member pod whose framework container (named after the
+/// framework) is in `state` (a container state as JSON, e.g.
+/// `{"running": {}}`).
+fn bare_pod(
+    job: &str,
+    framework: &str,
+    replicas: &str,
+    role: &str,
+    index: u32,
+    state: Value,
+) -> Pod {
+    let name = format!("{role}-{index}");
+    let phase = if state.get("terminated").is_some() {
+        "Failed"
+    } else {
+        "Running"
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": NS, "uid": format!("uid-{name}"),
+            "labels": {"dljob.dev/job": job, "dljob.dev/role": role},
+            "annotations": annotations(framework, replicas, &[("dljob.dev/index", &index.to_string())]),
+        },
+        "spec": {"restartPolicy": "Never", "nodeName": "node-1", "containers": [{"name": framework, "image": "train"}]},
+        "status": {"phase": phase, "containerStatuses": [
+            {"name": framework, "image": "train", "imageID": "", "ready": true, "restartCount": 0, "state": state}
+        ]}
+    }))
+    .unwrap()
+}
+
+fn statefulset(job: &str, framework: &str, replicas: &str, role: &str, size: u32) -> StatefulSet {
+    let meta = json!({
+        "labels": {"dljob.dev/job": job, "dljob.dev/role": role},
+        "annotations": annotations(framework, replicas, &[]),
+    });
+    let mut own = meta.clone();
+    own["name"] = json!(role);
+    own["namespace"] = json!(NS);
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": own,
+        "spec": {
+            "replicas": size, "serviceName": job,
+            "selector": {"matchLabels": {"dljob.dev/role": role}},
+            "template": {"metadata": meta, "spec": {"containers": [{"name": framework}]}}
+        }
+    }))
+    .unwrap()
+}
+
+fn indexed_job(job: &str, framework: &str, replicas: &str, role: &str) -> Job {
+    let meta = json!({
+        "labels": {"dljob.dev/job": job, "dljob.dev/role": role},
+        "annotations": annotations(framework, replicas, &[]),
+    });
+    let mut own = meta.clone();
+    own["name"] = json!(role);
+    own["namespace"] = json!(NS);
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": own,
+        "spec": {
+            "completions": 1, "parallelism": 1, "completionMode": "Indexed",
+            "template": {"metadata": meta, "spec": {"restartPolicy": "Never", "containers": [{"name": framework}]}}
+        }
+    }))
+    .unwrap()
+}
+
+/// A pod the workload `owner` (`StatefulSet`/`Job`) created.
+fn owned_pod(
+    kind: &str,
+    owner: &str,
+    framework: &str,
+    replicas: &str,
+    role: &str,
+    index: u32,
+    state: Value,
+) -> Pod {
+    let mut pod = bare_pod("mnist", framework, replicas, role, index, state);
+    let m = &mut pod.metadata;
+    m.name = Some(format!("{owner}-{index}"));
+    m.uid = Some(format!("uid-{owner}-{index}"));
+    m.annotations.as_mut().unwrap().remove("dljob.dev/index");
+    let (which, key) = match kind {
+        "StatefulSet" => ("label", "apps.kubernetes.io/pod-index"),
+        _ => ("annotation", "batch.kubernetes.io/job-completion-index"),
+    };
+    match which {
+        "label" => m
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(key.into(), index.to_string()),
+        _ => m
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(key.into(), index.to_string()),
+    };
+    m.owner_references = Some(vec![serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": kind, "name": owner, "uid": "o", "controller": true
+    }))
+    .unwrap()]);
+    if kind == "StatefulSet" {
+        pod.spec.as_mut().unwrap().restart_policy = Some("Always".into());
+    }
+    pod
+}
+
+fn dljob(framework: &str, replicas: &str) -> DLJob {
+    let mut j = DLJob::new(
+        "mnist",
+        DLJobSpec {
+            framework: framework.into(),
+            replicas: replicas.into(),
+            port: 23456,
+            restart_policy: JobRestartPolicy::ExitCode,
+            backoff_limit: 3,
+            clean_pod_policy: JobCleanPodPolicy::Running,
+            ttl_seconds_after_finished: None,
+            active_deadline_seconds: None,
+            ssh_path: None,
+        },
+    );
+    j.metadata.namespace = Some(NS.into());
+    j.metadata.uid = Some("job-uid".into());
+    j.metadata.generation = Some(1);
+    j
+}
+
+fn running() -> Value {
+    json!({"running": {"startedAt": "2023-11-14T22:00:00Z"}})
+}
+
+fn terminated(code: i32, reason: &str) -> Value {
+    json!({"terminated": {"exitCode": code, "reason": reason, "containerID": "containerd://c1"}})
+}
+
+// ---- the world the reconcile sees ----------------------------------------
+
+/// Members and owned objects, as the reflectors would hold them.
+#[derive(Default)]
+struct World {
+    pods: Vec<Pod>,
+    statefulsets: Vec<StatefulSet>,
+    jobs: Vec<Job>,
+    services: Vec<&'static str>,
+    secrets: Vec<&'static str>,
+}
+
+fn fill<K>(
+    items: Vec<K>,
+    trim: fn(&mut K),
+    index: &MemberIndex,
+) -> kube::runtime::reflector::Store<K>
+where
+    K: MemberObject + Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let mut writer = Writer::default();
+    let store = writer.as_reader();
+    let config = Config::default();
+    for mut item in items {
+        trim(&mut item);
+        let ev = watcher::Event::Apply(item);
+        writer.apply_watcher_event(&ev);
+        index.apply_event(&ev, &config);
+    }
+    store
+}
+
+fn meta_store<K>(names: &[&str]) -> kube::runtime::reflector::Store<PartialObjectMeta<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let mut writer = Writer::default();
+    let store = writer.as_reader();
+    for n in names {
+        let o = kube::api::ObjectMeta {
+            name: Some((*n).into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        }
+        .into_request_partial::<K>();
+        writer.apply_watcher_event(&watcher::Event::Apply(o));
+    }
+    store
+}
+
+fn context(world: World, dljobs: Vec<DLJob>) -> (Arc<Context>, Handle) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let index = Arc::new(MemberIndex::default());
+    let stores = Stores {
+        pods: fill(world.pods, observe::trim_pod, &index),
+        statefulsets: fill(world.statefulsets, observe::trim_statefulset, &index),
+        jobs: fill(world.jobs, observe::trim_job, &index),
+        services: meta_store::<Service>(&world.services),
+        secrets: meta_store::<Secret>(&world.secrets),
+    };
+    let mut writer = Writer::default();
+    let dljob_store = writer.as_reader();
+    for j in dljobs {
+        writer.apply_watcher_event(&watcher::Event::Apply(j));
+    }
+    let (_tx, config) = tokio::sync::watch::channel(Config::default());
+    let ctx = Context {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "dljob".into(),
+                instance: Some("test".into()),
+            },
+        ),
+        client,
+        index,
+        stores,
+        dljobs: dljob_store,
+        metrics: Arc::new(Metrics::default()),
+        config,
+        now,
+    };
+    (Arc::new(ctx), handle)
+}
+
+// ---- the verifier ----------------------------------------------------------
+
+/// One expected API call: method, path with query, a check of the body,
+/// and the response to send.
+struct Call {
+    method: &'static str,
+    uri: String,
+    check: Box<dyn Fn(&Value) + Send>,
+    respond: Value,
+}
+
+fn call(
+    method: &'static str,
+    uri: impl Into<String>,
+    check: impl Fn(&Value) + Send + 'static,
+    respond: Value,
+) -> Call {
+    Call {
+        method,
+        uri: uri.into(),
+        check: Box::new(check),
+        respond,
+    }
+}
+
+/// Serves `calls` in order, then asserts that no other call comes before
+/// every client is dropped.
+async fn verify(mut handle: Handle, calls: Vec<Call>) {
+    for expected in calls {
+        let (request, send) = handle.next_request().await.unwrap_or_else(|| {
+            panic!("expected {} {}, got no call", expected.method, expected.uri)
+        });
+        assert_eq!(
+            (request.method().as_str(), request.uri().to_string()),
+            (expected.method, expected.uri.clone()),
+        );
+        let bytes = request.into_body().collect_bytes().await.unwrap();
+        let body: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap()
+        };
+        (expected.check)(&body);
+        let respond = if expected.respond.is_null() {
+            body
+        } else {
+            expected.respond
+        };
+        send.send_response(
+            Response::builder()
+                .body(Body::from(serde_json::to_vec(&respond).unwrap()))
+                .unwrap(),
+        );
+    }
+    if let Some((request, _)) = handle.next_request().await {
+        panic!("unexpected call {} {}", request.method(), request.uri());
+    }
+}
+
+/// Runs one reconcile against the verifier, both bounded by a timeout;
+/// returns the metrics it left.
+async fn reconcile_expecting(
+    job: DLJob,
+    ctx: Arc<Context>,
+    handle: Handle,
+    calls: Vec<Call>,
+) -> Arc<Metrics> {
+    let verifier = tokio::spawn(verify(handle, calls));
+    let metrics = ctx.metrics.clone();
+    let result = tokio::time::timeout(
+        Duration::from_secs(5),
+        controller::reconcile(Arc::new(job), ctx),
+    )
+    .await
+    .expect("reconcile timed out");
+    result.expect("reconcile failed");
+    tokio::time::timeout(Duration::from_secs(5), verifier)
+        .await
+        .expect("verifier timed out")
+        .expect("verifier panicked");
+    metrics
+}
+
+fn status_uri() -> String {
+    format!("/apis/dljob.dev/v1alpha1/namespaces/{NS}/dljobs/mnist/status?&force=true&fieldManager=dljob")
+}
+
+fn events_uri() -> String {
+    format!("/apis/events.k8s.io/v1/namespaces/{NS}/events?")
+}
+
+fn with_status(job: &DLJob, status: &Value) -> Value {
+    let mut j = serde_json::to_value(job).unwrap();
+    j["status"] = status["status"].clone();
+    j
+}
+
+// ---- the scenarios ---------------------------------------------------------
+
+const PYTORCH: &str = "master=1,worker=1";
+
+#[tokio::test]
+async fn new_job_gets_its_service_a_status_and_an_event() {
+    let job = dljob("pytorch", PYTORCH);
+    let world = World {
+        pods: vec![
+            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
+        ],
+        ..World::default()
+    };
+    let (ctx, handle) = context(world, vec![job.clone()]);
+    let jj = job.clone();
+    let metrics = reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "POST",
+                format!("/api/v1/namespaces/{NS}/services?&fieldManager=dljob"),
+                |b| {
+                    assert_eq!(b["metadata"]["name"], "mnist");
+                    assert_eq!(b["metadata"]["ownerReferences"][0]["uid"], "job-uid");
+                    assert_eq!(b["metadata"]["ownerReferences"][0]["controller"], true);
+                    assert_eq!(
+                        b["spec"],
+                        json!({
+                            "clusterIP": "None", "publishNotReadyAddresses": true,
+                            "selector": {"dljob.dev/job": "mnist"},
+                            "ports": [{"name": "dljob", "port": 23456, "protocol": "TCP"}]
+                        })
+                    );
+                },
+                Value::Null,
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    assert_eq!(b["apiVersion"], "dljob.dev/v1alpha1");
+                    assert_eq!(b["kind"], "DLJob");
+                    let s = &b["status"];
+                    assert_eq!(s["phase"], "Running");
+                    assert_eq!(s["active"], "2/2");
+                    assert_eq!(s["observedGeneration"], 1);
+                    assert_eq!(s["startTime"], "2023-11-14T22:13:20Z");
+                    assert_eq!(
+                        s["replicas"],
+                        json!({
+                            "master": {"pending": 0, "active": 1, "succeeded": 0, "failed": 0, "restarts": 0},
+                            "worker": {"pending": 0, "active": 1, "succeeded": 0, "failed": 0, "restarts": 0}
+                        })
+                    );
+                    assert_eq!(s["coordinator"], json!({"replica": "master-0", "pod": "master-0"}));
+                    let types: Vec<&str> = s["conditions"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|c| c["type"].as_str().unwrap())
+                        .collect();
+                    assert_eq!(types, ["Created", "Running"]);
+                },
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            call(
+                "POST",
+                events_uri(),
+                |b| {
+                    assert_eq!(b["reason"], "Running");
+                    assert_eq!(b["type"], "Normal");
+                    assert_eq!(b["note"], "all 2 replicas started");
+                    assert_eq!(b["regarding"]["kind"], "DLJob");
+                    assert_eq!(b["regarding"]["name"], "mnist");
+                },
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(metrics.reconciles.get(), 1);
+}
+
+#[tokio::test]
+async fn unchanged_job_is_reconciled_without_any_call() {
+    let pods = vec![
+        bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+        bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
+    ];
+    let mut job = dljob("pytorch", PYTORCH);
+    // The status an earlier reconcile wrote for the same members.
+    let (ctx, handle) = context(
+        World {
+            pods: pods.clone(),
+            services: vec!["mnist"],
+            ..World::default()
+        },
+        vec![],
+    );
+    let plan = controller::plan_of(&job).unwrap();
+    let observed = controller::observe_members(&ctx, NS, "mnist");
+    let earlier = Timestamp::from_second(1_699_999_000).unwrap();
+    job.status = Some(status::next(&plan, &observed, None, Some(1), earlier).status);
+    reconcile_expecting(job, ctx, handle, vec![]).await;
+}
+
+#[tokio::test]
+async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
+    let mut job = dljob("pytorch", PYTORCH);
+    let healthy = vec![
+        bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+        bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
+    ];
+    let (ctx, _) = context(
+        World {
+            pods: healthy,
+            ..World::default()
+        },
+        vec![],
+    );
+    let plan = controller::plan_of(&job).unwrap();
+    let observed = controller::observe_members(&ctx, NS, "mnist");
+    job.status = Some(status::next(&plan, &observed, None, Some(1), now()).status);
+
+    let (ctx, handle) = context(
+        World {
+            pods: vec![
+                bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+                bare_pod(
+                    "mnist",
+                    "pytorch",
+                    PYTORCH,
+                    "worker",
+                    0,
+                    terminated(137, "OOMKilled"),
+                ),
+            ],
+            services: vec!["mnist"],
+            ..World::default()
+        },
+        vec![],
+    );
+    let jj = job.clone();
+    let metrics = reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    let s = &b["status"];
+                    assert_eq!(s["phase"], "Restarting");
+                    assert_eq!(s["restarts"], 1);
+                    assert_eq!(s["replicas"]["worker"]["restarts"], 1);
+                    assert_eq!(
+                        s["countedExits"],
+                        json!({"worker-0": "uid-worker-0/containerd://c1"})
+                    );
+                    let recreate = &s["pendingRecreates"][0];
+                    assert_eq!(recreate["name"], "worker-0");
+                    assert_eq!(recreate["uid"], "uid-worker-0");
+                    // Recreated from its own spec, not pinned to the old node.
+                    assert_eq!(
+                        recreate["manifest"]["spec"]["containers"][0]["image"],
+                        "train"
+                    );
+                    assert_eq!(recreate["manifest"]["spec"].get("nodeName"), None);
+                    assert_eq!(
+                        recreate["manifest"]["metadata"]["labels"]["dljob.dev/role"],
+                        "worker"
+                    );
+                },
+                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
+            ),
+            call(
+                "POST",
+                events_uri(),
+                |b| {
+                    assert_eq!(b["reason"], "Restarting");
+                    assert_eq!(b["type"], "Warning");
+                },
+                Value::Null,
+            ),
+            call(
+                "DELETE",
+                format!("/api/v1/namespaces/{NS}/pods/worker-0?"),
+                |b| assert_eq!(b["preconditions"], json!({"uid": "uid-worker-0"})),
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "worker-0"}}),
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(metrics.restarts.get(), 1);
+}
+
+#[tokio::test]
+async fn coordinator_success_stops_statefulsets_and_suspends_jobs() {
+    const TF: &str = "chief=1,worker=2";
+    let mut job = dljob("tensorflow", TF);
+    job.status = Some(Default::default());
+    let sts = statefulset("mnist", "tensorflow", TF, "worker", 2);
+    let chief = indexed_job("mnist", "tensorflow", TF, "chief");
+    let (ctx, handle) = context(
+        World {
+            pods: vec![
+                owned_pod(
+                    "Job",
+                    "chief",
+                    "tensorflow",
+                    TF,
+                    "chief",
+                    0,
+                    terminated(0, "Completed"),
+                ),
+                owned_pod(
+                    "StatefulSet",
+                    "worker",
+                    "tensorflow",
+                    TF,
+                    "worker",
+                    0,
+                    running(),
+                ),
+                owned_pod(
+                    "StatefulSet",
+                    "worker",
+                    "tensorflow",
+                    TF,
+                    "worker",
+                    1,
+                    running(),
+                ),
+            ],
+            statefulsets: vec![sts.clone()],
+            jobs: vec![chief.clone()],
+            services: vec!["mnist"],
+            ..World::default()
+        },
+        vec![],
+    );
+    let jj = job.clone();
+    let sts_json = serde_json::to_value(&sts).unwrap();
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    let s = &b["status"];
+                    assert_eq!(s["phase"], "Succeeded");
+                    assert_eq!(s["completionTime"], "2023-11-14T22:13:20Z");
+                    assert_eq!(
+                        s["coordinator"],
+                        json!({"replica": "chief-0", "pod": "chief-0", "exitCode": 0, "reason": "Completed"})
+                    );
+                },
+                with_status(&jj, &json!({"status": {"phase": "Succeeded"}})),
+            ),
+            call("POST", events_uri(), |b| assert_eq!(b["reason"], "CoordinatorSucceeded"), Value::Null),
+            call(
+                "PATCH",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/worker?&fieldManager=dljob"),
+                |b| assert_eq!(b, &json!({"metadata": {"annotations": {"dljob.dev/scaled-from": "2"}}})),
+                sts_json,
+            ),
+            call(
+                "PATCH",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/worker/scale?&fieldManager=dljob"),
+                |b| assert_eq!(b, &json!({"spec": {"replicas": 0}})),
+                json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "worker"}, "spec": {"replicas": 0}}),
+            ),
+            call(
+                "PATCH",
+                format!("/apis/batch/v1/namespaces/{NS}/jobs/chief?&fieldManager=dljob"),
+                |b| assert_eq!(b, &json!({"spec": {"suspend": true}})),
+                serde_json::to_value(&chief).unwrap(),
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn mpi_job_gets_an_ssh_secret() {
+    const MPI: &str = "launcher=1,worker=1";
+    let mut job = dljob("mpi", MPI);
+    job.spec.port = 22;
+    let (ctx, handle) = context(
+        World {
+            pods: vec![bare_pod(
+                "mnist",
+                "mpi",
+                MPI,
+                "launcher",
+                0,
+                json!({"waiting": {}}),
+            )],
+            services: vec!["mnist"],
+            ..World::default()
+        },
+        vec![],
+    );
+    let jj = job.clone();
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "POST",
+                format!("/api/v1/namespaces/{NS}/secrets?&fieldManager=dljob"),
+                |b| {
+                    assert_eq!(b["metadata"]["name"], "mnist-ssh");
+                    assert_eq!(b["metadata"]["ownerReferences"][0]["kind"], "DLJob");
+                    let data = b["stringData"].as_object().unwrap();
+                    assert_eq!(
+                        data.keys().collect::<Vec<_>>(),
+                        ["authorized_keys", "config", "id_ed25519", "id_ed25519.pub"]
+                    );
+                    assert!(data["config"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("Host mnist-launcher-0 mnist-launcher-0.mnist.ml.svc\n"));
+                },
+                Value::Null,
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                |b| assert_eq!(b["status"]["phase"], "Pending"),
+                with_status(&jj, &json!({"status": {"phase": "Pending"}})),
+            ),
+            call(
+                "POST",
+                events_uri(),
+                |b| assert_eq!(b["reason"], "Pending"),
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn first_sight_of_a_member_creates_its_dljob_once() {
+    let pod = bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running());
+    let (ctx, handle) = context(
+        World {
+            pods: vec![pod.clone()],
+            ..World::default()
+        },
+        vec![],
+    );
+    let verifier = tokio::spawn(verify(
+        handle,
+        vec![call(
+            "POST",
+            format!("/apis/dljob.dev/v1alpha1/namespaces/{NS}/dljobs?&fieldManager=dljob"),
+            |b| {
+                assert_eq!(b["metadata"]["name"], "mnist");
+                assert_eq!(
+                    b["spec"],
+                    json!({
+                        "framework": "pytorch", "replicas": "master=1,worker=1", "port": 23456,
+                        "restartPolicy": "ExitCode", "backoffLimit": 3, "cleanPodPolicy": "Running"
+                    })
+                );
+            },
+            Value::Null,
+        )],
+    ));
+    let created = tokio::time::timeout(
+        Duration::from_secs(5),
+        controller::create_missing(&ctx.client, &ctx.index, &ctx.dljobs),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(created, 1);
+    // Once the DLJob is in the store, nothing more is created.
+    let mut writer = Writer::default();
+    let store = writer.as_reader();
+    writer.apply_watcher_event(&watcher::Event::Apply(dljob("pytorch", PYTORCH)));
+    assert_eq!(
+        controller::create_missing(&ctx.client, &ctx.index, &store)
+            .await
+            .unwrap(),
+        0
+    );
+    drop(ctx);
+    tokio::time::timeout(Duration::from_secs(5), verifier)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+// ---- the index and the observations (no API at all) -----------------------
+
+#[test]
+fn peers_are_the_live_members_of_the_job() {
+    let index = MemberIndex::default();
+    let config = Config::default();
+    let mut live = bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running());
+    observe::trim_pod(&mut live);
+    let finished = bare_pod(
+        "mnist",
+        "pytorch",
+        PYTORCH,
+        "worker",
+        0,
+        terminated(0, "Completed"),
+    );
+    let mut other = bare_pod("other", "pytorch", PYTORCH, "worker", 0, running());
+    other.metadata.name = Some("other-worker-0".into());
+    for p in [live, finished, other] {
+        index.apply_event(&watcher::Event::Apply(p), &config);
+    }
+    let peers = index.peers(NS, "mnist");
+    assert_eq!(
+        peers.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
+        ["master-0"]
+    );
+    assert_eq!(index.members(NS, "mnist").len(), 2);
+    // A relist that no longer has the master forgets it.
+    index.apply_event::<Pod>(&watcher::Event::Init, &config);
+    index.apply_event::<Pod>(&watcher::Event::InitDone, &config);
+    assert!(index.peers(NS, "mnist").is_empty());
+    assert!(index.members(NS, "other").is_empty());
+}
+
+#[test]
+fn only_the_framework_container_counts() {
+    let mut pod = bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running());
+    pod.spec.as_mut().unwrap().containers.insert(
+        0,
+        serde_json::from_value(json!({"name": "log-shipper"})).unwrap(),
+    );
+    pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap().insert(
+        0,
+        serde_json::from_value(json!({
+            "name": "log-shipper", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 1, "reason": "Error"}}
+        }))
+        .unwrap(),
+    );
+    let (_, entry) = observe::entry_of(&pod, &Config::default()).unwrap();
+    assert_eq!(entry.framework_container.as_deref(), Some("pytorch"));
+    let observed = observe::observe_pod(&entry, &pod).unwrap();
+    assert_eq!(observed.container.unwrap().state, ContainerState::Running);
+}
+
+#[test]
+fn trimmed_objects_keep_only_what_the_reconciler_reads() {
+    let mut pod = owned_pod(
+        "StatefulSet",
+        "worker",
+        "pytorch",
+        "master=1,worker=2",
+        "worker",
+        1,
+        running(),
+    );
+    pod.metadata.managed_fields = Some(vec![Default::default()]);
+    pod.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("dljob.dev/hostfile".into(), "a slots=1\n".repeat(1000));
+    observe::trim_pod(&mut pod);
+    let v = serde_json::to_value(&pod).unwrap();
+    assert_eq!(v["metadata"].get("managedFields"), None);
+    assert_eq!(v["metadata"]["annotations"].get("dljob.dev/hostfile"), None);
+    assert_eq!(
+        v["spec"],
+        json!({"containers": [{"name": "pytorch"}], "restartPolicy": "Always"})
+    );
+    assert_eq!(
+        v["status"]["containerStatuses"][0],
+        json!({"name": "pytorch", "image": "", "imageID": "", "ready": true, "restartCount": 0, "state": running()})
+    );
+    // Still a member with its ordinal.
+    let (_, entry) = observe::entry_of(&pod, &Config::default()).unwrap();
+    assert_eq!(entry.member.index, Some(1));
+}
