@@ -861,3 +861,106 @@ fn trimmed_objects_keep_only_what_the_reconciler_reads() {
     let (_, entry) = observe::entry_of(&pod, &Config::default()).unwrap();
     assert_eq!(entry.member.index, Some(1));
 }
+
+// ---- memory (point 8 of the issue; run with --ignored --nocapture) --------
+
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::sync::atomic::{AtomicIsize, Ordering};
+
+    pub static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+    pub struct Counting;
+
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: counting::Counting = counting::Counting;
+
+/// A StatefulSet pod as a kube-apiserver returns it after mutation:
+/// managedFields, the hostfile annotation, env, mounts, conditions.
+fn realistic_pod(index: u32, total: u32) -> Pod {
+    let topology = format!("worker={total}");
+    let mut pod = owned_pod(
+        "StatefulSet",
+        "worker",
+        "pytorch",
+        &topology,
+        "worker",
+        index,
+        running(),
+    );
+    let hosts: String = (0..64)
+        .map(|i| format!("mnist-worker-{i}.mnist.ml.svc slots=8\n"))
+        .collect();
+    pod.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("dljob.dev/hostfile".into(), hosts);
+    let full: Value = json!({
+        "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}, "f:spec": {"f:containers": {"k:{\"name\":\"pytorch\"}": {".": {}, "f:image": {}, "f:env": {}}}}}}],
+    });
+    pod.metadata.managed_fields = serde_json::from_value(full["managedFields"].clone()).unwrap();
+    let spec = pod.spec.as_mut().unwrap();
+    spec.containers[0] = serde_json::from_value(json!({
+        "name": "pytorch", "image": "registry.example.com/team/train:2024-06-01",
+        "command": ["mpirun", "python", "train.py", "--epochs", "90"],
+        "env": (0..20).map(|i| json!({"name": format!("VAR_{i}"), "value": "x".repeat(40)})).collect::<Vec<_>>(),
+        "resources": {"limits": {"nvidia.com/gpu": "8", "cpu": "32", "memory": "256Gi"}},
+        "volumeMounts": [{"name": "dljob-ssh", "mountPath": "/root/.ssh"}, {"name": "dljob-hostfile", "mountPath": "/etc/dljob"}]
+    }))
+    .unwrap();
+    let status = pod.status.as_mut().unwrap();
+    status.conditions = serde_json::from_value(json!([
+        {"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"},
+        {"type": "Initialized", "status": "True"}, {"type": "ContainersReady", "status": "True"}
+    ]))
+    .unwrap();
+    status.pod_ip = Some("10.1.2.3".into());
+    pod
+}
+
+#[test]
+#[ignore = "a measurement: cargo test --test reconciler -- --ignored --nocapture memory"]
+fn memory_of_10000_member_pods() {
+    use std::sync::atomic::Ordering;
+    const N: u32 = 10_000;
+    let measure = |trim: bool| {
+        let config = Config::default();
+        let before = counting::LIVE.load(Ordering::Relaxed);
+        let index = MemberIndex::default();
+        let mut writer: Writer<Pod> = Writer::default();
+        // One pod at a time, as the watch delivers them: what stays
+        // allocated afterwards is what the store and the index keep.
+        let pods = (0..N).map(|i| realistic_pod(i, N));
+        for mut p in pods {
+            if trim {
+                observe::trim_pod(&mut p);
+            }
+            let ev = watcher::Event::Apply(p);
+            writer.apply_watcher_event(&ev);
+            index.apply_event(&ev, &config);
+        }
+        let after = counting::LIVE.load(Ordering::Relaxed);
+        assert_eq!(index.members(NS, "mnist").len(), N as usize);
+        (after - before) as f64 / 1e6
+    };
+    let untrimmed = measure(false);
+    let trimmed = measure(true);
+    println!(
+        "10000 member pods, store + member index: {untrimmed:.1} MB untrimmed, {trimmed:.1} MB trimmed"
+    );
+    assert!(trimmed < untrimmed / 2.0);
+}
