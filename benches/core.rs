@@ -5,7 +5,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use dljob::config::Config;
-use dljob::mutate::{mutate, patch, Operation};
+use dljob::mutate::{mutate_patch, Operation};
 use dljob::object::Kind;
 use dljob::validate::{peers_of, validate};
 use serde_json::{json, Value};
@@ -40,10 +40,10 @@ const FRAMEWORKS: &[(&str, &str, &str)] = &[
 ];
 
 fn mutate_and_patch(pod: &Value, config: &Config) -> usize {
-    let m = mutate(Kind::Pod, pod, Some("team-a"), Operation::Create, config)
+    let a = mutate_patch(Kind::Pod, pod, Some("team-a"), Operation::Create, config)
         .expect("valid member")
         .expect("a member");
-    patch(pod, &m.object).0.len()
+    a.patch.0.len()
 }
 
 fn bench_pod_per_framework(c: &mut Criterion) {

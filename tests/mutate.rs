@@ -343,14 +343,14 @@ fn statefulset_template_gets_job_labels_service_and_parallel_start() {
         json!([
             {"op": "add", "path": "/metadata/annotations/dljob.dev~1replicas", "value": "worker=3"},
             {"op": "replace", "path": "/spec/podManagementPolicy", "value": "Parallel"},
-            {"op": "add", "path": "/spec/template/metadata/labels/dljob.dev~1job", "value": "bert"},
-            {"op": "add", "path": "/spec/template/metadata/labels/dljob.dev~1role", "value": "worker"},
+            {"op": "add", "path": "/spec/serviceName", "value": "bert"},
             {"op": "add", "path": "/spec/template/metadata/annotations", "value": {
                 "dljob.dev/framework": "pytorch",
                 "dljob.dev/backoff-limit": "5",
                 "dljob.dev/replicas": "worker=3"
             }},
-            {"op": "add", "path": "/spec/serviceName", "value": "bert"}
+            {"op": "add", "path": "/spec/template/metadata/labels/dljob.dev~1job", "value": "bert"},
+            {"op": "add", "path": "/spec/template/metadata/labels/dljob.dev~1role", "value": "worker"}
         ])
     );
     assert_idempotent(Kind::StatefulSet, &m.object, &Config::default());
@@ -390,7 +390,7 @@ fn user_env_port_and_volume_win_and_are_named_in_warnings() {
         vec![
             "container \"pytorch\": env MASTER_PORT is set by the user and kept; dljob would set \"23456\"",
             "container \"pytorch\": port \"dljob\" is declared by the user as 8080 and kept; dljob would declare 23456",
-            "volume \"dljob-hostfile\" is defined by the user and kept; dljob would define it as {\"name\":\"dljob-hostfile\",\"downwardAPI\":{\"items\":[{\"path\":\"hostfile\",\"fieldRef\":{\"fieldPath\":\"metadata.annotations['dljob.dev/hostfile']\"}}]}}",
+            "volume \"dljob-hostfile\" is defined by the user and kept; dljob would define it as {\"downwardAPI\":{\"items\":[{\"fieldRef\":{\"fieldPath\":\"metadata.annotations['dljob.dev/hostfile']\"},\"path\":\"hostfile\"}]},\"name\":\"dljob-hostfile\"}",
         ]
     );
     assert_eq!(

@@ -393,7 +393,7 @@ async fn response_patch_is_a_base64_string_on_the_wire() {
         assert_eq!(status, StatusCode::OK);
         let text = std::str::from_utf8(&raw).unwrap();
         assert!(
-            text.contains(r#""patchType":"JSONPatch","patch":""#),
+            text.contains(r#""patch":""#) && text.contains(r#""patchType":"JSONPatch""#),
             "{text}"
         );
         let v: Value = serde_json::from_str(text).unwrap();

@@ -3,8 +3,6 @@
 //! its default port, and the env vars a member gets — all pure functions of
 //! the topology and the member.
 
-use std::fmt::Write;
-
 use crate::contract::{push_u32, Elastic, Topology};
 
 mod chainer;
@@ -290,7 +288,8 @@ impl Job<'_> {
     pub fn host_port(&self, role: &str, index: u32) -> String {
         let mut s = String::with_capacity(self.host_len_hint(role) + 6);
         self.push_host(&mut s, role, index);
-        let _ = write!(s, ":{}", self.port);
+        s.push(':');
+        push_u32(&mut s, self.port.into());
         s
     }
 
@@ -304,7 +303,8 @@ impl Job<'_> {
             }
             self.push_host(&mut s, role, i);
             if with_port {
-                let _ = write!(s, ":{}", self.port);
+                s.push(':');
+                push_u32(&mut s, self.port.into());
             }
         }
         s
@@ -321,7 +321,9 @@ pub fn push_hostfile_lines(out: &mut String, job: &Job<'_>, role: &str, slots: u
     out.reserve(n as usize * (job.host_len_hint(role) + 10));
     for i in 0..n {
         job.push_host(out, role, i);
-        let _ = writeln!(out, " slots={slots}");
+        out.push_str(" slots=");
+        push_u32(out, slots);
+        out.push('\n');
     }
 }
 
@@ -359,6 +361,29 @@ pub fn named_else_worker0<'t>(topology: &'t Topology, named: &[&str]) -> Option<
         .find_map(|n| topology.roles().find(|(r, _)| r == n))
         .or_else(|| topology.roles().find(|(r, _)| *r == "worker"))
         .map(|(r, _)| (r, 0))
+}
+
+/// A JSON object whose keys keep the order they were pushed in (role order
+/// in `TF_CONFIG`/`MX_CONFIG`, as the operators wrote them).
+pub struct OrderedMap<'a, V>(pub Vec<(&'a str, V)>);
+
+impl<V: serde::Serialize> serde::Serialize for OrderedMap<'_, V> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// `{"type": role, "index": i}` of `TF_CONFIG` and `MX_CONFIG`.
+#[derive(serde::Serialize)]
+pub struct Task<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    pub index: u32,
 }
 
 /// Pushes one var.

@@ -1,11 +1,24 @@
 //! MXNet parameter server (ps-lite): `DMLC_*` and `MX_CONFIG`.
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
 
-use super::{rank_order, set, Env, Framework, Job, Member, RoleRule, Roles};
+use super::{rank_order, set, Env, Framework, Job, Member, OrderedMap, RoleRule, Roles, Task};
 use crate::contract::Topology;
 
 pub struct MxNet;
+
+/// `MX_CONFIG`, as the MXNet operator wrote it.
+#[derive(Serialize)]
+struct MxConfig<'a> {
+    cluster: OrderedMap<'a, Vec<Endpoint>>,
+    task: Task<'a>,
+}
+
+#[derive(Serialize)]
+struct Endpoint {
+    url: String,
+    port: u16,
+}
 
 const ROLES: &[RoleRule] = &[
     RoleRule::exactly_one("scheduler"),
@@ -48,18 +61,27 @@ impl Framework for MxNet {
         if member.role == "worker" {
             set(env, "DMLC_WORKER_ID", member.index.to_string());
         }
-        let mut cluster = Map::new();
-        for role in rank_order(self, t) {
-            let hosts = (0..t.count_or_zero(role))
-                .map(|i| json!({"url": job.host(role, i), "port": job.port}))
-                .collect();
-            cluster.insert(role.to_owned(), Value::Array(hosts));
-        }
-        let config = json!({
-            "cluster": cluster,
-            "task": {"type": member.role, "index": member.index},
-        });
-        set(env, "MX_CONFIG", config.to_string());
+        let cluster = rank_order(self, t)
+            .into_iter()
+            .map(|role| {
+                let hosts = (0..t.count_or_zero(role))
+                    .map(|i| Endpoint {
+                        url: job.host(role, i),
+                        port: job.port,
+                    })
+                    .collect();
+                (role, hosts)
+            })
+            .collect();
+        let config = MxConfig {
+            cluster: OrderedMap(cluster),
+            task: Task {
+                kind: member.role,
+                index: member.index,
+            },
+        };
+        let json = serde_json::to_string(&config).expect("MX_CONFIG serialises");
+        set(env, "MX_CONFIG", json);
     }
 }
 

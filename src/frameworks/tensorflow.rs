@@ -1,11 +1,22 @@
 //! TensorFlow: `TF_CONFIG` for chief/master, worker, ps and evaluator.
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
 
-use super::{named_else_worker0, rank_order, set, Env, Framework, Job, Member, RoleRule, Roles};
+use super::{
+    named_else_worker0, rank_order, set, Env, Framework, Job, Member, OrderedMap, RoleRule, Roles,
+    Task,
+};
 use crate::contract::Topology;
 
 pub struct TensorFlow;
+
+/// `TF_CONFIG`, keys in the order TensorFlow's docs write them.
+#[derive(Serialize)]
+struct TfConfig<'a> {
+    cluster: OrderedMap<'a, Vec<String>>,
+    task: Task<'a>,
+    environment: &'static str,
+}
 
 const ROLES: &[RoleRule] = &[
     RoleRule::at_most_one("chief"),
@@ -42,23 +53,24 @@ impl Framework for TensorFlow {
         if job.topology.total() <= 1 {
             return;
         }
-        let mut cluster = Map::new();
-        for role in rank_order(self, job.topology) {
-            if role == "evaluator" {
-                continue;
-            }
-            let n = job.topology.count_or_zero(role);
-            let hosts = (0..n)
-                .map(|i| Value::String(job.host_port(role, i)))
-                .collect();
-            cluster.insert(role.to_owned(), Value::Array(hosts));
-        }
-        let config = json!({
-            "cluster": cluster,
-            "task": {"type": member.role, "index": member.index},
-            "environment": "cloud",
-        });
-        set(env, "TF_CONFIG", config.to_string());
+        let cluster = rank_order(self, job.topology)
+            .into_iter()
+            .filter(|role| *role != "evaluator")
+            .map(|role| {
+                let n = job.topology.count_or_zero(role);
+                (role, (0..n).map(|i| job.host_port(role, i)).collect())
+            })
+            .collect();
+        let config = TfConfig {
+            cluster: OrderedMap(cluster),
+            task: Task {
+                kind: member.role,
+                index: member.index,
+            },
+            environment: "cloud",
+        };
+        let json = serde_json::to_string(&config).expect("TF_CONFIG serialises");
+        set(env, "TF_CONFIG", json);
     }
 }
 
