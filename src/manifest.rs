@@ -99,8 +99,46 @@ pub fn describe(value: &Value) -> String {
     format!("{kind}/{name}")
 }
 
-/// Mutates every member document; others pass through as written.
-/// Stops at the first document that is refused, naming it.
+/// Whether `value` is a `kind: List` (what `kubectl get -o yaml` prints).
+fn is_list(value: &Value) -> bool {
+    value.get("kind").and_then(Value::as_str) == Some("List")
+        && value.get("items").is_some_and(Value::is_array)
+}
+
+/// The objects of a document: the document itself, or a List's items.
+fn objects(value: &Value) -> Vec<&Value> {
+    if is_list(value) {
+        value["items"]
+            .as_array()
+            .map(|a| a.iter().collect())
+            .unwrap_or_default()
+    } else {
+        vec![value]
+    }
+}
+
+/// Mutates one object; `Ok(None)` when it is not a member.
+fn mutate_one(
+    value: &Value,
+    namespace: Option<&str>,
+    config: &Config,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Value>, (String, Violations)> {
+    let Some(kind) = Kind::of(value) else {
+        return Ok(None);
+    };
+    let mutated = mutate::mutate(kind, value, namespace, Operation::Create, config)
+        .map_err(|v| (describe(value), v))?;
+    Ok(mutated.map(|m| {
+        let name = describe(&m.object);
+        warnings.extend(m.warnings.into_iter().map(|w| format!("{name}: {w}")));
+        m.object
+    }))
+}
+
+/// Mutates every member document (and the members inside `kind: List`
+/// documents); others pass through as written. Stops at the first object
+/// that is refused, naming it.
 pub fn mutate(
     docs: &[Document],
     namespace: Option<&str>,
@@ -112,28 +150,25 @@ pub fn mutate(
             out.yaml.push_str("---\n");
         }
         let mutated = match &doc.value {
-            Some(value) => match Kind::of(value) {
-                Some(kind) => mutate::mutate(kind, value, namespace, Operation::Create, config)
-                    .map_err(|v| (describe(value), v))?,
-                None => None,
-            },
+            Some(value) if is_list(value) => {
+                let mut list = value.clone();
+                let items = list["items"].as_array_mut().expect("checked by is_list");
+                for item in items.iter_mut() {
+                    if let Some(m) = mutate_one(item, namespace, config, &mut out.warnings)? {
+                        *item = m;
+                    }
+                }
+                Some(list)
+            }
+            Some(value) => mutate_one(value, namespace, config, &mut out.warnings)?,
             None => None,
         };
         match mutated {
-            Some(m) if Some(&m.object) != doc.value.as_ref() => {
-                let name = describe(&m.object);
-                out.warnings
-                    .extend(m.warnings.into_iter().map(|w| format!("{name}: {w}")));
-                let yaml =
-                    serde_saphyr::to_string(&m.object).expect("a JSON value serialises to YAML");
+            Some(m) if Some(&m) != doc.value.as_ref() => {
+                let yaml = serde_saphyr::to_string(&m).expect("a JSON value serialises to YAML");
                 out.yaml.push_str(&yaml);
             }
-            other => {
-                if let Some(m) = other {
-                    let name = describe(&m.object);
-                    out.warnings
-                        .extend(m.warnings.into_iter().map(|w| format!("{name}: {w}")));
-                }
+            _ => {
                 out.yaml.push_str(&doc.text);
                 if !doc.text.ends_with('\n') && !doc.text.is_empty() {
                     out.yaml.push('\n');
@@ -154,6 +189,7 @@ pub fn validate(
     let members: Vec<(Kind, &Value)> = docs
         .iter()
         .filter_map(|d| d.value.as_ref())
+        .flat_map(objects)
         .filter_map(|v| Kind::of(v).map(|k| (k, v)))
         .collect();
     let peers = validate::peers_of(members.iter().copied(), namespace, config);

@@ -509,7 +509,17 @@ fn workload_size(kind: Kind, object: &Value, v: &mut Violations) -> Option<u32> 
     };
     match kind {
         Kind::Pod => None,
-        Kind::StatefulSet => Some(num(&["spec", "replicas"]).unwrap_or(1)),
+        Kind::StatefulSet => {
+            let replicas = num(&["spec", "replicas"]).unwrap_or(1);
+            // A finished job's StatefulSet is scaled to 0 by the reconciler,
+            // which keeps the size it had: that is still its size.
+            let scaled_from = object::meta_str(object, &[], "annotations", c::SCALED_FROM)
+                .and_then(|s| s.trim().parse::<u32>().ok());
+            match (replicas, scaled_from) {
+                (0, Some(n)) => Some(n),
+                _ => Some(replicas),
+            }
+        }
         Kind::Job => {
             if str_at(object, &["spec", "completionMode"]) != Some("Indexed") {
                 v.push(

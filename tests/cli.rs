@@ -47,9 +47,8 @@ fn dljob(args: &[&str], stdin: Option<&str>) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_dljob"))
         .args(args)
         .current_dir(repo())
-        // Error output must not depend on the caller's backtrace setting.
-        .env_remove("RUST_BACKTRACE")
-        .env_remove("RUST_LIB_BACKTRACE")
+        // Errors are for users: no backtrace even when one is asked for.
+        .env("RUST_BACKTRACE", "1")
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -368,6 +367,8 @@ fn missing_file_is_a_clear_error() {
             run.stderr.contains("No such file or directory"),
             "{command}: {run:?}"
         );
+        assert!(!run.stderr.contains("backtrace"), "{command}: {run:?}");
+        assert_eq!(run.code, Some(2), "{command}");
     }
     let run = dljob(
         &[
@@ -446,4 +447,43 @@ fn validate_cross_checks_the_members_of_one_file() {
     // Both sides of each disagreement are reported.
     assert_eq!(run.stdout.lines().count(), 4, "{run:?}");
     assert_eq!(run.stderr, "4 problems found\n");
+}
+
+const LIST: &str = "\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: plain}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: jx-0
+    labels: {dljob.dev/job: jx, dljob.dev/role: worker}
+    annotations: {dljob.dev/framework: jax, dljob.dev/replicas: worker=2, dljob.dev/index: \"1\"}
+  spec:
+    containers: [{name: jax, image: ghcr.io/nvidia/jax:jax}]
+";
+
+#[test]
+fn members_inside_a_list_document_are_mutated_and_validated() {
+    // `kubectl get -o yaml` prints a List: its members are wired too.
+    let run = dljob(&["mutate", "-f", "-"], Some(LIST));
+    assert!(run.success(), "{run:?}");
+    assert!(run.stdout.contains("hostname: jx-worker-1"), "{run:?}");
+    assert!(
+        run.stdout
+            .contains("value: jx-worker-0.jx.default.svc:6666"),
+        "{run:?}"
+    );
+    assert!(run.stdout.contains("name: plain"), "{run:?}");
+
+    let broken = LIST.replace("dljob.dev/index: \"1\"", "dljob.dev/index: \"2\"");
+    let run = dljob(&["validate", "-f", "-"], Some(&broken));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(
+        run.stdout,
+        "Pod/jx-0: dljob.dev/index 2 is out of range: role \"worker\" has 2 replicas in dljob.dev/replicas \"worker=2\" (indexes 0 to 1)\n"
+    );
 }

@@ -166,6 +166,24 @@ fn statefulset_size_must_match_its_role_count() {
 }
 
 #[test]
+fn statefulset_stopped_by_the_reconciler_keeps_its_size() {
+    // Clean-up scales a finished job's StatefulSet to 0 and records the size
+    // in dljob.dev/scaled-from; later updates of it are still accepted.
+    let fw = json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=4", "dljob.dev/scaled-from": "4"});
+    let old = sts(
+        4,
+        json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=4"}),
+    );
+    assert!(problems_with(Kind::StatefulSet, &sts(0, fw.clone()), Some(&old), &[]).is_empty());
+    // Without the annotation, 0 replicas contradict the topology.
+    let bare = json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=4"});
+    assert_eq!(
+        problems(Kind::StatefulSet, &sts(0, bare)),
+        vec!["StatefulSet replicas is 0 but dljob.dev/replicas \"worker=4\" declares worker=4; make them equal (change the topology on every member of the job)"]
+    );
+}
+
+#[test]
 fn job_members_must_be_indexed_complete_and_fully_parallel() {
     let job = |mode: &str, completions: u32, parallelism: u32| {
         json!({
