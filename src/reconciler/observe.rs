@@ -58,6 +58,11 @@ fn names_only(spec: &mut PodSpec) {
 /// annotation, only the container statuses' states; a pod owned by a
 /// workload keeps only its container names and restart policy (a bare pod
 /// keeps its spec: the reconciler recreates it from it).
+///
+/// A pod owned by a workload also keeps only what makes it a member — the
+/// `dljob.dev/*` labels and annotations and the ones Kubernetes gives its
+/// index and default container in — and only its framework container and
+/// that container's status: nothing else of it is read back.
 pub fn trim_pod(pod: &mut Pod) {
     trim_meta(&mut pod.metadata);
     let bare = !pod
@@ -65,8 +70,15 @@ pub fn trim_pod(pod: &mut Pod) {
         .owner_references
         .as_ref()
         .is_some_and(|refs| refs.iter().any(|r| r.controller == Some(true)));
-    if let Some(spec) = pod.spec.as_mut() {
-        if !bare {
+    let mut framework = None;
+    if !bare {
+        member_keys_only(&mut pod.metadata);
+        if let Some(spec) = pod.spec.as_mut() {
+            if let Some(i) = framework_container_of(&pod.metadata, &spec.containers) {
+                let kept = spec.containers.swap_remove(i);
+                framework = Some(kept.name.clone());
+                spec.containers = vec![kept];
+            }
             names_only(spec);
         }
     }
@@ -76,6 +88,7 @@ pub fn trim_pod(pod: &mut Pod) {
             reason: status.reason,
             container_statuses: status.container_statuses.map(|list| {
                 list.into_iter()
+                    .filter(|s| framework.as_ref().is_none_or(|f| &s.name == f))
                     .map(|s| ContainerStatus {
                         name: s.name,
                         state: s.state,
@@ -89,6 +102,39 @@ pub fn trim_pod(pod: &mut Pod) {
             ..PodStatus::default()
         });
     }
+}
+
+/// Whether a label or annotation of a pod is read by [`member::parse`] or
+/// [`member::framework_container`].
+fn member_key(key: &str) -> bool {
+    key.starts_with("dljob.dev/")
+        || key == c::K8S_POD_INDEX
+        || key == c::K8S_JOB_COMPLETION_INDEX
+        || key == c::K8S_DEFAULT_CONTAINER
+}
+
+fn member_keys_only(meta: &mut ObjectMeta) {
+    for map in [meta.labels.as_mut(), meta.annotations.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        map.retain(|k, _| member_key(k));
+    }
+}
+
+/// The framework container, chosen as [`member::framework_container`]
+/// does (from the pod's own annotations and container names); None when
+/// the chosen container does not exist.
+fn framework_container_of(meta: &ObjectMeta, containers: &[Container]) -> Option<usize> {
+    let annotation = |k: &str| meta.annotations.as_ref()?.get(k).map(String::as_str);
+    let by_name = |n: &str| containers.iter().position(|c| c.name == n);
+    if let Some(n) = annotation(c::CONTAINER) {
+        return by_name(n);
+    }
+    annotation(c::K8S_DEFAULT_CONTAINER)
+        .and_then(by_name)
+        .or_else(|| annotation(c::FRAMEWORK).and_then(by_name))
+        .or(if containers.is_empty() { None } else { Some(0) })
 }
 
 /// Trims a member StatefulSet: metadata, replicas, template metadata and
@@ -480,5 +526,139 @@ pub fn observe_job(job: &Job) -> Workload {
     Workload::Job {
         name: job.name_any(),
         suspended: job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A running StatefulSet (or bare) pytorch pod with a sidecar listed
+    /// first, extra labels and annotations.
+    fn pod(owned: bool, containers: &[&str], annotations: &[(&str, &str)]) -> Pod {
+        let mut a = json!({
+            "dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=2",
+            "k8s.v1.cni.cncf.io/network-status": "[]",
+        });
+        for (k, v) in annotations {
+            a[*k] = json!(v);
+        }
+        let mut labels = json!({"dljob.dev/job": "mnist", "dljob.dev/role": "worker",
+            "controller-revision-hash": "worker-5d8f"});
+        let mut meta = json!({"name": "worker-1", "namespace": "ml", "uid": "u1",
+            "labels": labels.clone(), "annotations": a});
+        if owned {
+            labels["apps.kubernetes.io/pod-index"] = json!("1");
+            meta["labels"] = labels;
+            meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "name": "worker", "uid": "o", "controller": true}]);
+        } else {
+            meta["annotations"]["dljob.dev/index"] = json!("1");
+        }
+        let statuses: Vec<Value> = containers
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                json!({"name": n, "image": "i", "imageID": "", "ready": true, "restartCount": i,
+                "state": {"running": {}},
+                "lastState": {"terminated": {"exitCode": 137, "containerID": format!("c-{n}")}}})
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"restartPolicy": "Always", "nodeName": "n",
+                "containers": containers.iter().map(|n| json!({"name": n, "image": "i"})).collect::<Vec<_>>()},
+            "status": {"phase": "Running", "containerStatuses": statuses}
+        }))
+        .unwrap()
+    }
+
+    /// The index entry and the observation are the same before and after
+    /// trimming; returns the trimmed pod.
+    fn trims_to_the_same(pod: &Pod) -> Pod {
+        let config = Config::default();
+        let mut trimmed = pod.clone();
+        trim_pod(&mut trimmed);
+        let (k1, e1) = entry_of(pod, &config).unwrap();
+        let (k2, e2) = entry_of(&trimmed, &config).unwrap();
+        assert_eq!(k1, k2);
+        assert_eq!(format!("{:?}", e1.member), format!("{:?}", e2.member));
+        assert_eq!(e1.framework_container, e2.framework_container);
+        assert_eq!(e1.live, e2.live);
+        assert_eq!(observe_pod(&e1, pod), observe_pod(&e2, &trimmed));
+        trimmed
+    }
+
+    fn container_names(pod: &Pod) -> (Vec<&str>, Vec<&str>) {
+        let spec = pod.spec.as_ref().unwrap();
+        let statuses = pod.status.as_ref().unwrap().container_statuses.as_ref();
+        (
+            spec.containers.iter().map(|c| c.name.as_str()).collect(),
+            statuses.unwrap().iter().map(|c| c.name.as_str()).collect(),
+        )
+    }
+
+    #[test]
+    fn an_owned_pod_keeps_only_its_framework_container_and_member_keys() {
+        type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+        let cases: [Case; 4] = [
+            (&["log", "pytorch"], &[], "pytorch"),
+            (&["log", "train"], &[(c::CONTAINER, "train")], "train"),
+            (
+                &["log", "train"],
+                &[(c::K8S_DEFAULT_CONTAINER, "train")],
+                "train",
+            ),
+            (&["log", "train"], &[], "log"),
+        ];
+        for (containers, annotations, framework) in cases {
+            let trimmed = trims_to_the_same(&pod(true, containers, annotations));
+            assert_eq!(
+                container_names(&trimmed),
+                (vec![framework], vec![framework])
+            );
+            let meta = &trimmed.metadata;
+            assert!(meta.labels.as_ref().unwrap().keys().all(|k| member_key(k)));
+            assert!(meta
+                .annotations
+                .as_ref()
+                .unwrap()
+                .keys()
+                .all(|k| member_key(k)));
+        }
+    }
+
+    #[test]
+    fn an_unknown_named_container_keeps_every_container() {
+        let p = pod(true, &["log", "train"], &[(c::CONTAINER, "nope")]);
+        let mut trimmed = p.clone();
+        trim_pod(&mut trimmed);
+        assert_eq!(
+            container_names(&trimmed),
+            (vec!["log", "train"], vec!["log", "train"])
+        );
+        // Not a member either way.
+        assert!(entry_of(&p, &Config::default()).is_none());
+        assert!(entry_of(&trimmed, &Config::default()).is_none());
+    }
+
+    #[test]
+    fn a_bare_pod_keeps_its_labels_annotations_and_containers() {
+        let trimmed = trims_to_the_same(&pod(false, &["log", "pytorch"], &[]));
+        assert_eq!(
+            container_names(&trimmed),
+            (vec!["log", "pytorch"], vec!["log", "pytorch"])
+        );
+        let meta = &trimmed.metadata;
+        assert!(meta
+            .labels
+            .as_ref()
+            .unwrap()
+            .contains_key("controller-revision-hash"));
+        assert!(meta
+            .annotations
+            .as_ref()
+            .unwrap()
+            .contains_key("k8s.v1.cni.cncf.io/network-status"));
     }
 }
