@@ -63,7 +63,9 @@ pub struct Summary {
     pub message: Option<String>,
 }
 
-/// The parts of `request` dljob reads. Unknown fields are ignored.
+/// The small parts of `request` dljob reads. Unknown fields are ignored;
+/// `object` and `oldObject` are read in place (see [`decide`]) rather than
+/// deserialised here, which would deep-copy them.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Request {
@@ -75,10 +77,6 @@ struct Request {
     #[serde(default)]
     namespace: Option<String>,
     operation: String,
-    #[serde(default)]
-    object: Option<Value>,
-    #[serde(default)]
-    old_object: Option<Value>,
     #[serde(default)]
     dry_run: Option<bool>,
 }
@@ -217,7 +215,10 @@ fn decide(
     summary.kind = req.kind.kind.clone();
     summary.operation = req.operation.clone();
     summary.dry_run = req.dry_run.unwrap_or(false);
-    let main = req.object.as_ref().or(req.old_object.as_ref());
+    // As `Option<Value>` fields would read them: null is absent.
+    let req_object = request.get("object").filter(|v| !v.is_null());
+    let req_old_object = request.get("oldObject").filter(|v| !v.is_null());
+    let main = req_object.or(req_old_object);
     summary.namespace = req
         .namespace
         .clone()
@@ -256,7 +257,7 @@ fn decide(
     let Some(kind) = Kind::from_gvk(&req.kind.group, &req.kind.version, &req.kind.kind) else {
         return Decision::allow(); // a kind dljob does not handle
     };
-    let object = match &req.object {
+    let object = match req_object {
         Some(o @ Value::Object(_)) => o,
         Some(_) => {
             return Decision::deny(Denial::bad_request(format!(
@@ -285,7 +286,7 @@ fn decide(
             }
         }
         Endpoint::Validate => {
-            let old = match (operation, &req.old_object) {
+            let old = match (operation, req_old_object) {
                 (MutateOperation::Update, Some(o @ Value::Object(_))) => Some(o),
                 _ => None,
             };

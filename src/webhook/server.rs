@@ -275,16 +275,29 @@ async fn read_body(
         return Err(BodyError::TooLarge(limit));
     }
     let read = async {
-        let mut buf = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+        // A body that arrives as one chunk (the usual case) is used as is;
+        // only a body in several chunks is copied into one buffer.
+        let mut first: Option<Bytes> = None;
+        let mut buf = Vec::new();
+        let mut len = 0;
         let mut stream = body.into_data_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| BodyError::Read(e.to_string()))?;
-            if buf.len() + chunk.len() > limit {
+            len += chunk.len();
+            if len > limit {
                 return Err(BodyError::TooLarge(limit));
+            }
+            if first.is_none() && buf.is_empty() {
+                first = Some(chunk);
+                continue;
+            }
+            if let Some(f) = first.take() {
+                buf.reserve(declared.map_or(0, |n| n as usize).max(len));
+                buf.extend_from_slice(&f);
             }
             buf.extend_from_slice(&chunk);
         }
-        Ok(Bytes::from(buf))
+        Ok(first.unwrap_or_else(|| Bytes::from(buf)))
     };
     tokio::time::timeout(timeout, read)
         .await

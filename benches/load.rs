@@ -1,0 +1,846 @@
+//! Load generator for `dljob serve` (issue: evidence, point 2). Figures go in
+//! BENCHMARKS.md.
+//!
+//! ```text
+//! cargo build --release
+//! cargo bench --bench load -- [--connections 16] [--duration 10] [--rate 5000]
+//!                             [--runs 3] [--proto h1|h2] [--max-requests 1000000]
+//! ```
+//!
+//! Each run starts the release binary (`target/release/dljob serve
+//! --no-reconciler`, or `--server PATH`) as a child process on a free
+//! 127.0.0.1 port with a self-signed certificate, opens N keep-alive TLS
+//! connections to it and, on the same connections and the same server:
+//!
+//! 1. `GET /healthz` closed loop (the HTTP + TLS floor);
+//! 2. `POST /mutate` closed loop with the captured Pod reviews from
+//!    `../shared/fixtures/admission/mutate-create-pod-*.json`;
+//! 3. `POST /validate` closed loop with the `validate-create-pod-*.json` ones;
+//! 4. `POST /mutate` open loop at a fixed rate (default 5 000/s); latency is
+//!    taken from each request's *scheduled* send time, so a stalled server
+//!    cannot hide its queue (no coordinated omission).
+//!
+//! Every request carries a fresh uid; every response must be a 200 whose
+//! AdmissionReview echoes that uid with the `allowed` value the fixture got
+//! when checked (parsed in full) before the run. The server's RSS is read
+//! from /proc (VmRSS idle before and after the load, the peak while loaded,
+//! VmHWM) and its CPU time from /proc/PID/stat.
+//!
+//! Bounded: each phase stops at `--duration` seconds (at most 20) or
+//! `--max-requests` requests, each request at 5 s; only 127.0.0.1 is used;
+//! the server is killed at the end (and if this process panics). Under
+//! `cargo test --benches` (no `--bench` argument) it does nothing.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::{http1, http2};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/admission");
+const MAX_DURATION: Duration = Duration::from_secs(20);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+const UID_MARK: &str = "@@UID@@";
+
+// ------------------------------------------------------------------ options
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proto {
+    H1,
+    H2,
+}
+
+#[derive(Clone, Debug)]
+struct Options {
+    connections: usize,
+    duration: Duration,
+    rate: u64,
+    runs: usize,
+    proto: Proto,
+    max_requests: u64,
+    server: PathBuf,
+    log: Option<PathBuf>,
+}
+
+fn parse_options(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        connections: 16,
+        duration: Duration::from_secs(10),
+        rate: 5000,
+        runs: 3,
+        proto: Proto::H1,
+        max_requests: 1_000_000,
+        server: Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/dljob"),
+        log: None,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().cloned().ok_or(format!("{a} needs a value"));
+        let num = |v: String| v.parse::<u64>().map_err(|e| format!("{a} {v}: {e}"));
+        match a.as_str() {
+            "--bench" => {}
+            "--connections" => o.connections = num(value()?)?.clamp(1, 512) as usize,
+            "--duration" => {
+                o.duration = Duration::from_secs_f64(
+                    value()?.parse::<f64>().map_err(|e| format!("{a}: {e}"))?,
+                )
+                .min(MAX_DURATION)
+            }
+            "--rate" => o.rate = num(value()?)?.clamp(1, 200_000),
+            "--runs" => o.runs = num(value()?)?.clamp(1, 10) as usize,
+            "--max-requests" => o.max_requests = num(value()?)?.max(1),
+            "--proto" => {
+                o.proto = match value()?.as_str() {
+                    "h1" => Proto::H1,
+                    "h2" => Proto::H2,
+                    other => return Err(format!("--proto {other}: h1 or h2")),
+                }
+            }
+            "--server" => o.server = PathBuf::from(value()?),
+            "--log" => o.log = Some(PathBuf::from(value()?)),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(o)
+}
+
+// ----------------------------------------------------------------- reviews
+
+/// A captured review with its uid cut out: `head + uid + tail` is the body.
+struct Template {
+    name: String,
+    head: String,
+    tail: String,
+    allowed: bool,
+}
+
+impl Template {
+    fn body(&self, uid: &str) -> Bytes {
+        let mut s = String::with_capacity(self.head.len() + uid.len() + self.tail.len());
+        s.push_str(&self.head);
+        s.push_str(uid);
+        s.push_str(&self.tail);
+        Bytes::from(s)
+    }
+}
+
+fn templates(prefix: &str) -> Vec<Template> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(FIXTURES)
+        .unwrap_or_else(|e| panic!("reading {FIXTURES}: {e}"))
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".json"))
+        })
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no {prefix}*.json in {FIXTURES}");
+    paths
+        .iter()
+        .map(|p| {
+            let mut v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+            v["request"]["uid"] = Value::String(UID_MARK.into());
+            // Compact, as the API server sends it.
+            let text = v.to_string();
+            let (head, tail) = text.split_once(UID_MARK).expect("one uid");
+            assert!(!tail.contains(UID_MARK));
+            Template {
+                name: p.file_name().unwrap().to_string_lossy().into_owned(),
+                head: head.to_owned(),
+                tail: tail.to_owned(),
+                allowed: true, // set by `check_templates`
+            }
+        })
+        .collect()
+}
+
+/// The response check done on every request: the compact AdmissionReview
+/// the server writes holds `"uid":"<uid>"` and `"allowed":<bool>` exactly
+/// once each (verified against a full parse in `check_templates`).
+fn response_ok(body: &[u8], uid: &str, allowed: bool) -> bool {
+    let mut want = String::with_capacity(uid.len() + 10);
+    let _ = write!(want, "\"uid\":\"{uid}\"");
+    let allowed_field: &[u8] = if allowed {
+        b"\"allowed\":true"
+    } else {
+        b"\"allowed\":false"
+    };
+    contains(body, want.as_bytes()) && contains(body, allowed_field)
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+// --------------------------------------------------------------- the server
+
+struct ServerProcess {
+    child: Child,
+    addr: SocketAddr,
+    ca_pem: String,
+    dir: PathBuf,
+}
+
+impl ServerProcess {
+    fn start(o: &Options, run: usize) -> Self {
+        assert!(
+            o.server.exists(),
+            "{} is missing: run `cargo build --release` first (or pass --server PATH)",
+            o.server.display()
+        );
+        let dir = std::env::temp_dir().join(format!("dljob-load-{}-{run}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        // A free port on 127.0.0.1 (closed again just before the server binds).
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let log_path = o.log.clone().unwrap_or_else(|| dir.join("server.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
+        let child = Command::new(&o.server)
+            .arg("serve")
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--self-signed-ca-out")
+            .arg(&ca)
+            .arg("--no-reconciler")
+            .env_remove("RUST_LOG")
+            .env_remove("DLJOB_CONFIG")
+            .env_remove("DLJOB_TLS_CERT")
+            .env_remove("DLJOB_TLS_KEY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", o.server.display()));
+        let mut server = Self {
+            child,
+            addr,
+            ca_pem: String::new(),
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                panic!(
+                    "the server exited ({status}); its log: {}",
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                );
+            }
+            let pem = std::fs::read_to_string(&ca).unwrap_or_default();
+            if pem.contains("END CERTIFICATE") && std::net::TcpStream::connect(addr).is_ok() {
+                server.ca_pem = pem;
+                return server;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not start in 15 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// (VmRSS, VmHWM) in KiB.
+    fn memory(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("/proc/PID/status (Linux only)");
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or(0)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// User + system CPU time the server has used.
+    fn cpu(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        // Fields after the parenthesised command name; utime and stime are
+        // fields 14 and 15 (1-based), i.e. 11 and 12 after the ")".
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let f: Vec<u64> = rest
+            .split(' ')
+            .skip(11)
+            .take(2)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let ticks = 100; // USER_HZ on Linux
+        Duration::from_millis((f[0] + f[1]) * 1000 / ticks)
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// ------------------------------------------------------------------ client
+
+enum Sender {
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+async fn connect(addr: SocketAddr, ca_pem: &str, proto: Proto) -> Sender {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![match proto {
+        Proto::H1 => b"http/1.1".to_vec(),
+        Proto::H2 => b"h2".to_vec(),
+    }];
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let io = TokioIo::new(tls);
+    match proto {
+        Proto::H1 => {
+            let (s, conn) = http1::handshake(io).await.unwrap();
+            tokio::spawn(conn);
+            Sender::H1(s)
+        }
+        Proto::H2 => {
+            let (s, conn) = http2::handshake(TokioExecutor::new(), io).await.unwrap();
+            tokio::spawn(conn);
+            Sender::H2(s)
+        }
+    }
+}
+
+impl Sender {
+    async fn send(&mut self, req: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), String> {
+        let resp = match self {
+            Sender::H1(s) => {
+                s.ready().await.map_err(|e| e.to_string())?;
+                s.send_request(req).await
+            }
+            Sender::H2(s) => {
+                s.ready().await.map_err(|e| e.to_string())?;
+                s.send_request(req).await
+            }
+        }
+        .map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok((status, body))
+    }
+}
+
+/// What one phase asks for.
+#[derive(Clone, Copy)]
+enum Work {
+    Healthz,
+    Review(&'static str),
+}
+
+/// Counters and a latency histogram (ns) for one phase.
+struct Tally {
+    ok: u64,
+    failed: u64,
+    first_failure: Option<String>,
+    latency: Histogram<u64>,
+}
+
+impl Tally {
+    fn new() -> Self {
+        Self {
+            ok: 0,
+            failed: 0,
+            first_failure: None,
+            latency: Histogram::new_with_bounds(1_000, 60_000_000_000, 3).unwrap(),
+        }
+    }
+    fn add(&mut self, other: Tally) {
+        self.ok += other.ok;
+        self.failed += other.failed;
+        if self.first_failure.is_none() {
+            self.first_failure = other.first_failure;
+        }
+        self.latency.add(other.latency).unwrap();
+    }
+    fn fail(&mut self, why: String) {
+        self.failed += 1;
+        self.first_failure.get_or_insert(why);
+    }
+}
+
+/// Sends one request and checks the answer.
+async fn one(
+    sender: &mut Sender,
+    work: Work,
+    templates: &[Template],
+    seq: u64,
+    uid_prefix: &str,
+) -> Result<(), String> {
+    let (req, expect) = match work {
+        Work::Healthz => (
+            Request::get("/healthz")
+                .header("host", "localhost")
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+            None,
+        ),
+        Work::Review(path) => {
+            let t = &templates[seq as usize % templates.len()];
+            let uid = format!("{uid_prefix}-{seq:012}");
+            let req = Request::builder()
+                .method(Method::POST)
+                .uri(path)
+                .header("host", "localhost")
+                .header("content-type", "application/json")
+                .body(Full::new(t.body(&uid)))
+                .unwrap();
+            (req, Some((uid, t)))
+        }
+    };
+    let (status, body) = tokio::time::timeout(REQUEST_TIMEOUT, sender.send(req))
+        .await
+        .map_err(|_| "no answer within 5 s".to_string())??;
+    if status != StatusCode::OK {
+        return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)));
+    }
+    match expect {
+        None if body.as_ref() == b"ok\n" => Ok(()),
+        None => Err(format!("/healthz said {body:?}")),
+        Some((uid, t)) if response_ok(&body, &uid, t.allowed) => Ok(()),
+        Some((uid, t)) => Err(format!(
+            "{}: response does not echo uid {uid} with allowed={}: {}",
+            t.name,
+            t.allowed,
+            String::from_utf8_lossy(&body)
+        )),
+    }
+}
+
+/// The outcome of one phase.
+struct Phase {
+    tally: Tally,
+    elapsed: Duration,
+    server_cpu: Duration,
+    peak_rss_kib: u64,
+}
+
+impl Phase {
+    fn throughput(&self) -> f64 {
+        self.tally.ok as f64 / self.elapsed.as_secs_f64()
+    }
+    fn cpu_us_per_request(&self) -> f64 {
+        self.server_cpu.as_secs_f64() * 1e6 / self.tally.ok.max(1) as f64
+    }
+    fn pct_ms(&self, q: f64) -> f64 {
+        self.tally.latency.value_at_quantile(q) as f64 / 1e6
+    }
+}
+
+/// Samples the server's RSS every 50 ms while a phase runs.
+fn rss_sampler(
+    pid: u32,
+    stop: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                if let Some(kib) = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                {
+                    peak.fetch_max(kib, Ordering::Relaxed);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+}
+
+/// Runs one phase on `senders`: closed loop (`rate` None: each connection
+/// sends its next request when the previous answer is in) or open loop at
+/// `rate` requests/s spread over the connections, latency measured from
+/// the scheduled send time.
+async fn phase(
+    server: &ServerProcess,
+    senders: &mut Vec<Sender>,
+    work: Work,
+    templates: &Arc<Vec<Template>>,
+    rate: Option<u64>,
+    o: &Options,
+    tag: &str,
+) -> (Phase, Vec<Sender>) {
+    let n = senders.len() as u64;
+    let duration = o.duration;
+    let cap = o.max_requests;
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicU64::new(0));
+    let sampler = rss_sampler(server.pid(), stop.clone(), peak.clone());
+    let cpu0 = server.cpu();
+    let start = Instant::now();
+    let tstart = tokio::time::Instant::from_std(start);
+    let issued = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for (k, mut sender) in senders.drain(..).enumerate() {
+        let templates = templates.clone();
+        let issued = issued.clone();
+        let uid_prefix = format!("{tag}-c{k:03}");
+        tasks.push(tokio::spawn(async move {
+            let mut tally = Tally::new();
+            let end = start + duration;
+            let mut j: u64 = 0;
+            loop {
+                let (scheduled, seq) = match rate {
+                    None => (Instant::now(), j),
+                    Some(r) => {
+                        // This connection's share of the global schedule.
+                        let i = k as u64 + j * n;
+                        let at = Duration::from_nanos(i * 1_000_000_000 / r);
+                        tokio::time::sleep_until(tstart + at).await;
+                        (start + at, i)
+                    }
+                };
+                if scheduled >= end || issued.fetch_add(1, Ordering::Relaxed) >= cap {
+                    break;
+                }
+                match one(&mut sender, work, &templates, seq, &uid_prefix).await {
+                    Ok(()) => {
+                        tally.ok += 1;
+                        let ns = scheduled.elapsed().as_nanos() as u64;
+                        tally.latency.saturating_record(ns.max(1_000));
+                    }
+                    Err(why) => tally.fail(why),
+                }
+                j += 1;
+            }
+            (tally, sender)
+        }));
+    }
+    let mut tally = Tally::new();
+    let mut back = Vec::new();
+    for t in tasks {
+        let (t, sender) = t.await.unwrap();
+        tally.add(t);
+        back.push(sender);
+    }
+    let elapsed = start.elapsed();
+    let server_cpu = server.cpu().saturating_sub(cpu0);
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+    let phase = Phase {
+        tally,
+        elapsed,
+        server_cpu,
+        peak_rss_kib: peak.load(Ordering::Relaxed),
+    };
+    (phase, back)
+}
+
+/// Checks every template once, parsing the response in full, and records
+/// whether the fixture is allowed.
+async fn check_templates(sender: &mut Sender, path: &'static str, templates: &mut [Template]) {
+    for (i, t) in templates.iter_mut().enumerate() {
+        let uid = format!("check-{i}");
+        let req = Request::post(path)
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(Full::new(t.body(&uid)))
+            .unwrap();
+        let (status, body) = sender.send(req).await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{}: {body:?}", t.name);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["apiVersion"], "admission.k8s.io/v1", "{}", t.name);
+        assert_eq!(v["kind"], "AdmissionReview", "{}", t.name);
+        assert_eq!(v["response"]["uid"], uid.as_str(), "{}", t.name);
+        t.allowed = v["response"]["allowed"].as_bool().expect("allowed");
+        assert!(
+            response_ok(&body, &uid, t.allowed),
+            "{}: the fast check disagrees with the parse: {}",
+            t.name,
+            String::from_utf8_lossy(&body)
+        );
+        let patch = v["response"]["patch"].as_str().map_or(0, str::len);
+        let warnings = v["response"]["warnings"].as_array().map_or(0, Vec::len);
+        if std::env::var_os("DLJOB_LOAD_VERBOSE").is_some() {
+            println!(
+                "  {path} {}: {} B in, allowed={}, patch {patch} B (base64), {warnings} warning(s)",
+                t.name,
+                t.body(&uid).len(),
+                t.allowed
+            );
+        }
+    }
+}
+
+// --------------------------------------------------------------------- run
+
+struct RunResult {
+    idle_rss_start: u64,
+    idle_rss_end: u64,
+    hwm: u64,
+    healthz: Phase,
+    mutate: Phase,
+    validate: Phase,
+    fixed: Phase,
+}
+
+async fn run_once(o: &Options, run: usize) -> RunResult {
+    let server = ServerProcess::start(o, run);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (idle_rss_start, _) = server.memory();
+
+    let mut mutate_t = templates("mutate-create-pod-");
+    let mut validate_t = templates("validate-create-pod-");
+    let mut senders = Vec::new();
+    for _ in 0..o.connections {
+        senders.push(connect(server.addr, &server.ca_pem, o.proto).await);
+    }
+    check_templates(&mut senders[0], "/mutate", &mut mutate_t).await;
+    check_templates(&mut senders[0], "/validate", &mut validate_t).await;
+    let mutate_t = Arc::new(mutate_t);
+    let validate_t = Arc::new(validate_t);
+
+    // Warm-up (not counted): 1 s of mutate, closed loop.
+    let warm = Options {
+        duration: Duration::from_secs(1),
+        ..o.clone()
+    };
+    let (_, s) = phase(
+        &server,
+        &mut senders,
+        Work::Review("/mutate"),
+        &mutate_t,
+        None,
+        &warm,
+        "warm",
+    )
+    .await;
+    senders = s;
+
+    let tag = format!("r{run}");
+    let (healthz, s) = phase(
+        &server,
+        &mut senders,
+        Work::Healthz,
+        &mutate_t,
+        None,
+        o,
+        &tag,
+    )
+    .await;
+    senders = s;
+    let (mutate, s) = phase(
+        &server,
+        &mut senders,
+        Work::Review("/mutate"),
+        &mutate_t,
+        None,
+        o,
+        &format!("{tag}m"),
+    )
+    .await;
+    senders = s;
+    let (validate, s) = phase(
+        &server,
+        &mut senders,
+        Work::Review("/validate"),
+        &validate_t,
+        None,
+        o,
+        &format!("{tag}v"),
+    )
+    .await;
+    senders = s;
+    let (fixed, s) = phase(
+        &server,
+        &mut senders,
+        Work::Review("/mutate"),
+        &mutate_t,
+        Some(o.rate),
+        o,
+        &format!("{tag}f"),
+    )
+    .await;
+    drop(s);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (idle_rss_end, hwm) = server.memory();
+    drop(server);
+    RunResult {
+        idle_rss_start,
+        idle_rss_end,
+        hwm,
+        healthz,
+        mutate,
+        validate,
+        fixed,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn report_phase(name: &str, p: &Phase) {
+    println!(
+        "  {name:<22} {:>9.0}/s  ok {:>8}  failed {:>3}  p50 {:>7.3} ms  p99 {:>7.3} ms  p99.9 {:>7.3} ms  max {:>8.3} ms  server CPU {:>6.1} µs/req  peak RSS {:>6.1} MiB",
+        p.throughput(),
+        p.tally.ok,
+        p.tally.failed,
+        p.pct_ms(0.50),
+        p.pct_ms(0.99),
+        p.pct_ms(0.999),
+        p.tally.latency.max() as f64 / 1e6,
+        p.cpu_us_per_request(),
+        p.peak_rss_kib as f64 / 1024.0,
+    );
+    if let Some(why) = &p.tally.first_failure {
+        println!("    first failure: {why}");
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") {
+        // `cargo test --benches` runs bench targets without `--bench`.
+        println!("load: a load generator; run it with `cargo bench --bench load -- [options]`");
+        return;
+    }
+    let o = match parse_options(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("load: {e}");
+            std::process::exit(2);
+        }
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "dljob load: {} connections ({}, TLS, keep-alive), {} s per phase, fixed rate {}/s, {} run(s), cap {} requests/phase, {nproc} CPUs shared by client and server (not pinned); server {}",
+        o.connections,
+        match o.proto {
+            Proto::H1 => "HTTP/1.1",
+            Proto::H2 => "HTTP/2",
+        },
+        o.duration.as_secs_f64(),
+        o.rate,
+        o.runs,
+        o.max_requests,
+        o.server.display()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(nproc)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut results = Vec::new();
+    for run in 0..o.runs {
+        let r = runtime.block_on(run_once(&o, run));
+        println!("run {}:", run + 1);
+        println!(
+            "  server RSS idle {:.1} MiB at start, {:.1} MiB after the load; VmHWM {:.1} MiB",
+            r.idle_rss_start as f64 / 1024.0,
+            r.idle_rss_end as f64 / 1024.0,
+            r.hwm as f64 / 1024.0
+        );
+        report_phase("GET /healthz (floor)", &r.healthz);
+        report_phase("POST /mutate", &r.mutate);
+        report_phase("POST /validate", &r.validate);
+        report_phase(&format!("POST /mutate @{}/s", o.rate), &r.fixed);
+        println!(
+            "  mutate/healthz throughput ratio {:.3}",
+            r.mutate.throughput() / r.healthz.throughput()
+        );
+        results.push(r);
+    }
+    let m = |f: &dyn Fn(&RunResult) -> f64| median(results.iter().map(f).collect());
+    println!("medians over {} run(s):", results.len());
+    println!(
+        "  healthz {:.0}/s | mutate {:.0}/s | validate {:.0}/s | mutate/healthz {:.3}",
+        m(&|r| r.healthz.throughput()),
+        m(&|r| r.mutate.throughput()),
+        m(&|r| r.validate.throughput()),
+        m(&|r| r.mutate.throughput() / r.healthz.throughput()),
+    );
+    println!(
+        "  server CPU per request: healthz {:.1} µs | mutate {:.1} µs | validate {:.1} µs",
+        m(&|r| r.healthz.cpu_us_per_request()),
+        m(&|r| r.mutate.cpu_us_per_request()),
+        m(&|r| r.validate.cpu_us_per_request()),
+    );
+    println!(
+        "  mutate at {}/s: achieved {:.0}/s, p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms",
+        o.rate,
+        m(&|r| r.fixed.throughput()),
+        m(&|r| r.fixed.pct_ms(0.5)),
+        m(&|r| r.fixed.pct_ms(0.99)),
+        m(&|r| r.fixed.pct_ms(0.999)),
+        m(&|r| r.fixed.tally.latency.max() as f64 / 1e6),
+    );
+    println!(
+        "  RSS: idle {:.1} MiB at start, {:.1} MiB after load; peak under load {:.1} MiB; VmHWM {:.1} MiB",
+        m(&|r| r.idle_rss_start as f64 / 1024.0),
+        m(&|r| r.idle_rss_end as f64 / 1024.0),
+        m(&|r| {
+            [&r.healthz, &r.mutate, &r.validate, &r.fixed]
+                .iter()
+                .map(|p| p.peak_rss_kib)
+                .max()
+                .unwrap() as f64
+                / 1024.0
+        }),
+        m(&|r| r.hwm as f64 / 1024.0),
+    );
+    let failed: u64 = results
+        .iter()
+        .flat_map(|r| [&r.healthz, &r.mutate, &r.validate, &r.fixed])
+        .map(|p| p.tally.failed)
+        .sum();
+    if failed > 0 {
+        eprintln!("load: {failed} request(s) failed");
+        std::process::exit(1);
+    }
+}
