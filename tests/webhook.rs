@@ -55,7 +55,17 @@ struct Server {
     running: Running,
     addr: SocketAddr,
     ca: String,
-    _dir: PathBuf,
+    _dir: TempDir,
+}
+
+/// Removes the directory (the self-signed CA a server wrote) when dropped:
+/// tests leave no files behind.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A server with a self-signed certificate and the default config.
@@ -92,7 +102,7 @@ async fn start_with(
         addr: running.local_addr(),
         running,
         ca,
-        _dir: dir,
+        _dir: TempDir(dir),
     }
 }
 
@@ -1155,7 +1165,7 @@ async fn certificate_files_are_reloaded_without_dropping_open_connections() {
 async fn self_signed_ca_is_written_and_both_http_versions_are_served() {
     bounded(async {
         let s = start(|_| {}).await;
-        let written = std::fs::read_to_string(s._dir.join("ca.pem")).unwrap();
+        let written = std::fs::read_to_string(s._dir.0.join("ca.pem")).unwrap();
         assert_eq!(written, s.ca);
         for proto in [Proto::H1, Proto::H2] {
             let c = connect(s.addr, &s.ca, proto).await.unwrap();
