@@ -17,8 +17,12 @@
 //!    `../shared/fixtures/admission/mutate-create-pod-*.json`;
 //! 3. `POST /validate` closed loop with the `validate-create-pod-*.json` ones;
 //! 4. `POST /mutate` open loop at a fixed rate (default 5 000/s); latency is
-//!    taken from each request's *scheduled* send time, so a stalled server
-//!    cannot hide its queue (no coordinated omission).
+//!    taken from each request's *scheduled* send time whenever the request
+//!    goes out late because the previous answer on its connection was late,
+//!    so a stalled server cannot hide its queue (no coordinated omission);
+//!    when the request is early it waits for its slot and the clock starts
+//!    at the actual send (tokio's timer can fire up to ~1 ms late: client
+//!    lag, not server latency).
 //!
 //! Every request carries a fresh uid; every response must be a 200 whose
 //! AdmissionReview echoes that uid with the `allowed` value the fixture got
@@ -516,7 +520,6 @@ async fn phase(
     let sampler = rss_sampler(server.pid(), stop.clone(), peak.clone());
     let cpu0 = server.cpu();
     let start = Instant::now();
-    let tstart = tokio::time::Instant::from_std(start);
     let issued = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for (k, mut sender) in senders.drain(..).enumerate() {
@@ -528,23 +531,36 @@ async fn phase(
             let end = start + duration;
             let mut j: u64 = 0;
             loop {
-                let (scheduled, seq) = match rate {
+                // `from`: where this request's latency is measured from.
+                let (from, seq) = match rate {
                     None => (Instant::now(), j),
                     Some(r) => {
                         // This connection's share of the global schedule.
                         let i = k as u64 + j * n;
-                        let at = Duration::from_nanos(i * 1_000_000_000 / r);
-                        tokio::time::sleep_until(tstart + at).await;
-                        (start + at, i)
+                        let at = start + Duration::from_nanos(i * 1_000_000_000 / r);
+                        if at >= end {
+                            break;
+                        }
+                        if Instant::now() >= at {
+                            // Late because the previous answer on this
+                            // connection was: the wait is the server's.
+                            (at, i)
+                        } else {
+                            // Early: wait for the slot. tokio's timer fires
+                            // up to ~1 ms late; that lag is the client's, so
+                            // the clock starts at the actual send.
+                            tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+                            (Instant::now(), i)
+                        }
                     }
                 };
-                if scheduled >= end || issued.fetch_add(1, Ordering::Relaxed) >= cap {
+                if from >= end || issued.fetch_add(1, Ordering::Relaxed) >= cap {
                     break;
                 }
                 match one(&mut sender, work, &templates, seq, &uid_prefix).await {
                     Ok(()) => {
                         tally.ok += 1;
-                        let ns = scheduled.elapsed().as_nanos() as u64;
+                        let ns = from.elapsed().as_nanos() as u64;
                         tally.latency.saturating_record(ns.max(1_000));
                     }
                     Err(why) => tally.fail(why),

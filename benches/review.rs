@@ -1,0 +1,52 @@
+//! Criterion bench of the webhook's whole review path, body bytes in →
+//! response bytes out (`webhook::admission::review` plus the response
+//! serialisation the server does), on the captured reviews in
+//! `../shared/fixtures/admission/`. No HTTP, no TLS: see `benches/load.rs`.
+//! Run with `cargo bench --bench review`; figures go in BENCHMARKS.md.
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use dljob::config::Config;
+use dljob::validate::NoPeers;
+use dljob::webhook::admission::{review, Answer, Endpoint};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/admission");
+
+/// The fixture, compact as the API server sends it.
+fn body(name: &str) -> Vec<u8> {
+    let text = std::fs::read(format!("{FIXTURES}/{name}")).expect("fixture");
+    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    serde_json::to_vec(&v).unwrap()
+}
+
+fn bytes_to_bytes(endpoint: Endpoint, body: &[u8], config: &Config) -> Vec<u8> {
+    match review(endpoint, body, config, &NoPeers) {
+        Answer::Review { body, .. } => serde_json::to_vec(&body).unwrap(),
+        Answer::BadRequest(m) => panic!("{m}"),
+    }
+}
+
+fn bench_review(c: &mut Criterion) {
+    let config = Config::default();
+    let mut group = c.benchmark_group("review bytes->bytes");
+    for (endpoint, name) in [
+        (Endpoint::Mutate, "mutate-create-pod-resnet-chief.json"),
+        (Endpoint::Mutate, "mutate-create-pod-resnet-worker-0.json"),
+        (Endpoint::Mutate, "mutate-create-pod-ddp-worker.json"),
+        (Endpoint::Mutate, "mutate-create-pod-gpt-worker-0.json"),
+        (Endpoint::Mutate, "mutate-update-pod-resnet-chief.json"),
+        (Endpoint::Validate, "validate-create-pod-resnet-chief.json"),
+    ] {
+        let b = body(name);
+        assert!(!bytes_to_bytes(endpoint, &b, &config).is_empty());
+        group.bench_function(
+            format!("{} {name} ({} B)", endpoint.as_str(), b.len()),
+            |bn| bn.iter(|| bytes_to_bytes(endpoint, black_box(&b), &config)),
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_review);
+criterion_main!(benches);
