@@ -68,6 +68,13 @@ pub const OWN_ANNOTATIONS: &[&str] = &[HOSTFILE, SCALED_FROM];
 /// Longest job name: leaves room for `-<role>-<index>` in a 63-char DNS label.
 pub const MAX_JOB_NAME: usize = 40;
 
+/// Most replicas a job may declare in total. Every member pod carries every
+/// host of the job (`DLJOB_HOSTS_*`, `TF_CONFIG`, the hostfile), so admission
+/// time and memory grow with the count: past this the mutated pod outgrows
+/// what the API server stores anyway, and an unbounded count let one object
+/// make the webhook build gigabytes of host names (found by fuzzing).
+pub const MAX_REPLICAS: u32 = 10_000;
+
 /// The job's topology: roles with their replica counts, in declared order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Topology {
@@ -91,6 +98,8 @@ pub enum TopologyError {
     Duplicate { role: String },
     #[error("{REPLICAS} entry \"{entry}\": role \"{role}\" is not a DNS label (lowercase letters, digits and '-', starting with a letter)")]
     BadRole { entry: String, role: String },
+    #[error("{REPLICAS} declares {total} replicas in all; at most {MAX_REPLICAS} are supported")]
+    TooMany { total: u64 },
 }
 
 impl Topology {
@@ -101,6 +110,7 @@ impl Topology {
             return Err(TopologyError::Empty);
         }
         let mut roles: Vec<(String, u32)> = Vec::new();
+        let mut total: u64 = 0;
         for raw in text.split(',') {
             let entry = raw.trim();
             let Some((role, count)) = entry.split_once('=') else {
@@ -135,6 +145,10 @@ impl Topology {
                 });
             }
             roles.push((role.to_owned(), n));
+            total += u64::from(n);
+        }
+        if total > u64::from(MAX_REPLICAS) {
+            return Err(TopologyError::TooMany { total });
         }
         Ok(Self { roles })
     }

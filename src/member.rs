@@ -302,6 +302,19 @@ pub fn parse(
             }
         },
         None => match (kind, role, size) {
+            (Kind::StatefulSet | Kind::Job, Some(_), Some(n)) if n > c::MAX_REPLICAS => {
+                let field = if kind == Kind::Job {
+                    "completions"
+                } else {
+                    "replicas"
+                };
+                v.push(format!(
+                    "{} {field} is {n}: a job has at most {} replicas in all",
+                    kind.as_str(),
+                    c::MAX_REPLICAS
+                ));
+                (None, false)
+            }
             (Kind::StatefulSet | Kind::Job, Some(r), Some(n)) if n > 0 => {
                 (Some(Topology::single(r, n)), true)
             }
