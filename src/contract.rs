@@ -3,9 +3,6 @@
 
 use std::fmt;
 
-/// API group of every dljob label and annotation.
-pub const GROUP: &str = "dljob.dev";
-
 /// Label: the job name. Selects members for the webhooks and the Service.
 pub const JOB: &str = "dljob.dev/job";
 /// Label: the member's role within its framework.
@@ -157,13 +154,6 @@ impl Topology {
     pub fn single(role: &str, count: u32) -> Self {
         Self {
             roles: vec![(role.to_owned(), count)],
-        }
-    }
-
-    /// Builds a topology from pairs (tests and benches).
-    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, u32)>) -> Self {
-        Self {
-            roles: pairs.into_iter().map(|(r, n)| (r.to_owned(), n)).collect(),
         }
     }
 

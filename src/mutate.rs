@@ -9,7 +9,7 @@ use crate::contract as c;
 use crate::edits::{List, PodEdits};
 use crate::frameworks::{self, Env, Member};
 use crate::member::{self, MemberSpec, Parsed, PodOwner, Violations};
-use crate::object::{self, at, Kind};
+use crate::object::{self, Kind};
 
 /// Directory the hostfile volume is mounted at.
 pub const HOSTFILE_DIR: &str = "/etc/dljob";
@@ -440,9 +440,4 @@ fn merge_volume(edits: &mut PodEdits<'_>, volume: Value, warnings: &mut Vec<Stri
 /// json-patch crate's.
 pub fn patch(original: &Value, mutated: &Value) -> Patch {
     json_patch::diff(original, mutated)
-}
-
-/// Test and bench helper: the pod spec at `kind`'s pod path.
-pub fn pod_spec_of(kind: Kind, object: &Value) -> Option<&Value> {
-    at(object, kind.pod_path())?.get("spec")
 }

@@ -87,15 +87,6 @@ pub fn object_at_mut<'v>(
     cur.as_object_mut()
 }
 
-/// The array under `key` of `map`, created when absent or null.
-pub fn array_mut<'m>(map: &'m mut Map<String, Value>, key: &str) -> Option<&'m mut Vec<Value>> {
-    let entry = map.entry(key.to_owned()).or_insert(Value::Null);
-    if entry.is_null() {
-        *entry = Value::Array(Vec::new());
-    }
-    entry.as_array_mut()
-}
-
 /// A metadata string map (`labels`/`annotations`) at `meta_path`.
 pub fn string_map<'v>(
     value: &'v Value,
