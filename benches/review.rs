@@ -4,6 +4,9 @@
 //! `../shared/fixtures/admission/`. No HTTP, no TLS: see `benches/load.rs`.
 //! Run with `cargo bench --bench review`; figures go in BENCHMARKS.md.
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
