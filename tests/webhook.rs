@@ -1376,6 +1376,25 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
         assert_eq!(line["allowed"], true);
         assert_eq!(line["patch_ops"], 7);
         assert!(line["latency_ms"].is_number());
+        assert!(line.get("denial").is_none());
+
+        // A denial's line carries its message under its own key.
+        let refused = shared("validate-create-pod-resnet-worker-2.json");
+        c.post("/validate", &refused).await;
+        let line = loop {
+            let line = rx.recv().await.unwrap();
+            if line["message"] == "review" {
+                break line;
+            }
+        };
+        assert_eq!(line["allowed"], false);
+        assert!(
+            line["denial"]
+                .as_str()
+                .unwrap()
+                .contains("StatefulSet pod index 2 is out of range"),
+            "{line}"
+        );
 
         let status = Command::new("kill")
             .arg("-TERM")

@@ -347,33 +347,20 @@ fn log_review(endpoint: Endpoint, s: &Summary, latency: Duration) {
         format!("{}/{}", s.namespace, s.name)
     };
     let latency_ms = (latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
-    match &s.message {
-        None => tracing::info!(
-            endpoint = endpoint.as_str(),
-            uid = %s.uid,
-            kind = %s.kind,
-            object = %object,
-            operation = %s.operation,
-            dry_run = s.dry_run,
-            allowed = s.allowed,
-            patch_ops = s.patch_ops,
-            warnings = s.warnings,
-            latency_ms,
-            "review"
-        ),
-        Some(message) => tracing::info!(
-            endpoint = endpoint.as_str(),
-            uid = %s.uid,
-            kind = %s.kind,
-            object = %object,
-            operation = %s.operation,
-            dry_run = s.dry_run,
-            allowed = s.allowed,
-            patch_ops = s.patch_ops,
-            warnings = s.warnings,
-            latency_ms,
-            message = %message,
-            "review"
-        ),
-    }
+    // A denial's message is recorded only when there is one (as `denial`:
+    // `message` is the event's own field in JSON lines).
+    tracing::info!(
+        endpoint = endpoint.as_str(),
+        uid = %s.uid,
+        kind = %s.kind,
+        object = %object,
+        operation = %s.operation,
+        dry_run = s.dry_run,
+        allowed = s.allowed,
+        patch_ops = s.patch_ops,
+        warnings = s.warnings,
+        latency_ms,
+        denial = s.message.as_deref(),
+        "review"
+    );
 }
