@@ -857,32 +857,12 @@ fn chainermn_worker_statefulset_without_slots_warns_at_its_own_admission() {
         m.warnings,
         vec!["the worker's framework container requests 2 GPUs but the hostfile gives each worker 1 slot; set dljob.dev/slots: \"2\" on every member"]
     );
-}
 
-#[test]
-fn chainermn_controller_pods_do_not_repeat_the_slots_warning() {
-    let ex = example("chainermn");
-    let (kind, value) = ex.member("chainermn-worker");
-    let mut without_slots = value.clone();
-    without_slots["metadata"]["annotations"]
-        .as_object_mut()
-        .unwrap()
-        .remove("dljob.dev/slots");
-    let sts = mutate::mutate(
-        kind,
-        &without_slots,
-        Some(NS),
-        Operation::Create,
-        &ex.config,
-    )
-    .expect("accepted")
-    .expect("member")
-    .object;
-    let (_, pod) = controller_pods(kind, &sts).remove(0);
-    let m = mutate::mutate(Kind::Pod, &pod, Some(NS), Operation::Create, &ex.config)
+    // Its pods are created by the controller, where a warning reaches
+    // nobody: they do not repeat it.
+    let (_, pod) = controller_pods(kind, &m.object).remove(0);
+    let p = mutate::mutate(Kind::Pod, &pod, Some(NS), Operation::Create, &ex.config)
         .expect("accepted")
         .expect("member");
-    // The user was told when the StatefulSet was admitted; its pods are
-    // created by the controller, where a warning reaches nobody.
-    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
 }

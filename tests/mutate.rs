@@ -3,6 +3,7 @@
 //! Expected values are written by hand from the contract.
 
 use dljob::config::Config;
+use dljob::member::Violations;
 use dljob::mutate::{mutate, patch, Mutation, Operation};
 use dljob::object::Kind;
 use serde_json::{json, Value};
@@ -23,6 +24,18 @@ fn create(kind: Kind, obj: &Value, config: &Config) -> Mutation {
     mutate(kind, obj, Some("team-a"), Operation::Create, config)
         .unwrap_or_else(|v| panic!("refused: {v}"))
         .expect("a member")
+}
+
+/// The violations for a pod the core refuses.
+fn refused(pod: &Value) -> Violations {
+    mutate(
+        Kind::Pod,
+        pod,
+        Some("team-a"),
+        Operation::Create,
+        &Config::default(),
+    )
+    .expect_err("refused")
 }
 
 fn env_of(pod: &Value, container: usize) -> Vec<(String, String)> {
@@ -236,14 +249,7 @@ fn statefulset_pod_index_is_its_ordinal() {
 fn statefulset_pod_beyond_the_topology_is_refused() {
     // Captured: the pod a StatefulSet created after replicas went 2 → 3.
     let (obj, _) = fixture("mutate-create-pod-resnet-worker-2.json");
-    let err = mutate(
-        Kind::Pod,
-        &obj,
-        Some("team-a"),
-        Operation::Create,
-        &Config::default(),
-    )
-    .unwrap_err();
+    let err = refused(&obj);
     assert_eq!(
         err.0,
         vec!["StatefulSet pod index 2 is out of range: role \"worker\" has 2 replicas in dljob.dev/replicas \"chief=1,worker=2,ps=1\"; scale the StatefulSet back to 2, or change the topology on every member of the job"]
@@ -255,14 +261,7 @@ fn indexed_job_pod_takes_its_completion_index() {
     // Captured Job pods lack dljob.dev/replicas because the captured Job's
     // template was not mutated: dljob says so.
     let (obj, _) = fixture("mutate-create-pod-gpt-worker-1.json");
-    let err = mutate(
-        Kind::Pod,
-        &obj,
-        Some("team-a"),
-        Operation::Create,
-        &Config::default(),
-    )
-    .unwrap_err();
+    let err = refused(&obj);
     assert_eq!(err.0.len(), 1);
     assert!(
         err.0[0].starts_with("annotation dljob.dev/replicas is missing on a pod created by a Job"),
