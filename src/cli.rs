@@ -30,8 +30,10 @@ pub enum Command {
     /// cluster is reachable).
     Serve(ServeArgs),
     /// Rewrite manifests offline exactly as the webhook would: prints the
-    /// mutated multi-document YAML on stdout, warnings on stderr.
-    Mutate(ManifestArgs),
+    /// mutated multi-document YAML on stdout, warnings on stderr. With
+    /// --pods, prints instead every pod the members will create, each with
+    /// the env, hostname and hostfile admission gives it.
+    Mutate(MutateArgs),
     /// Check manifests offline against the contract; prints every problem
     /// and exits 1 if there is any. Members in one file are checked against
     /// each other.
@@ -110,6 +112,20 @@ pub struct ManifestArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct MutateArgs {
+    #[command(flatten)]
+    pub manifest: ManifestArgs,
+    /// Print the pods the members create instead of the manifests: plain
+    /// Pods as admitted, and for each StatefulSet ordinal and Indexed Job
+    /// completion index the pod its controller creates from the mutated
+    /// template, mutated again as admission does at pod creation (the env,
+    /// hostname and hostfile each replica gets). Other documents are left
+    /// out.
+    #[arg(long)]
+    pub pods: bool,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct CertsArgs {
     /// Namespace of the webhook Service.
     #[arg(long, default_value = "dljob-system")]
@@ -158,11 +174,17 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
 }
 
 /// `dljob mutate`.
-pub fn mutate(args: &ManifestArgs) -> anyhow::Result<ExitCode> {
+pub fn mutate(mutate_args: &MutateArgs) -> anyhow::Result<ExitCode> {
+    let args = &mutate_args.manifest;
     let config = load_config(args.config.as_deref())?;
     let docs = manifest::parse(&read_input(&args.file)?)
         .with_context(|| format!("parsing {}", args.file))?;
-    match manifest::mutate(&docs, Some(&args.namespace), &config) {
+    let result = if mutate_args.pods {
+        manifest::pods(&docs, Some(&args.namespace), &config)
+    } else {
+        manifest::mutate(&docs, Some(&args.namespace), &config)
+    };
+    match result {
         Ok(out) => {
             let mut stderr = std::io::stderr().lock();
             for w in &out.warnings {

@@ -18,6 +18,7 @@ pub mod manifest;
 pub mod member;
 pub mod mutate;
 pub mod object;
+pub mod preview;
 pub mod reconciler;
 pub mod telemetry;
 pub mod validate;

@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::member::Violations;
 use crate::mutate::{self, Operation};
 use crate::object::Kind;
-use crate::validate;
+use crate::{preview, validate};
 
 /// One document of a manifest file: its text as written and, when it is
 /// not empty, its parsed value.
@@ -174,6 +174,43 @@ pub fn mutate(
                     out.yaml.push('\n');
                 }
             }
+        }
+    }
+    Ok(out)
+}
+
+/// The pods every member creates, as admission leaves them: plain Pods
+/// mutated, and for each StatefulSet or Indexed Job the pods its controller
+/// creates from the mutated template (every ordinal or completion index),
+/// each mutated as a pod. Documents that are not members are left out.
+pub fn pods(
+    docs: &[Document],
+    namespace: Option<&str>,
+    config: &Config,
+) -> Result<MutatedManifest, (String, Violations)> {
+    let mut out = MutatedManifest::default();
+    let ns = namespace.unwrap_or("default");
+    let members = docs
+        .iter()
+        .filter_map(|d| d.value.as_ref())
+        .flat_map(objects);
+    for value in members {
+        let Some(kind) = Kind::of(value) else {
+            continue;
+        };
+        let Some(member) = mutate_one(value, namespace, config, &mut out.warnings)? else {
+            continue;
+        };
+        for pod in preview::pods_of(kind, &member, ns) {
+            let pod = match kind {
+                Kind::Pod => pod,
+                _ => mutate_one(&pod, namespace, config, &mut out.warnings)?.unwrap_or(pod),
+            };
+            if !out.yaml.is_empty() {
+                out.yaml.push_str("---\n");
+            }
+            let yaml = serde_saphyr::to_string(&pod).expect("a JSON value serialises to YAML");
+            out.yaml.push_str(&yaml);
         }
     }
     Ok(out)

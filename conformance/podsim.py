@@ -1,0 +1,299 @@
+"""Run the pods of a dljob job as local processes, each seeing what a pod sees.
+
+`dljob mutate --pods` prints every pod a manifest creates, as admission
+leaves it. For each of those pods this module gives a process sandbox that
+reproduces what the kubelet and the cluster's DNS give a pod, on one machine
+and without touching it:
+
+* its own UTS namespace, with the hostname the pod gets (`spec.hostname`);
+* its own mount namespace with an overlay over /etc, holding
+  - /etc/hosts as the kubelet writes it for a pod with hostname and subdomain
+    (`IP  host.sub.ns.svc.cluster.local  host`), plus one line for every other
+    pod of the job, as the job's headless Service gives them through DNS
+    (canonical name first, then the `host.sub.ns.svc` name dljob injects);
+  - /etc/dljob/hostfile, the downward-API projection of the pod's
+    `dljob.dev/hostfile` annotation;
+* its own loopback address 127.0.0.N (the network namespace is shared, so
+  every pod reaches every other pod's address), which the downward API's
+  `status.podIP` resolves to;
+* the framework container's env, resolved as the kubelet does (fieldRefs,
+  `$(VAR)` expansion of earlier vars).
+
+Processes are started with `unshare --mount --uts`, so the namespaces and the
+overlay disappear with them; the temporary directory is removed on stop().
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+DLJOB = Path(os.environ.get("DLJOB_BIN", REPO / "target" / "debug" / "dljob"))
+VENV_BIN = REPO / ".venv-conformance" / "bin"
+CLUSTER_DOMAIN = "cluster.local"
+# The in-sandbox setup: private /etc overlay, hosts file, hostfile, hostname.
+# Arguments: hostname pod-dir hostsfile hostfile-or-empty, then argv. Every
+# entry gets its own overlay dirs: processes of one pod may run at once.
+_ENTER = r"""
+set -e
+hn=$1 dir=$2 hosts=$3 hostfile=$4; shift 4
+ovl=$(mktemp -d "$dir/overlay.XXXXXX")
+mkdir "$ovl/upper" "$ovl/work"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$ovl/upper,workdir=$ovl/work" /etc
+cp "$hosts" /etc/hosts
+if [ -n "$hostfile" ]; then mkdir -p /etc/dljob && cp "$hostfile" /etc/dljob/hostfile; fi
+hostname "$hn"
+exec "$@"
+"""
+
+
+def mutate_pods(manifest: str | Path, namespace: str | None = None) -> list[dict]:
+    """The pods `dljob mutate --pods` prints for a manifest."""
+    argv = [str(DLJOB), "mutate", "--pods", "-f", str(manifest)]
+    if namespace:
+        argv += ["-n", namespace]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' `$(VAR)` expansion: `$$` is a literal `$`, unknown
+    references stay as written."""
+
+    def sub(m: re.Match) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", sub, value)
+
+
+@dataclass
+class Pod:
+    obj: dict
+    ip: str
+    name: str = field(init=False)
+    namespace: str = field(init=False)
+    role: str = field(init=False)
+    index: int = field(init=False)
+    hostname: str = field(init=False)
+    subdomain: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        meta, spec = self.obj["metadata"], self.obj["spec"]
+        self.namespace = meta.get("namespace", "default")
+        self.hostname = spec["hostname"]
+        self.subdomain = spec["subdomain"]
+        self.name = meta.get("name") or self.hostname
+        self.role = meta["labels"]["dljob.dev/role"]
+        self.index = int(self.framework_env_raw()["DLJOB_INDEX"])
+
+    @property
+    def svc_host(self) -> str:
+        """The name dljob injects: `host.sub.ns.svc`."""
+        return f"{self.hostname}.{self.subdomain}.{self.namespace}.svc"
+
+    @property
+    def fqdn(self) -> str:
+        return f"{self.svc_host}.{CLUSTER_DOMAIN}"
+
+    @property
+    def hostfile(self) -> str | None:
+        return self.obj["metadata"].get("annotations", {}).get("dljob.dev/hostfile")
+
+    @property
+    def framework_container(self) -> dict:
+        """The container dljob wired (the one holding DLJOB_JOB)."""
+        for c in self.obj["spec"]["containers"]:
+            if any(e.get("name") == "DLJOB_JOB" for e in c.get("env", [])):
+                return c
+        raise LookupError(f"pod {self.name}: no container carries dljob's env")
+
+    def framework_env_raw(self) -> dict[str, str]:
+        return {e["name"]: e.get("value", "") for e in self.framework_container.get("env", [])}
+
+    def env(self) -> dict[str, str]:
+        """The framework container's env as the kubelet resolves it."""
+        out: dict[str, str] = {}
+        for e in self.framework_container.get("env", []):
+            if "valueFrom" in e:
+                out[e["name"]] = self._field(e["valueFrom"])
+            else:
+                out[e["name"]] = expand(e.get("value", ""), out)
+        return out
+
+    def _field(self, source: dict) -> str:
+        ref = source.get("fieldRef", {}).get("fieldPath")
+        meta = self.obj["metadata"]
+        values = {
+            "status.podIP": self.ip,
+            "status.podIPs": self.ip,
+            "status.hostIP": "127.0.0.1",
+            "metadata.name": self.name,
+            "metadata.namespace": self.namespace,
+            "spec.nodeName": "node-1",
+        }
+        if ref in values:
+            return values[ref]
+        m = re.fullmatch(r"metadata\.(annotations|labels)\['(.+)'\]", ref or "")
+        if m:
+            return meta.get(m.group(1), {}).get(m.group(2), "")
+        raise ValueError(f"pod {self.name}: env source {source} is not simulated")
+
+
+class Job:
+    """The pods of one manifest, run as sandboxed local processes."""
+
+    def __init__(self, pods: list[dict], first_ip: int = 2):
+        self.pods = [Pod(p, f"127.0.0.{first_ip + i}") for i, p in enumerate(pods)]
+        self.tmp = Path(tempfile.mkdtemp(prefix="dljob-podsim-"))
+        self.procs: list[subprocess.Popen] = []
+        self._write_state()
+
+    @classmethod
+    def from_manifest(cls, manifest: str | Path, namespace: str | None = None) -> "Job":
+        return cls(mutate_pods(manifest, namespace))
+
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def pod(self, role: str, index: int = 0) -> Pod:
+        return next(p for p in self.pods if p.role == role and p.index == index)
+
+    def by_host(self, host: str) -> Pod:
+        """The pod any of its names (or its address) refers to."""
+        for p in self.pods:
+            if host in (p.hostname, p.svc_host, p.fqdn, p.ip):
+                return p
+        raise LookupError(f"no pod is called {host}")
+
+    def hosts_file(self, pod: Pod) -> str:
+        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        # The kubelet's line for the pod itself comes first, then the others
+        # as DNS returns them (canonical name first).
+        for p in [pod] + [q for q in self.pods if q is not pod]:
+            lines.append(f"{p.ip}\t{p.fqdn}\t{p.hostname}\t{p.svc_host}")
+        return "\n".join(lines) + "\n"
+
+    def _pod_dir(self, pod: Pod) -> Path:
+        d = self.tmp / pod.hostname
+        if not d.exists():
+            d.mkdir(parents=True)
+            (d / "hosts").write_text(self.hosts_file(pod))
+            if pod.hostfile is not None:
+                (d / "hostfile").write_text(pod.hostfile)
+        return d
+
+    def _write_state(self) -> None:
+        state = {
+            p.hostname: {
+                "names": [p.hostname, p.svc_host, p.fqdn, p.ip],
+                "enter": self.enter_argv(p),
+            }
+            for p in self.pods
+        }
+        (self.tmp / "state.json").write_text(json.dumps(state))
+
+    @property
+    def state_path(self) -> Path:
+        return self.tmp / "state.json"
+
+    def enter_argv(self, pod: Pod) -> list[str]:
+        """argv prefix that runs a command inside the pod's sandbox (a fresh
+        mount and UTS namespace per process, like `kubectl exec`)."""
+        d = self._pod_dir(pod)
+        return [
+            "unshare", "--mount", "--uts", "--propagation", "private",
+            "sh", "-c", _ENTER, "podsim-enter",
+            pod.hostname, str(d), str(d / "hosts"),
+            str(d / "hostfile") if pod.hostfile is not None else "",
+        ]
+
+    def base_env(self) -> dict[str, str]:
+        path = os.pathsep.join([str(REPO / "conformance" / "bin"), str(VENV_BIN), "/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"])
+        return {
+            "PATH": path,
+            "HOME": str(self.tmp),
+            "LANG": "C.UTF-8",
+            "DLJOB_PODSIM_STATE": str(self.state_path),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def start(self, pod: Pod, argv: list[str], env: dict[str, str] | None = None,
+              cwd: str | Path | None = None) -> subprocess.Popen:
+        """Starts argv inside `pod`: the pod's resolved env over a minimal
+        base, then `env`. stdout and stderr are captured together."""
+        full = self.base_env() | pod.env() | (env or {})
+        proc = subprocess.Popen(
+            self.enter_argv(pod) + list(argv),
+            env=full,
+            cwd=str(cwd or self.tmp),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def run_all(self, argv_of, timeout: float, env_of=None) -> dict[str, tuple[int, str]]:
+        """Starts `argv_of(pod)` in every pod at once and waits for all;
+        returns {pod hostname: (exit code, output)}. Raises on timeout, with
+        every pod's output so far."""
+        started = [(p, self.start(p, argv_of(p), env_of(p) if env_of else None)) for p in self.pods]
+        return self.wait(started, timeout)
+
+    def wait(self, started, timeout: float) -> dict[str, tuple[int, str]]:
+        import time
+
+        deadline = time.monotonic() + timeout
+        results: dict[str, tuple[int, str]] = {}
+        for pod, proc in started:
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                out, _ = proc.communicate(timeout=left)
+            except subprocess.TimeoutExpired:
+                self.stop()
+                outputs = {p.hostname: (pr.communicate()[0] if pr.stdout else "") for p, pr in started}
+                detail = "\n".join(f"--- {h}\n{o}" for h, o in outputs.items())
+                raise TimeoutError(f"pods did not finish within {timeout}s:\n{detail}") from None
+            results[pod.hostname] = (proc.returncode, out)
+        return results
+
+    def stop(self) -> None:
+        """Kills every process started here (whole process groups) and
+        removes the sandbox directories."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def enter_by_host(state_path: str, host: str) -> list[str]:
+    """For an ssh stand-in: the argv prefix entering the pod named `host`."""
+    state = json.loads(Path(state_path).read_text())
+    for entry in state.values():
+        if host in entry["names"]:
+            return entry["enter"]
+    raise LookupError(f"ssh: Could not resolve hostname {host}: Name or service not known")
