@@ -62,14 +62,29 @@ pub const MEMBER_ANNOTATIONS: &[&str] = &[INDEX, CONTAINER, ORDERED_START, SSH_P
 /// Annotations dljob itself writes.
 pub const OWN_ANNOTATIONS: &[&str] = &[HOSTFILE, SCALED_FROM];
 
+/// Directory the hostfile volume is mounted at.
+pub const HOSTFILE_DIR: &str = "/etc/dljob";
+/// Path of the hostfile inside containers.
+pub const HOSTFILE_PATH: &str = "/etc/dljob/hostfile";
+/// Name of the downwardAPI volume that projects the hostfile annotation.
+pub const HOSTFILE_VOLUME: &str = "dljob-hostfile";
+/// The downward-API field the hostfile volume projects.
+pub const HOSTFILE_FIELD: &str = "metadata.annotations['dljob.dev/hostfile']";
+/// Name of the Secret volume holding the job's SSH keys (mpi, chainer).
+pub const SSH_VOLUME: &str = "dljob-ssh";
+/// Name of the container port dljob adds.
+pub const PORT_NAME: &str = "dljob";
+/// File mode of the SSH Secret's files (0600).
+pub const SSH_MODE: u32 = 0o600;
+
 /// Longest job name: leaves room for `-<role>-<index>` in a 63-char DNS label.
 pub const MAX_JOB_NAME: usize = 40;
 
-/// Most replicas a job may declare in total. Every member pod carries every
-/// host of the job (`DLJOB_HOSTS_*`, `TF_CONFIG`, the hostfile), so admission
-/// time and memory grow with the count: past this the mutated pod outgrows
-/// what the API server stores anyway, and an unbounded count let one object
-/// make the webhook build gigabytes of host names (found by fuzzing).
+/// Most replicas a job may declare in total. Where a framework reads every
+/// host (`TF_CONFIG`, an MPI launcher's hostfile) admission time and memory
+/// grow with the count, and an unbounded count let one object make the
+/// webhook build gigabytes of host names (found by fuzzing). The sizes that
+/// actually break a pod are checked separately (`limits`).
 pub const MAX_REPLICAS: u32 = 10_000;
 
 /// The job's topology: roles with their replica counts, in declared order.

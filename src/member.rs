@@ -489,6 +489,7 @@ pub fn parse(
         ssh_path,
     };
     slots_warning(&member, object, &mut warnings);
+    container_warning(&member, object, &mut warnings);
     Ok(Some(Parsed { member, warnings }))
 }
 
@@ -742,20 +743,108 @@ fn parse_policies(meta: &Meta<'_>, v: &mut Violations) -> Policies {
     p
 }
 
-/// Chooses the framework container of a pod (or pod template, `pod` being
-/// the value holding `spec`): `dljob.dev/container`, else
-/// `kubectl.kubernetes.io/default-container`, else one named after the
-/// framework, else the first.
-pub fn framework_container(m: &MemberSpec, pod: &Value) -> Option<usize> {
-    let containers = object::containers(pod.get("spec")?);
-    let by_name = |n: &str| containers.iter().position(|c| object::name_of(c) == n);
-    if let Some(n) = &m.container {
-        return by_name(n);
+/// How the framework container was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerChoice {
+    /// `dljob.dev/container`.
+    Annotation,
+    /// `kubectl.kubernetes.io/default-container`.
+    DefaultContainer,
+    /// The container named after the framework.
+    FrameworkName,
+    /// The only container requesting an accelerator.
+    Accelerator,
+    /// A guess among several containers: the first requesting an
+    /// accelerator when several do, else the first.
+    Guess,
+    /// The pod's only container.
+    Only,
+}
+
+/// One container as the picker sees it.
+pub struct ContainerFacts<'a> {
+    pub name: &'a str,
+    /// Requests an extended resource (a device such as `nvidia.com/gpu`).
+    pub accelerator: bool,
+}
+
+/// The one container rule (the webhook and the reconciler both use it):
+/// `dljob.dev/container`, else `kubectl.kubernetes.io/default-container`,
+/// else the container named after the framework, else the only container
+/// requesting an accelerator, else the first (a guess when there are
+/// several). `None` when the named container does not exist.
+pub fn pick_container(
+    annotation: Option<&str>,
+    default_container: Option<&str>,
+    framework: &str,
+    containers: &[ContainerFacts<'_>],
+) -> Option<(usize, ContainerChoice)> {
+    let by_name = |n: &str| containers.iter().position(|c| c.name == n);
+    if let Some(n) = annotation {
+        return by_name(n).map(|i| (i, ContainerChoice::Annotation));
     }
-    object::meta_str(pod, &[], "annotations", c::K8S_DEFAULT_CONTAINER)
-        .and_then(by_name)
-        .or_else(|| by_name(m.framework.name()))
-        .or(if containers.is_empty() { None } else { Some(0) })
+    if let Some(i) = default_container.and_then(by_name) {
+        return Some((i, ContainerChoice::DefaultContainer));
+    }
+    if let Some(i) = by_name(framework) {
+        return Some((i, ContainerChoice::FrameworkName));
+    }
+    if containers.len() == 1 {
+        return Some((0, ContainerChoice::Only));
+    }
+    let mut accelerated = (0..containers.len()).filter(|i| containers[*i].accelerator);
+    match (accelerated.next(), accelerated.next()) {
+        (Some(i), None) => Some((i, ContainerChoice::Accelerator)),
+        (Some(i), Some(_)) => Some((i, ContainerChoice::Guess)),
+        (None, _) if containers.is_empty() => None,
+        (None, _) => Some((0, ContainerChoice::Guess)),
+    }
+}
+
+/// Chooses the framework container of a pod (or pod template, `pod` being
+/// the value holding `spec`) by [`pick_container`].
+pub fn framework_container(m: &MemberSpec, pod: &Value) -> Option<usize> {
+    framework_container_choice(m, pod).map(|(i, _)| i)
+}
+
+fn framework_container_choice(m: &MemberSpec, pod: &Value) -> Option<(usize, ContainerChoice)> {
+    let containers = object::containers(pod.get("spec")?);
+    let facts: Vec<ContainerFacts<'_>> = containers
+        .iter()
+        .map(|c| ContainerFacts {
+            name: object::name_of(c),
+            accelerator: object::requests_extended_resource(c),
+        })
+        .collect();
+    pick_container(
+        m.container.as_deref(),
+        object::meta_str(pod, &[], "annotations", c::K8S_DEFAULT_CONTAINER),
+        m.framework.name(),
+        &facts,
+    )
+}
+
+/// A pod with several containers whose framework container was guessed:
+/// say which one, and how to choose. Checked on the object the user writes.
+fn container_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>) {
+    if m.owner != PodOwner::None {
+        return;
+    }
+    let Some(pod) = at(object, m.kind.pod_path()) else {
+        return;
+    };
+    if let Some((i, ContainerChoice::Guess)) = framework_container_choice(m, pod) {
+        let containers = object::containers(&pod["spec"]);
+        let names: Vec<&str> = containers.iter().map(object::name_of).collect();
+        warnings.push(format!(
+            "the pod has containers {}; dljob wires \"{}\" as the framework container (a guess: none is named {}, marked {}, or the only one requesting an accelerator); set {}: <name> to choose",
+            names.join(", "),
+            names[i],
+            m.framework.name(),
+            c::K8S_DEFAULT_CONTAINER,
+            c::CONTAINER
+        ));
+    }
 }
 
 /// mpi/chainer: the hostfile gives each worker `dljob.dev/slots` slots; a

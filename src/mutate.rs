@@ -11,20 +11,9 @@ use crate::frameworks::{self, Env, Member};
 use crate::member::{self, MemberSpec, Parsed, PodOwner, Violations};
 use crate::object::{self, Kind};
 
-/// Directory the hostfile volume is mounted at.
-pub const HOSTFILE_DIR: &str = "/etc/dljob";
-/// Path of the hostfile inside containers.
-pub const HOSTFILE_PATH: &str = "/etc/dljob/hostfile";
-/// Name of the downwardAPI volume that projects the hostfile annotation.
-pub const HOSTFILE_VOLUME: &str = "dljob-hostfile";
-/// The downward-API field the hostfile volume projects.
-pub const HOSTFILE_FIELD: &str = "metadata.annotations['dljob.dev/hostfile']";
-/// Name of the Secret volume holding the job's SSH keys (mpi, chainer).
-pub const SSH_VOLUME: &str = "dljob-ssh";
-/// Name of the container port dljob adds.
-pub const PORT_NAME: &str = "dljob";
-/// File mode of the SSH Secret's files (0600).
-pub const SSH_MODE: u32 = 0o600;
+pub use crate::contract::{
+    HOSTFILE_DIR, HOSTFILE_FIELD, HOSTFILE_PATH, HOSTFILE_VOLUME, PORT_NAME, SSH_MODE, SSH_VOLUME,
+};
 
 /// The admission operation, as far as mutation cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +62,10 @@ pub fn mutate_patch(
     else {
         return Ok(None);
     };
+    let too_big = size_violations(&member, object, config);
+    if !too_big.is_empty() {
+        return Err(Violations(too_big));
+    }
     let patch = match kind {
         Kind::Pod if operation == Operation::Create => {
             pod_patch(&member, object, config, &mut warnings)
@@ -193,15 +186,20 @@ pub use crate::member::framework_container;
 /// Everything dljob injects into one member pod, computed before editing.
 struct PodPlan {
     hostname: String,
+    /// Downward-API vars (name, fieldPath), injected first.
+    field_env: &'static [(&'static str, &'static str)],
     env: Env,
-    hostfile: String,
+    hostfile: Option<String>,
     container: usize,
 }
 
 fn plan_pod(m: &MemberSpec, pod: &Value, config: &Config) -> Option<PodPlan> {
+    plan_pod_at(m, pod, config, m.index.unwrap_or(0))
+}
+
+fn plan_pod_at(m: &MemberSpec, pod: &Value, config: &Config, index: u32) -> Option<PodPlan> {
     let container = framework_container(m, pod)?;
     let gpus = object::gpu_count(&object::containers(&pod["spec"])[container]);
-    let index = m.index.unwrap_or(0);
     let job = m.job_view(config);
     let member = Member {
         role: &m.role,
@@ -213,10 +211,72 @@ fn plan_pod(m: &MemberSpec, pod: &Value, config: &Config) -> Option<PodPlan> {
     frameworks::generic_env(m.framework, &job, &member, &mut env);
     Some(PodPlan {
         hostname: c::pod_hostname(&m.job, &m.role, index),
+        field_env: m.framework.field_env(&job, &member),
         hostfile: m.framework.hostfile(&job, &member),
         env,
         container,
     })
+}
+
+/// Linux refuses to start a process with any environment string (`NAME=value`
+/// and its NUL) longer than `MAX_ARG_STRLEN`, 32 pages of 4 KiB: the
+/// container would fail to start.
+pub const MAX_ENV_STRING: usize = 32 * 4096;
+/// The API server refuses an object whose annotations (keys and values)
+/// exceed 256 KiB in all.
+pub const MAX_ANNOTATIONS: usize = 256 * 1024;
+
+/// What the member's pods would get that cannot work: an injected env string
+/// over [`MAX_ENV_STRING`] or annotations over [`MAX_ANNOTATIONS`] with the
+/// hostfile. Checked for the member's own pod, or for a workload's pod of
+/// the highest index (the longest values), so that the workload is refused
+/// before it creates pods that cannot start. The total environment limit
+/// (a quarter of the stack limit, 2 MiB by default) is not reached by what
+/// dljob injects once each string is bounded: one list of hosts at most.
+pub fn size_violations(m: &MemberSpec, object: &Value, config: &Config) -> Vec<String> {
+    let Some(pod) = object::at(object, m.kind.pod_path()) else {
+        return Vec::new();
+    };
+    let index = m
+        .index
+        .unwrap_or_else(|| m.topology.count_or_zero(&m.role).saturating_sub(1));
+    let Some(plan) = plan_pod_at(m, pod, config, index) else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    let fix = format!(
+        "use fewer replicas, or a shorter job name or namespace (every host is named {}-<role>-<index>.{}.{}.svc)",
+        m.job, m.job, m.namespace
+    );
+    if let Some((name, value)) = plan
+        .env
+        .iter()
+        .max_by_key(|(n, v)| n.len() + v.len())
+        .filter(|(n, v)| n.len() + 1 + v.len() + 1 > MAX_ENV_STRING)
+    {
+        problems.push(format!(
+            "{name} would be {} bytes for {} {index}; Linux refuses to start a process with an environment string over {MAX_ENV_STRING} bytes, so the container could not start: {fix}",
+            name.len() + 1 + value.len() + 1,
+            m.role,
+        ));
+    }
+    if let Some(hostfile) = &plan.hostfile {
+        let others: usize = object::string_map(pod, &[], "annotations")
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| k.as_str() != c::HOSTFILE)
+            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+            .sum();
+        let total = others + c::HOSTFILE.len() + hostfile.len();
+        if total > MAX_ANNOTATIONS {
+            problems.push(format!(
+                "the {} annotation ({} bytes, one line per host) would bring the pod's annotations to {total} bytes; the API server refuses more than {MAX_ANNOTATIONS}: {fix}",
+                c::HOSTFILE,
+                hostfile.len(),
+            ));
+        }
+    }
+    problems
 }
 
 /// The pod's edits as a patch (the pod is not copied).
@@ -247,21 +307,23 @@ fn pod_patch(m: &MemberSpec, pod: &Value, config: &Config, warnings: &mut Vec<St
     edits.set_spec("hostname", Value::String(plan.hostname));
     edits.set_spec("subdomain", Value::String(m.job.clone()));
 
-    // The hostfile annotation, projected by a downwardAPI volume; the SSH
-    // Secret for mpi and chainer.
-    edits.set_annotation(c::HOSTFILE, Value::String(plan.hostfile));
+    // The hostfile annotation where a launcher reads it, projected by a
+    // downwardAPI volume; the SSH Secret where members use SSH.
     let mut volumes: Vec<(Value, Value)> = Vec::with_capacity(2);
-    volumes.push((
-        json!({
-            "name": HOSTFILE_VOLUME,
-            "downwardAPI": {"items": [{
-                "path": "hostfile",
-                "fieldRef": {"fieldPath": HOSTFILE_FIELD}
-            }]}
-        }),
-        json!({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": true}),
-    ));
-    if matches!(m.framework.name(), "mpi" | "chainer") {
+    if let Some(hostfile) = plan.hostfile {
+        edits.set_annotation(c::HOSTFILE, Value::String(hostfile));
+        volumes.push((
+            json!({
+                "name": HOSTFILE_VOLUME,
+                "downwardAPI": {"items": [{
+                    "path": "hostfile",
+                    "fieldRef": {"fieldPath": HOSTFILE_FIELD}
+                }]}
+            }),
+            json!({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": true}),
+        ));
+    }
+    if m.framework.uses_ssh() {
         volumes.push((
             json!({
                 "name": SSH_VOLUME,
@@ -274,6 +336,7 @@ fn pod_patch(m: &MemberSpec, pod: &Value, config: &Config, warnings: &mut Vec<St
     let containers = object::containers(spec);
     let fc = plan.container;
     let fc_name = object::name_of(&containers[fc]);
+    merge_field_env(&mut edits, fc, fc_name, plan.field_env, warnings);
     merge_env(
         &mut edits,
         fc,
@@ -342,6 +405,32 @@ fn merge_env<'a>(
                     ));
                 }
             }
+        }
+    }
+}
+
+/// Adds each downward-API var unless the container sets it; a different
+/// user value is kept and named in a warning.
+fn merge_field_env(
+    edits: &mut PodEdits<'_>,
+    container: usize,
+    cname: &str,
+    vars: &[(&str, &str)],
+    warnings: &mut Vec<String>,
+) {
+    let list = List::Env(container);
+    for (name, field) in vars {
+        let ours = json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": field}}});
+        let existing = edits
+            .items(list)
+            .find(|e| object::name_of(e) == *name)
+            .map(|e| object::contains(e, &ours));
+        match existing {
+            None => edits.append(list, ours),
+            Some(true) => {}
+            Some(false) => warnings.push(format!(
+                "container \"{cname}\": env {name} is set by the user and kept; dljob would set it from the pod's {field}"
+            )),
         }
     }
 }

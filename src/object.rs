@@ -165,6 +165,29 @@ pub fn requests_resource(container: &Value, resource: &str) -> bool {
     resource_count(container, resource).is_some_and(|q| whole_quantity(q) != Some(0))
 }
 
+/// Whether the container requests an extended resource — a device such as
+/// `nvidia.com/gpu`, `amd.com/gpu` or `google.com/tpu`: a domain-prefixed
+/// resource outside Kubernetes' own `kubernetes.io` domains.
+pub fn requests_extended_resource(container: &Value) -> bool {
+    let Some(res) = container.get("resources") else {
+        return false;
+    };
+    ["limits", "requests"].iter().any(|section| {
+        res.get(*section)
+            .and_then(Value::as_object)
+            .is_some_and(|m| {
+                m.iter()
+                    .any(|(k, v)| is_extended_resource(k) && whole_quantity(v) != Some(0))
+            })
+    })
+}
+
+/// `vendor.example/device`, not `cpu`, `hugepages-2Mi` or `*kubernetes.io/*`.
+pub fn is_extended_resource(name: &str) -> bool {
+    name.split_once('/')
+        .is_some_and(|(domain, _)| domain != "kubernetes.io" && !domain.ends_with(".kubernetes.io"))
+}
+
 /// GPUs the container requests: the sum over resources named `…/gpu`.
 pub fn gpu_count(container: &Value) -> Option<u32> {
     let res = container.get("resources")?;

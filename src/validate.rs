@@ -33,6 +33,11 @@ pub fn validate(
             return Err(v);
         }
     };
+    v.0.extend(crate::mutate::size_violations(
+        &parsed.member,
+        object,
+        config,
+    ));
     agree_with_peers(&parsed.member, peers, &mut v);
     v.into_result(parsed.warnings)
 }

@@ -657,8 +657,15 @@ fn chainermn_hostfile_lists_workers_then_master_with_gpu_slots() {
                 chainermn-master-0.chainermn.default.svc slots=2\n";
     let master = ex.mutated("chainermn-master");
     assert_eq!(hostfile(&master), want);
+    // Only the master runs mpiexec: workers get no hostfile and no
+    // hostfile settings.
     let worker1 = controller_pod(&ex, "chainermn-worker", 1);
-    assert_eq!(hostfile(&worker1), want);
+    assert_eq!(
+        worker1["metadata"]["annotations"].get("dljob.dev/hostfile"),
+        None
+    );
+    assert_eq!(env(&worker1, "OMPI_MCA_orte_default_hostfile"), None);
+    assert_eq!(env(&worker1, "K_MPI_JOB_ROLE").as_deref(), Some("worker"));
     assert_eq!(
         env(&master, "OMPI_MCA_orte_default_hostfile").as_deref(),
         Some("/etc/dljob/hostfile")
@@ -722,9 +729,7 @@ fn cifar10_gpu_worker_gets_the_nvidia_libraries() {
     assert_eq!(env(&scheduler, "LD_LIBRARY_PATH"), None);
     assert!(!scheduler["spec"]["volumes"]
         .as_array()
-        .unwrap()
-        .iter()
-        .any(|v| v["name"] == "nvidia-libraries"));
+        .is_some_and(|v| v.iter().any(|v| v["name"] == "nvidia-libraries")));
 }
 
 #[test]
@@ -786,7 +791,10 @@ fn horovod_hostfile_lists_the_workers_only() {
         Some("launcher")
     );
     let worker = controller_pod(&ex, "horovod-worker", 0);
-    assert_eq!(hostfile(&worker), want);
+    assert_eq!(
+        worker["metadata"]["annotations"].get("dljob.dev/hostfile"),
+        None
+    );
 }
 
 #[test]
@@ -818,7 +826,7 @@ fn generic_workers_can_reach_the_head() {
     let ex = example("generic-ray");
     let w0 = controller_pod(&ex, "ray-squares-worker", 0);
     assert_eq!(
-        env(&w0, "DLJOB_HOSTS_HEAD").as_deref(),
+        env(&w0, "DLJOB_COORDINATOR").as_deref(),
         Some("ray-squares-head-0.ray-squares.default.svc")
     );
     assert_eq!(env(&w0, "DLJOB_RANK").as_deref(), Some("1"));

@@ -58,7 +58,7 @@ fn topology_accepts_up_to_max_replicas_in_all() {
 
 /// fuzz target `mutate_pod`, libFuzzer timeout (> 10 s; 4294967295 runs
 /// out of memory): a pod declaring `worker=30000000` made admission build a
-/// host list of every replica for DLJOB_HOSTS_WORKER. It is now refused at
+/// host list of every replica (then injected as DLJOB_HOSTS_WORKER). It is now refused at
 /// once.
 #[test]
 fn huge_topology_is_refused_quickly() {

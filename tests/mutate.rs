@@ -4,7 +4,7 @@
 
 use dljob::config::Config;
 use dljob::member::Violations;
-use dljob::mutate::{mutate, patch, Mutation, Operation};
+use dljob::mutate::{mutate, mutate_patch, patch, Mutation, Operation};
 use dljob::object::Kind;
 use serde_json::{json, Value};
 
@@ -98,7 +98,7 @@ fn assert_patch_reproduces(original: &Value, mutated: &Value) {
 }
 
 #[test]
-fn tensorflow_chief_pod_gets_identity_tf_config_port_and_hostfile() {
+fn tensorflow_chief_pod_gets_identity_tf_config_and_port_but_no_hostfile() {
     let cfg = Config::default();
     let original = pod(
         "mnist",
@@ -131,29 +131,25 @@ fn tensorflow_chief_pod_gets_identity_tf_config_port_and_hostfile() {
     assert_eq!(env(p, "DLJOB_RANK").as_deref(), Some("0"));
     assert_eq!(env(p, "DLJOB_WORLD_SIZE").as_deref(), Some("4"));
     assert_eq!(
-        env(p, "DLJOB_HOSTS_PS").as_deref(),
-        Some("mnist-ps-0.mnist.ml.svc")
+        env(p, "DLJOB_REPLICAS").as_deref(),
+        Some("chief=1,worker=2,ps=1")
     );
     assert_eq!(
-        env(p, "DLJOB_HOSTS_WORKER").as_deref(),
-        Some("mnist-worker-0.mnist.ml.svc,mnist-worker-1.mnist.ml.svc")
+        env(p, "DLJOB_HOST_PATTERN").as_deref(),
+        Some("mnist-{role}-{index}.mnist.ml.svc")
+    );
+    assert_eq!(
+        env(p, "DLJOB_COORDINATOR").as_deref(),
+        Some("mnist-chief-0.mnist.ml.svc")
     );
     assert_eq!(
         p["spec"]["containers"][0]["ports"],
         json!([{"name": "dljob", "containerPort": 2222, "protocol": "TCP"}])
     );
-    assert_eq!(
-        p["metadata"]["annotations"]["dljob.dev/hostfile"],
-        "mnist-chief-0.mnist.ml.svc slots=1\nmnist-worker-0.mnist.ml.svc slots=1\nmnist-worker-1.mnist.ml.svc slots=1\nmnist-ps-0.mnist.ml.svc slots=1\n"
-    );
-    assert_eq!(
-        p["spec"]["volumes"],
-        json!([{"name": "dljob-hostfile", "downwardAPI": {"items": [{"path": "hostfile", "fieldRef": {"fieldPath": "metadata.annotations['dljob.dev/hostfile']"}}]}}])
-    );
-    assert_eq!(
-        p["spec"]["containers"][0]["volumeMounts"],
-        json!([{"name": "dljob-hostfile", "mountPath": "/etc/dljob", "readOnly": true}])
-    );
+    // TensorFlow reads no hostfile: none is injected, nor its volume.
+    assert_eq!(p["metadata"]["annotations"].get("dljob.dev/hostfile"), None);
+    assert_eq!(p["spec"].get("volumes"), None);
+    assert_eq!(p["spec"]["containers"][0].get("volumeMounts"), None);
     assert_idempotent(Kind::Pod, p, &cfg);
     assert_patch_reproduces(&original, p);
 }
@@ -380,7 +376,6 @@ fn user_env_port_and_volume_win_and_are_named_in_warnings() {
         {"name": "WORLD_SIZE", "value": "2"}
     ]);
     p["spec"]["containers"][0]["ports"] = json!([{"name": "dljob", "containerPort": 8080}]);
-    p["spec"]["volumes"] = json!([{"name": "dljob-hostfile", "emptyDir": {}}]);
     let m = create(Kind::Pod, &p, &Config::default());
     assert_eq!(env(&m.object, "MASTER_PORT").as_deref(), Some("1234"));
     assert_eq!(env(&m.object, "WORLD_SIZE").as_deref(), Some("2"));
@@ -389,15 +384,25 @@ fn user_env_port_and_volume_win_and_are_named_in_warnings() {
         vec![
             "container \"pytorch\": env MASTER_PORT is set by the user and kept; dljob would set \"23456\"",
             "container \"pytorch\": port \"dljob\" is declared by the user as 8080 and kept; dljob would declare 23456",
+        ]
+    );
+    // WORLD_SIZE "2" equals what dljob computes: not a conflict, no warning.
+    assert!(!m.warnings.iter().any(|w| w.contains("WORLD_SIZE")));
+
+    // A volume named like dljob's hostfile volume, on the pod that gets one.
+    let mut launcher = pod("hvd", "launcher", "mpi", "launcher=1,worker=1", json!({}));
+    launcher["spec"]["volumes"] = json!([{"name": "dljob-hostfile", "emptyDir": {}}]);
+    let m = create(Kind::Pod, &launcher, &Config::default());
+    assert_eq!(
+        m.warnings,
+        vec![
             "volume \"dljob-hostfile\" is defined by the user and kept; dljob would define it as {\"downwardAPI\":{\"items\":[{\"fieldRef\":{\"fieldPath\":\"metadata.annotations['dljob.dev/hostfile']\"},\"path\":\"hostfile\"}]},\"name\":\"dljob-hostfile\"}",
         ]
     );
     assert_eq!(
-        m.object["spec"]["volumes"],
-        json!([{"name": "dljob-hostfile", "emptyDir": {}}])
+        m.object["spec"]["volumes"][0],
+        json!({"name": "dljob-hostfile", "emptyDir": {}})
     );
-    // WORLD_SIZE "2" equals what dljob computes: not a conflict, no warning.
-    assert!(!m.warnings.iter().any(|w| w.contains("WORLD_SIZE")));
 }
 
 #[test]
@@ -449,7 +454,7 @@ fn accelerator_config_applies_to_every_container_requesting_the_resource() {
 }
 
 #[test]
-fn mpi_worker_gets_hostfile_ssh_secret_and_a_slots_warning() {
+fn mpi_worker_gets_ssh_secret_and_a_slots_warning_and_the_launcher_the_hostfile() {
     let mut p = pod(
         "hvd",
         "worker",
@@ -459,36 +464,52 @@ fn mpi_worker_gets_hostfile_ssh_secret_and_a_slots_warning() {
     );
     p["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "4"}});
     let m = create(Kind::Pod, &p, &Config::default());
+    // Workers run sshd: no hostfile, no hostfile settings.
     assert_eq!(
-        m.object["metadata"]["annotations"]["dljob.dev/hostfile"],
-        "hvd-worker-0.hvd.ml.svc slots=1\nhvd-worker-1.hvd.ml.svc slots=1\n"
+        m.object["metadata"]["annotations"].get("dljob.dev/hostfile"),
+        None
     );
-    assert!(m.object["spec"]["volumes"].as_array().unwrap().contains(
-        &json!({"name": "dljob-ssh", "secret": {"secretName": "hvd-ssh", "defaultMode": 384}})
-    ));
-    assert!(m.object["spec"]["containers"][0]["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .contains(&json!({"name": "dljob-ssh", "mountPath": "/home/mpi/.ssh", "readOnly": true})));
+    assert_eq!(
+        m.object["spec"]["volumes"],
+        json!([{"name": "dljob-ssh", "secret": {"secretName": "hvd-ssh", "defaultMode": 384}}])
+    );
+    assert_eq!(
+        m.object["spec"]["containers"][0]["volumeMounts"],
+        json!([{"name": "dljob-ssh", "mountPath": "/home/mpi/.ssh", "readOnly": true}])
+    );
     assert_eq!(env(&m.object, "K_MPI_JOB_ROLE").as_deref(), Some("worker"));
-    assert_eq!(
-        env(&m.object, "OMPI_MCA_orte_default_hostfile").as_deref(),
-        Some("/etc/dljob/hostfile")
-    );
+    assert_eq!(env(&m.object, "OMPI_MCA_orte_default_hostfile"), None);
     assert_eq!(
         m.warnings,
         vec!["the worker's framework container requests 4 GPUs but the hostfile gives each worker 1 slot; set dljob.dev/slots: \"4\" on every member"]
     );
-    // With slots set to the GPU count the warning goes and slots reach the hostfile.
+    // With slots set to the GPU count the warning goes and slots reach the
+    // launcher's hostfile.
     p["metadata"]["annotations"]["dljob.dev/slots"] = json!("4");
     let m = create(Kind::Pod, &p, &Config::default());
     assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    let launcher = pod(
+        "hvd",
+        "launcher",
+        "mpi",
+        "launcher=1,worker=2",
+        json!({"dljob.dev/slots": "4"}),
+    );
+    let m = create(Kind::Pod, &launcher, &Config::default());
     assert_eq!(
         m.object["metadata"]["annotations"]["dljob.dev/hostfile"],
         "hvd-worker-0.hvd.ml.svc slots=4\nhvd-worker-1.hvd.ml.svc slots=4\n"
     );
     assert_eq!(
+        env(&m.object, "OMPI_MCA_orte_default_hostfile").as_deref(),
+        Some("/etc/dljob/hostfile")
+    );
+    assert_eq!(
         env(&m.object, "OMPI_MCA_orte_set_default_slots").as_deref(),
+        Some("4")
+    );
+    assert_eq!(
+        env(&m.object, "PRTE_MCA_prte_set_default_slots").as_deref(),
         Some("4")
     );
 }
@@ -518,11 +539,162 @@ fn framework_container_is_chosen_by_annotation_default_container_name_then_first
 }
 
 #[test]
+fn framework_container_is_the_one_requesting_an_accelerator_else_a_named_guess() {
+    let mut p = pod("j", "worker", "pytorch", "worker=1", json!({}));
+    p["spec"]["containers"] = json!([
+        {"name": "sidecar", "image": "proxy"},
+        {"name": "trainer", "image": "img", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+    ]);
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert!(env_of(&m.object, 0).is_empty());
+    assert!(env_of(&m.object, 1).contains(&("PET_NPROC_PER_NODE".into(), "2".into())));
+    assert_eq!(m.object["spec"]["containers"][0].get("ports"), None);
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+
+    // No container stands out: the first is wired, and the user is told.
+    p["spec"]["containers"][1]["resources"] = json!({});
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert!(env_of(&m.object, 0).contains(&("PET_NPROC_PER_NODE".into(), "auto".into())));
+    assert_eq!(
+        m.warnings,
+        vec!["the pod has containers sidecar, trainer; dljob wires \"sidecar\" as the framework container (a guess: none is named pytorch, marked kubectl.kubernetes.io/default-container, or the only one requesting an accelerator); set dljob.dev/container: <name> to choose"]
+    );
+    p["metadata"]["annotations"]["dljob.dev/container"] = json!("trainer");
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    assert!(env_of(&m.object, 1).contains(&("PET_NPROC_PER_NODE".into(), "auto".into())));
+}
+
+/// Bytes dljob adds to a pod: every injected env var's `NAME=value` and the
+/// annotations it writes.
+fn injected_bytes(original: &Value, mutated: &Value) -> usize {
+    let before: Vec<(String, String)> = env_of(original, 0);
+    let env: usize = env_of(mutated, 0)
+        .iter()
+        .filter(|e| !before.contains(e))
+        .map(|(n, v)| n.len() + 1 + v.len())
+        .sum();
+    let annotations: usize = mutated["metadata"]["annotations"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| {
+            original["metadata"]["annotations"]
+                .get(k.as_str())
+                .is_none()
+        })
+        .map(|(k, v)| k.len() + v.as_str().unwrap().len())
+        .sum();
+    env + annotations
+}
+
+#[test]
+fn a_1000_member_pytorch_worker_gets_less_than_4_kib() {
+    let mut p = pod(
+        "resnet50-imagenet-hparam-sweep-trial7",
+        "worker",
+        "pytorch",
+        "master=1,worker=999",
+        json!({"dljob.dev/index": "998"}),
+    );
+    p["metadata"]["namespace"] = json!("ml-research-team-a");
+    let m = create(Kind::Pod, &p, &Config::default());
+    let bytes = injected_bytes(&p, &m.object);
+    assert!(bytes <= 4096, "{bytes} bytes injected");
+    assert_eq!(env(&m.object, "RANK").as_deref(), Some("999"));
+    assert_eq!(env(&m.object, "WORLD_SIZE").as_deref(), Some("1000"));
+    // The 1400-worker job that used to carry a 154 308-byte
+    // DLJOB_HOSTS_WORKER (too long for Linux to start) is fine now.
+    p["metadata"]["annotations"]["dljob.dev/replicas"] = json!("master=1,worker=1400");
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert!(injected_bytes(&p, &m.object) <= 4096);
+}
+
+#[test]
+fn a_tf_config_too_long_for_linux_is_refused_at_admission() {
+    let p = pod(
+        "resnet50-imagenet-hparam-sweep-trial7",
+        "worker",
+        "tensorflow",
+        "chief=1,worker=2400",
+        json!({"dljob.dev/index": "5"}),
+    );
+    let v = mutate_patch(
+        Kind::Pod,
+        &p,
+        Some("ml"),
+        Operation::Create,
+        &Config::default(),
+    )
+    .expect_err("refused");
+    assert_eq!(
+        v.0,
+        vec!["TF_CONFIG would be 243890 bytes for worker 5; Linux refuses to start a process with an environment string over 131072 bytes, so the container could not start: use fewer replicas, or a shorter job name or namespace (every host is named resnet50-imagenet-hparam-sweep-trial7-<role>-<index>.resnet50-imagenet-hparam-sweep-trial7.ml.svc)"]
+    );
+    // The same job under a short name fits.
+    let short = pod(
+        "r",
+        "worker",
+        "tensorflow",
+        "chief=1,worker=2400",
+        json!({"dljob.dev/index": "5"}),
+    );
+    assert!(mutate_patch(
+        Kind::Pod,
+        &short,
+        Some("ml"),
+        Operation::Create,
+        &Config::default()
+    )
+    .is_ok());
+}
+
+#[test]
+fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
+    let launcher = pod(
+        "resnet50-imagenet-hparam-sweep-trial7",
+        "launcher",
+        "mpi",
+        "launcher=1,worker=3000",
+        json!({}),
+    );
+    let v = mutate_patch(
+        Kind::Pod,
+        &launcher,
+        Some("ml"),
+        Operation::Create,
+        &Config::default(),
+    )
+    .expect_err("refused");
+    assert_eq!(v.0.len(), 1, "{v}");
+    assert!(
+        v.0[0].starts_with("the dljob.dev/hostfile annotation (307890 bytes, one line per host) would bring the pod's annotations to 307970 bytes; the API server refuses more than 262144: "),
+        "{}",
+        v.0[0]
+    );
+    // Workers carry no hostfile: they are not refused for it.
+    let worker = pod(
+        "resnet50-imagenet-hparam-sweep-trial7",
+        "worker",
+        "mpi",
+        "launcher=1,worker=3000",
+        json!({"dljob.dev/index": "0"}),
+    );
+    assert!(mutate_patch(
+        Kind::Pod,
+        &worker,
+        Some("ml"),
+        Operation::Create,
+        &Config::default()
+    )
+    .is_ok());
+}
+
+#[test]
 fn parents_are_added_only_when_absent() {
-    let mut p = pod("j", "worker", "generic", "worker=1", json!({}));
+    let mut p = pod("j", "launcher", "mpi", "launcher=1,worker=1", json!({}));
     p["metadata"].as_object_mut().unwrap().remove("annotations");
-    p["metadata"]["annotations"] =
-        json!({"dljob.dev/framework": "generic", "dljob.dev/replicas": "worker=1", "keep": "me"});
+    p["metadata"]["annotations"] = json!({"dljob.dev/framework": "mpi", "dljob.dev/replicas": "launcher=1,worker=1", "keep": "me"});
     p["spec"]["containers"][0]["env"] = json!([{"name": "A", "value": "1"}]);
     let m = create(Kind::Pod, &p, &Config::default());
     let ops = patch(&p, &m.object);

@@ -377,7 +377,8 @@ async fn pod_create_is_patched_with_tf_config_and_a_second_review_yields_no_patc
         assert_eq!(env["DLJOB_ROLE"], "chief");
         assert_eq!(env["DLJOB_INDEX"], "0");
         assert_eq!(env["DLJOB_WORLD_SIZE"], "4");
-        assert_eq!(env["DLJOB_HOSTS_WORKER"], "resnet-worker-0.resnet.team-a.svc,resnet-worker-1.resnet.team-a.svc");
+        assert_eq!(env["DLJOB_REPLICAS"], "chief=1,worker=2,ps=1");
+        assert_eq!(env["DLJOB_HOST_PATTERN"], "resnet-{role}-{index}.resnet.team-a.svc");
         let ports = pod["spec"]["containers"][0]["ports"].as_array().unwrap();
         assert!(ports.contains(&json!({"name": "dljob", "containerPort": 2222, "protocol": "TCP"})));
         // The captured service-account volume and mount are kept.
@@ -1374,7 +1375,8 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
         assert_eq!(line["object"], "team-a/resnet-chief");
         assert_eq!(line["operation"], "CREATE");
         assert_eq!(line["allowed"], true);
-        assert_eq!(line["patch_ops"], 7);
+        // hostname, subdomain, env, ports (TensorFlow gets no hostfile).
+        assert_eq!(line["patch_ops"], 4);
         assert!(line["latency_ms"].is_number());
         assert!(line.get("denial").is_none());
 

@@ -25,15 +25,22 @@ impl Framework for Chainer {
             .map(|(r, _)| (r, 0))
     }
     fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
-        mpi_env(job, member, env);
+        mpi_env(job, member, "master", env);
     }
-    fn hostfile(&self, job: &Job<'_>, _member: &Member<'_>) -> String {
+    /// The master's (it runs mpiexec): the workers, then the master.
+    fn hostfile(&self, job: &Job<'_>, member: &Member<'_>) -> Option<String> {
+        if member.role != "master" {
+            return None;
+        }
         let mut out = String::new();
         push_hostfile_lines(&mut out, job, "worker", job.slots);
         push_hostfile_lines(&mut out, job, "master", job.slots);
-        out
+        Some(out)
     }
     fn uses_slots(&self) -> bool {
+        true
+    }
+    fn uses_ssh(&self) -> bool {
         true
     }
 }
@@ -59,14 +66,14 @@ mod tests {
         let hf = by_name("chainer").unwrap().hostfile(
             &job,
             &Member {
-                role: "worker",
-                index: 1,
+                role: "master",
+                index: 0,
                 gpus: Some(4),
             },
         );
         assert_eq!(
-            hf,
-            "cmn-worker-0.cmn.ns.svc slots=4\ncmn-worker-1.cmn.ns.svc slots=4\ncmn-master-0.cmn.ns.svc slots=4\n"
+            hf.as_deref(),
+            Some("cmn-worker-0.cmn.ns.svc slots=4\ncmn-worker-1.cmn.ns.svc slots=4\ncmn-master-0.cmn.ns.svc slots=4\n")
         );
     }
 

@@ -129,17 +129,31 @@ pub trait Framework: Sync {
     fn check_topology(&self, _topology: &Topology) -> Vec<String> {
         Vec::new()
     }
-    /// The hostfile: by default every host in rank order, `slots` each.
-    fn hostfile(&self, job: &Job<'_>, _member: &Member<'_>) -> String {
-        let mut out = String::new();
-        for role in rank_order(self, job.topology) {
-            push_hostfile_lines(&mut out, job, role, job.slots);
-        }
-        out
+    /// The MPI hostfile for `member`, where the member runs a launcher that
+    /// reads one (mpi's launcher, chainer's master); `None` elsewhere. Other
+    /// frameworks read no hostfile, and every host is a pure function of the
+    /// topology (`DLJOB_HOST_PATTERN`, `DLJOB_REPLICAS`).
+    fn hostfile(&self, _job: &Job<'_>, _member: &Member<'_>) -> Option<String> {
+        None
+    }
+    /// Env vars taken from the pod by the downward API, as (name, fieldPath),
+    /// injected before [`Framework::env`]'s so that its values can refer to
+    /// them as `$(NAME)`.
+    fn field_env(
+        &self,
+        _job: &Job<'_>,
+        _member: &Member<'_>,
+    ) -> &'static [(&'static str, &'static str)] {
+        &[]
     }
     /// Whether the framework takes `dljob.dev/slots` from the hostfile
     /// launcher's point of view (mpi, chainer): warn when GPUs ≠ slots.
     fn uses_slots(&self) -> bool {
+        false
+    }
+    /// Whether members reach each other over SSH (mpi, chainer): the job
+    /// gets an SSH key Secret, mounted in every member.
+    fn uses_ssh(&self) -> bool {
         false
     }
 }
@@ -284,6 +298,19 @@ impl Job<'_> {
         s
     }
 
+    /// Every host as a pattern: `j-{role}-{index}.j.ns.svc[.domain]`.
+    pub fn host_pattern(&self) -> String {
+        let mut s = format!(
+            "{}-{{role}}-{{index}}.{}.{}.svc",
+            self.name, self.name, self.namespace
+        );
+        if !self.cluster_domain.is_empty() {
+            s.push('.');
+            s.push_str(self.cluster_domain);
+        }
+        s
+    }
+
     /// `host:port`.
     pub fn host_port(&self, role: &str, index: u32) -> String {
         let mut s = String::with_capacity(self.host_len_hint(role) + 6);
@@ -327,7 +354,10 @@ pub fn push_hostfile_lines(out: &mut String, job: &Job<'_>, role: &str, slots: u
     }
 }
 
-/// The generic `DLJOB_*` vars every member gets.
+/// The generic `DLJOB_*` vars every member gets. Their size does not grow
+/// with the job: the other members' hosts follow from `DLJOB_REPLICAS` and
+/// `DLJOB_HOST_PATTERN` (`{role}` and `{index}` placeholders, as Python's
+/// `str.format` fills them); `DLJOB_COORDINATOR` names the coordinator's host.
 pub fn generic_env(framework: &dyn Framework, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
     let r = rank(framework, job.topology, member.role, member.index);
     env.push(("DLJOB_JOB".into(), job.name.to_owned()));
@@ -335,23 +365,16 @@ pub fn generic_env(framework: &dyn Framework, job: &Job<'_>, member: &Member<'_>
     env.push(("DLJOB_INDEX".into(), member.index.to_string()));
     env.push(("DLJOB_RANK".into(), r.to_string()));
     env.push(("DLJOB_WORLD_SIZE".into(), job.topology.total().to_string()));
-    for role in rank_order(framework, job.topology) {
-        env.push((hosts_var(role), job.host_list(role, false)));
+    let replicas = rank_order(framework, job.topology)
+        .into_iter()
+        .map(|role| format!("{role}={}", job.topology.count_or_zero(role)))
+        .collect::<Vec<_>>()
+        .join(",");
+    env.push(("DLJOB_REPLICAS".into(), replicas));
+    env.push(("DLJOB_HOST_PATTERN".into(), job.host_pattern()));
+    if let Some((role, index)) = framework.coordinator(job.topology) {
+        env.push(("DLJOB_COORDINATOR".into(), job.host(role, index)));
     }
-}
-
-/// `DLJOB_HOSTS_<ROLE>` with the role upper-cased and '-' as '_'.
-pub fn hosts_var(role: &str) -> String {
-    let mut s = String::with_capacity(12 + role.len());
-    s.push_str("DLJOB_HOSTS_");
-    s.extend(role.chars().map(|c| {
-        if c == '-' {
-            '_'
-        } else {
-            c.to_ascii_uppercase()
-        }
-    }));
-    s
 }
 
 /// Coordinator rule shared by several frameworks: `role` if present, else worker 0.
@@ -500,11 +523,9 @@ mod tests {
             ("DLJOB_INDEX", "1"),
             ("DLJOB_RANK", "2"),
             ("DLJOB_WORLD_SIZE", "3"),
-            ("DLJOB_HOSTS_MASTER", "j-master-0.j.ns.svc"),
-            (
-                "DLJOB_HOSTS_WORKER",
-                "j-worker-0.j.ns.svc,j-worker-1.j.ns.svc",
-            ),
+            ("DLJOB_REPLICAS", "master=1,worker=2"),
+            ("DLJOB_HOST_PATTERN", "j-{role}-{index}.j.ns.svc"),
+            ("DLJOB_COORDINATOR", "j-master-0.j.ns.svc"),
         ]
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -513,8 +534,25 @@ mod tests {
     }
 
     #[test]
-    fn hosts_var_upper_cases_and_replaces_dashes() {
-        assert_eq!(hosts_var("param-server"), "DLJOB_HOSTS_PARAM_SERVER");
+    fn host_pattern_names_every_host() {
+        let t = Topology::parse("worker=2").unwrap();
+        let mut job = Job {
+            name: "j",
+            namespace: "ns",
+            cluster_domain: "",
+            topology: &t,
+            port: 1,
+            slots: 1,
+            elastic: None,
+        };
+        assert_eq!(job.host_pattern(), "j-{role}-{index}.j.ns.svc");
+        job.cluster_domain = "cluster.local";
+        assert_eq!(
+            job.host_pattern()
+                .replace("{role}", "worker")
+                .replace("{index}", "1"),
+            job.host("worker", 1)
+        );
     }
 
     #[test]

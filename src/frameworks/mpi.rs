@@ -1,9 +1,8 @@
-//! MPI (Horovod, mpirun): a hostfile of the workers and OpenMPI settings,
-//! laid out as the MPI operator does.
+//! MPI (Horovod, mpirun): a hostfile of the workers for the launcher, laid
+//! out as the MPI operator does, and the OpenMPI settings pointing at it.
 
 use super::{push_hostfile_lines, set, Env, Framework, Job, Member, RoleRule, Roles};
-use crate::contract::Topology;
-use crate::mutate::HOSTFILE_PATH;
+use crate::contract::{Topology, HOSTFILE_PATH};
 
 pub struct Mpi;
 
@@ -29,35 +28,51 @@ impl Framework for Mpi {
             .map(|(r, _)| (r, 0))
     }
     fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
-        mpi_env(job, member, env);
+        mpi_env(job, member, "launcher", env);
     }
-    /// Workers, `slots` each; the launcher first when it requests GPUs
-    /// itself (only the launcher can know that, and only it runs mpirun).
-    fn hostfile(&self, job: &Job<'_>, member: &Member<'_>) -> String {
+    /// The launcher's: workers, `slots` each; the launcher first when it
+    /// requests GPUs itself (only the launcher can know that, and only it
+    /// runs mpirun). Workers run sshd and read no hostfile.
+    fn hostfile(&self, job: &Job<'_>, member: &Member<'_>) -> Option<String> {
+        if member.role != "launcher" {
+            return None;
+        }
         let mut out = String::new();
-        if member.role == "launcher" && member.gpus.unwrap_or(0) > 0 {
+        if member.gpus.unwrap_or(0) > 0 {
             push_hostfile_lines(&mut out, job, "launcher", job.slots);
         }
         push_hostfile_lines(&mut out, job, "worker", job.slots);
-        out
+        Some(out)
     }
     fn uses_slots(&self) -> bool {
         true
     }
+    fn uses_ssh(&self) -> bool {
+        true
+    }
 }
 
-/// OpenMPI settings shared by mpi and chainer.
-pub(super) fn mpi_env(job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+/// OpenMPI settings shared by mpi and chainer: every member learns its role;
+/// the member that runs mpirun (`launcher_role`) gets the hostfile, default
+/// slots and ssh arguments, under OpenMPI 4's names (ORTE) and OpenMPI 5's
+/// (PRRTE), so one image works with either: each ignores the other's.
+pub(super) fn mpi_env(job: &Job<'_>, member: &Member<'_>, launcher_role: &str, env: &mut Env) {
+    set(env, "K_MPI_JOB_ROLE", member.role);
+    if member.role != launcher_role {
+        return;
+    }
+    let slots = job.slots.to_string();
     set(env, "OMPI_MCA_orte_default_hostfile", HOSTFILE_PATH);
     set(env, "OMPI_MCA_orte_keep_fqdn_hostnames", "true");
-    set(
-        env,
-        "OMPI_MCA_orte_set_default_slots",
-        job.slots.to_string(),
-    );
-    set(env, "OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10");
-    set(env, "K_MPI_JOB_ROLE", member.role);
+    set(env, "OMPI_MCA_orte_set_default_slots", slots.clone());
+    set(env, "OMPI_MCA_plm_rsh_args", SSH_ARGS);
+    set(env, "PRTE_MCA_prte_default_hostfile", HOSTFILE_PATH);
+    set(env, "PRTE_MCA_prte_set_default_slots", slots);
+    set(env, "PRTE_MCA_plm_ssh_args", SSH_ARGS);
 }
+
+/// Retries while the workers' sshd starts.
+const SSH_ARGS: &str = "-o ConnectionAttempts=10";
 
 #[cfg(test)]
 mod tests {
@@ -65,7 +80,7 @@ mod tests {
     use crate::frameworks::test_support::{env_of, get};
     use crate::frameworks::{by_name, Job, Member};
 
-    fn hostfile(role: &str, gpus: Option<u32>, slots: u32) -> String {
+    fn hostfile(role: &str, gpus: Option<u32>, slots: u32) -> Option<String> {
         let t = Topology::parse("launcher=1,worker=3").unwrap();
         let job = Job {
             name: "hvd",
@@ -87,35 +102,52 @@ mod tests {
     }
 
     #[test]
-    fn hostfile_lists_workers_with_slots() {
+    fn launcher_hostfile_lists_workers_with_slots() {
         assert_eq!(
-            hostfile("worker", Some(2), 2),
-            "hvd-worker-0.hvd.ml.svc slots=2\nhvd-worker-1.hvd.ml.svc slots=2\nhvd-worker-2.hvd.ml.svc slots=2\n"
+            hostfile("launcher", None, 2).as_deref(),
+            Some("hvd-worker-0.hvd.ml.svc slots=2\nhvd-worker-1.hvd.ml.svc slots=2\nhvd-worker-2.hvd.ml.svc slots=2\n")
         );
+    }
+
+    #[test]
+    fn workers_get_no_hostfile() {
+        assert_eq!(hostfile("worker", Some(2), 2), None);
     }
 
     #[test]
     fn gpu_launcher_lists_itself_first() {
         assert_eq!(
-            hostfile("launcher", Some(1), 1),
-            "hvd-launcher-0.hvd.ml.svc slots=1\nhvd-worker-0.hvd.ml.svc slots=1\nhvd-worker-1.hvd.ml.svc slots=1\nhvd-worker-2.hvd.ml.svc slots=1\n"
+            hostfile("launcher", Some(1), 1).as_deref(),
+            Some("hvd-launcher-0.hvd.ml.svc slots=1\nhvd-worker-0.hvd.ml.svc slots=1\nhvd-worker-1.hvd.ml.svc slots=1\nhvd-worker-2.hvd.ml.svc slots=1\n")
         );
-        assert!(!hostfile("launcher", None, 1).contains("launcher"));
     }
 
     #[test]
-    fn openmpi_settings() {
+    fn launcher_gets_openmpi_4_and_5_settings() {
         let env = env_of("mpi", "launcher=1,worker=2", "launcher", 0, None);
+        let want = [
+            ("K_MPI_JOB_ROLE", "launcher"),
+            ("OMPI_MCA_orte_default_hostfile", "/etc/dljob/hostfile"),
+            ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
+            ("OMPI_MCA_orte_set_default_slots", "1"),
+            ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
+            ("PRTE_MCA_prte_default_hostfile", "/etc/dljob/hostfile"),
+            ("PRTE_MCA_prte_set_default_slots", "1"),
+            ("PRTE_MCA_plm_ssh_args", "-o ConnectionAttempts=10"),
+        ];
         assert_eq!(
-            get(&env, "OMPI_MCA_orte_default_hostfile"),
-            Some("/etc/dljob/hostfile")
+            env,
+            want.map(|(n, v)| (n.to_owned(), v.to_owned())).to_vec()
         );
-        assert_eq!(get(&env, "OMPI_MCA_orte_keep_fqdn_hostnames"), Some("true"));
-        assert_eq!(get(&env, "OMPI_MCA_orte_set_default_slots"), Some("1"));
+    }
+
+    #[test]
+    fn workers_get_only_their_role() {
+        let env = env_of("mpi", "launcher=1,worker=2", "worker", 1, None);
         assert_eq!(
-            get(&env, "OMPI_MCA_plm_rsh_args"),
-            Some("-o ConnectionAttempts=10")
+            env,
+            vec![("K_MPI_JOB_ROLE".to_owned(), "worker".to_owned())]
         );
-        assert_eq!(get(&env, "K_MPI_JOB_ROLE"), Some("launcher"));
+        assert_eq!(get(&env, "OMPI_MCA_orte_default_hostfile"), None);
     }
 }

@@ -1,24 +1,11 @@
-//! MXNet parameter server (ps-lite): `DMLC_*` and `MX_CONFIG`.
+//! MXNet parameter server (ps-lite): the `DMLC_*` vars it reads. The MXNet
+//! operator's `MX_CONFIG` (every host of the job) is not injected: MXNet
+//! never reads it, and it grew every pod with the job.
 
-use serde::Serialize;
-
-use super::{rank_order, set, Env, Framework, Job, Member, OrderedMap, RoleRule, Roles, Task};
+use super::{set, Env, Framework, Job, Member, RoleRule, Roles};
 use crate::contract::Topology;
 
 pub struct MxNet;
-
-/// `MX_CONFIG`, as the MXNet operator wrote it.
-#[derive(Serialize)]
-struct MxConfig<'a> {
-    cluster: OrderedMap<'a, Vec<Endpoint>>,
-    task: Task<'a>,
-}
-
-#[derive(Serialize)]
-struct Endpoint {
-    url: String,
-    port: u16,
-}
 
 const ROLES: &[RoleRule] = &[
     RoleRule::exactly_one("scheduler"),
@@ -61,34 +48,12 @@ impl Framework for MxNet {
         if member.role == "worker" {
             set(env, "DMLC_WORKER_ID", member.index.to_string());
         }
-        let cluster = rank_order(self, t)
-            .into_iter()
-            .map(|role| {
-                let hosts = (0..t.count_or_zero(role))
-                    .map(|i| Endpoint {
-                        url: job.host(role, i),
-                        port: job.port,
-                    })
-                    .collect();
-                (role, hosts)
-            })
-            .collect();
-        let config = MxConfig {
-            cluster: OrderedMap(cluster),
-            task: Task {
-                kind: member.role,
-                index: member.index,
-            },
-        };
-        let json = serde_json::to_string(&config).expect("MX_CONFIG serialises");
-        set(env, "MX_CONFIG", json);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use crate::frameworks::test_support::{env_of, get};
-    use serde_json::json;
 
     #[test]
     fn linear_job_worker_gets_scheduler_address_and_counts() {
@@ -103,18 +68,7 @@ mod tests {
         assert_eq!(get(&env, "DMLC_NUM_WORKER"), Some("1"));
         assert_eq!(get(&env, "DMLC_USE_KUBERNETES"), Some("1"));
         assert_eq!(get(&env, "DMLC_WORKER_ID"), Some("0"));
-        let mx: serde_json::Value = serde_json::from_str(get(&env, "MX_CONFIG").unwrap()).unwrap();
-        assert_eq!(
-            mx,
-            json!({
-                "cluster": {
-                    "scheduler": [{"url": "j-scheduler-0.j.ns.svc", "port": 9091}],
-                    "server": [{"url": "j-server-0.j.ns.svc", "port": 9091}],
-                    "worker": [{"url": "j-worker-0.j.ns.svc", "port": 9091}]
-                },
-                "task": {"type": "worker", "index": 0}
-            })
-        );
+        assert_eq!(get(&env, "MX_CONFIG"), None);
     }
 
     #[test]

@@ -50,6 +50,20 @@ impl Framework for PyTorch {
                 set(env, "PET_RDZV_BACKEND", "c10d");
                 set(env, "PET_RDZV_ENDPOINT", format!("{master}:{port}"));
                 set(env, "PET_RDZV_ID", job.name);
+                // torch decides who hosts the c10d store by comparing the
+                // endpoint with the machine's hostname and canonical FQDN;
+                // `j-worker-0.j.ns.svc` is neither (`j-worker-0`,
+                // `….svc.cluster.local`), so nobody would host. Say it.
+                let hosts = member.role == coord_role && member.index == coord_index;
+                set(
+                    env,
+                    "PET_RDZV_CONF",
+                    if hosts {
+                        "is_host=true"
+                    } else {
+                        "is_host=false"
+                    },
+                );
             }
         }
     }
@@ -107,7 +121,29 @@ mod tests {
             Some("j-worker-0.j.ns.svc:23456")
         );
         assert_eq!(get(&env, "PET_RDZV_ID"), Some("j"));
+        assert_eq!(get(&env, "PET_RDZV_CONF"), Some("is_host=false"));
         assert_eq!(get(&env, "RANK"), None);
         assert_eq!(get(&env, "PET_NODE_RANK"), None);
+    }
+
+    #[test]
+    fn elastic_rendezvous_is_hosted_by_the_coordinator_only() {
+        let elastic = Some(Elastic { min: 1, max: 3 });
+        let conf = |topology, role, index| {
+            let env = env_with("pytorch", topology, role, index, None, elastic);
+            get(&env, "PET_RDZV_CONF").map(str::to_owned)
+        };
+        assert_eq!(
+            conf("worker=3", "worker", 0).as_deref(),
+            Some("is_host=true")
+        );
+        assert_eq!(
+            conf("master=1,worker=2", "master", 0).as_deref(),
+            Some("is_host=true")
+        );
+        assert_eq!(
+            conf("master=1,worker=2", "worker", 0).as_deref(),
+            Some("is_host=false")
+        );
     }
 }

@@ -33,7 +33,6 @@ impl Framework for XgBoost {
         set(env, "WORLD_SIZE", world.clone());
         set(env, "RANK", r.clone());
         set(env, "WORKER_PORT", port.clone());
-        set(env, "WORKER_ADDRS", job.host_list("worker", false));
         set(env, "DMLC_TRACKER_URI", master);
         set(env, "DMLC_TRACKER_PORT", port);
         set(env, "DMLC_TASK_ID", r);
@@ -53,10 +52,7 @@ mod tests {
         assert_eq!(get(&env, "WORLD_SIZE"), Some("3"));
         assert_eq!(get(&env, "RANK"), Some("2"));
         assert_eq!(get(&env, "WORKER_PORT"), Some("9999"));
-        assert_eq!(
-            get(&env, "WORKER_ADDRS"),
-            Some("j-worker-0.j.ns.svc,j-worker-1.j.ns.svc")
-        );
+        assert_eq!(get(&env, "WORKER_ADDRS"), None);
         assert_eq!(get(&env, "DMLC_TRACKER_URI"), Some("j-master-0.j.ns.svc"));
         assert_eq!(get(&env, "DMLC_TRACKER_PORT"), Some("9999"));
         assert_eq!(get(&env, "DMLC_TASK_ID"), Some("2"));

@@ -122,19 +122,34 @@ fn member_keys_only(meta: &mut ObjectMeta) {
     }
 }
 
-/// The framework container, chosen as [`member::framework_container`]
-/// does (from the pod's own annotations and container names); None when
-/// the chosen container does not exist.
+/// The framework container, chosen by [`member::pick_container`] from the
+/// pod's own annotations, container names and resources; None when the
+/// chosen container does not exist.
 fn framework_container_of(meta: &ObjectMeta, containers: &[Container]) -> Option<usize> {
     let annotation = |k: &str| meta.annotations.as_ref()?.get(k).map(String::as_str);
-    let by_name = |n: &str| containers.iter().position(|c| c.name == n);
-    if let Some(n) = annotation(c::CONTAINER) {
-        return by_name(n);
-    }
-    annotation(c::K8S_DEFAULT_CONTAINER)
-        .and_then(by_name)
-        .or_else(|| annotation(c::FRAMEWORK).and_then(by_name))
-        .or(if containers.is_empty() { None } else { Some(0) })
+    let facts: Vec<member::ContainerFacts<'_>> = containers
+        .iter()
+        .map(|c| member::ContainerFacts {
+            name: &c.name,
+            accelerator: c.resources.as_ref().is_some_and(|r| {
+                [r.limits.as_ref(), r.requests.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|m| m.iter())
+                    .any(|(k, q)| {
+                        crate::object::is_extended_resource(k)
+                            && q.0.trim().parse::<u32>().ok() != Some(0)
+                    })
+            }),
+        })
+        .collect();
+    member::pick_container(
+        annotation(c::CONTAINER),
+        annotation(c::K8S_DEFAULT_CONTAINER),
+        annotation(c::FRAMEWORK).unwrap_or(""),
+        &facts,
+    )
+    .map(|(i, _)| i)
 }
 
 /// Trims a member StatefulSet: metadata, replicas, template metadata and

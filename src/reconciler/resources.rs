@@ -14,9 +14,9 @@ use crate::frameworks;
 use crate::member::MemberSpec;
 use crate::mutate;
 
-/// Frameworks whose pods reach each other over SSH.
+/// Whether the named framework's pods reach each other over SSH.
 pub fn uses_ssh(framework: &str) -> bool {
-    framework == "mpi" || framework == "chainer"
+    frameworks::by_name(framework).is_some_and(|f| f.uses_ssh())
 }
 
 /// The DLJob for the job `member` belongs to, from its annotations.
@@ -30,7 +30,7 @@ pub fn dljob_for(member: &MemberSpec) -> DLJob {
         clean_pod_policy: JobCleanPodPolicy::Running,
         ttl_seconds_after_finished: None,
         active_deadline_seconds: None,
-        ssh_path: uses_ssh(member.framework.name()).then(|| member.ssh_path.clone()),
+        ssh_path: member.framework.uses_ssh().then(|| member.ssh_path.clone()),
     };
     spec.set_policies(&member.policies);
     let mut job = DLJob::new(&member.job, spec);
