@@ -178,6 +178,60 @@ fn mutate_file_prints_yaml_with_tf_config_and_exits_0() {
 }
 
 #[test]
+fn mutate_pods_previews_every_pod_of_every_member_with_its_env() {
+    let run = dljob(
+        &["mutate", "--pods", "-f", &example("tensorflow-ps/job.yaml")],
+        None,
+    );
+    assert!(run.success(), "{run:?}");
+    assert_eq!(run.stderr, "", "no warnings expected");
+    let pods: Vec<serde_json::Value> = run
+        .stdout
+        .split("\n---\n")
+        .map(|doc| serde_saphyr::from_str(doc).expect("each document parses"))
+        .collect();
+    // The chief Pod, 2 worker and 2 ps StatefulSet pods; the ConfigMap is left out.
+    let seen: Vec<(String, String)> = pods
+        .iter()
+        .map(|p| {
+            let tf: serde_json::Value = serde_json::from_str(
+                p["spec"]["containers"][0]["env"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|e| e["name"] == "TF_CONFIG")
+                    .expect("TF_CONFIG")["value"]
+                    .as_str()
+                    .unwrap(),
+            )
+            .unwrap();
+            (
+                p["spec"]["hostname"].as_str().unwrap().to_owned(),
+                format!("{}/{}", tf["task"]["type"], tf["task"]["index"]),
+            )
+        })
+        .collect();
+    let want = [
+        ("tf-ps-chief-0", "\"chief\"/0"),
+        ("tf-ps-worker-0", "\"worker\"/0"),
+        ("tf-ps-worker-1", "\"worker\"/1"),
+        ("tf-ps-ps-0", "\"ps\"/0"),
+        ("tf-ps-ps-1", "\"ps\"/1"),
+    ];
+    assert_eq!(
+        seen,
+        want.map(|(h, t)| (h.to_owned(), t.to_owned())).to_vec()
+    );
+    // Controller pods as their controllers create them.
+    assert_eq!(pods[2]["metadata"]["name"], "tf-ps-worker-1");
+    assert_eq!(
+        pods[2]["metadata"]["labels"]["apps.kubernetes.io/pod-index"],
+        "1"
+    );
+    assert_eq!(pods[2]["spec"]["subdomain"], "tf-ps");
+}
+
+#[test]
 fn mutate_reads_standard_input_with_a_dash() {
     let text = std::fs::read_to_string(example("tensorflow-ps/job.yaml")).unwrap();
     let run = dljob(&["mutate", "-f", "-"], Some(&text));
