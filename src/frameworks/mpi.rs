@@ -53,9 +53,20 @@ impl Framework for Mpi {
 }
 
 /// OpenMPI settings shared by mpi and chainer: every member learns its role;
-/// the member that runs mpirun (`launcher_role`) gets the hostfile, default
-/// slots and ssh arguments, under OpenMPI 4's names (ORTE) and OpenMPI 5's
-/// (PRRTE), so one image works with either: each ignores the other's.
+/// the member that runs mpirun (`launcher_role`) gets the hostfile and ssh
+/// arguments under OpenMPI 4's names (ORTE) and OpenMPI 5's (PRRTE), so one
+/// image works with either: each ignores the other's, silently. Checked with
+/// both (conformance/test_mpi.py):
+/// - OpenMPI 4 must keep FQDNs (it would ssh to the bare hostname, which the
+///   cluster's DNS does not resolve); PRRTE must not (it compares names
+///   without resolving them, so the launcher's own FQDN would look remote
+///   and it would ssh to itself), said explicitly so that PRRTE's mapping of
+///   `orte_*` names can never carry OpenMPI 4's `true` over;
+/// - PRRTE's tree spawn (past 64 hosts, daemons ssh on to the rest) passes
+///   on short hostnames and truncates the ssh arguments: mpirun reaches
+///   every host itself instead;
+/// - slots come from the hostfile's `slots=N`; `orte_set_default_slots`
+///   only covers a host given without it.
 pub(super) fn mpi_env(job: &Job<'_>, member: &Member<'_>, launcher_role: &str, env: &mut Env) {
     set(env, "K_MPI_JOB_ROLE", member.role);
     if member.role != launcher_role {
@@ -64,11 +75,12 @@ pub(super) fn mpi_env(job: &Job<'_>, member: &Member<'_>, launcher_role: &str, e
     let slots = job.slots.to_string();
     set(env, "OMPI_MCA_orte_default_hostfile", HOSTFILE_PATH);
     set(env, "OMPI_MCA_orte_keep_fqdn_hostnames", "true");
-    set(env, "OMPI_MCA_orte_set_default_slots", slots.clone());
+    set(env, "OMPI_MCA_orte_set_default_slots", slots);
     set(env, "OMPI_MCA_plm_rsh_args", SSH_ARGS);
     set(env, "PRTE_MCA_prte_default_hostfile", HOSTFILE_PATH);
-    set(env, "PRTE_MCA_prte_set_default_slots", slots);
+    set(env, "PRTE_MCA_prte_keep_fqdn_hostnames", "false");
     set(env, "PRTE_MCA_plm_ssh_args", SSH_ARGS);
+    set(env, "PRTE_MCA_plm_ssh_no_tree_spawn", "true");
 }
 
 /// Retries while the workers' sshd starts.
@@ -132,8 +144,9 @@ mod tests {
             ("OMPI_MCA_orte_set_default_slots", "1"),
             ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
             ("PRTE_MCA_prte_default_hostfile", "/etc/dljob/hostfile"),
-            ("PRTE_MCA_prte_set_default_slots", "1"),
+            ("PRTE_MCA_prte_keep_fqdn_hostnames", "false"),
             ("PRTE_MCA_plm_ssh_args", "-o ConnectionAttempts=10"),
+            ("PRTE_MCA_plm_ssh_no_tree_spawn", "true"),
         ];
         assert_eq!(
             env,
