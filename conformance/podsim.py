@@ -19,8 +19,9 @@ and without touching it:
 * the framework container's env, resolved as the kubelet does (fieldRefs,
   `$(VAR)` expansion of earlier vars).
 
-Processes are started with `unshare --mount --uts`, so the namespaces and the
-overlay disappear with them; the temporary directory is removed on stop().
+Processes are started with `unshare --mount --uts --pid --fork --kill-child`,
+so the namespaces, the overlay and every process a pod started disappear with
+them; the temporary directory is removed on stop().
 """
 
 from __future__ import annotations
@@ -216,7 +217,11 @@ class Job:
         mount and UTS namespace per process, like `kubectl exec`)."""
         d = self._pod_dir(pod)
         return [
-            "unshare", "--mount", "--uts", "--propagation", "private",
+            # A pid namespace too: when the entry process is killed, every
+            # process of the pod dies with it (torchrun's and Paddle's
+            # workers start sessions of their own, out of reach of killpg).
+            "unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child",
+            "--propagation", "private",
             "sh", "-c", _ENTER, "podsim-enter",
             pod.hostname, str(d), str(d / "hosts"),
             str(d / "hostfile") if pod.hostfile is not None else "",
@@ -248,30 +253,6 @@ class Job:
         )
         self.procs.append(proc)
         return proc
-
-    def run_all(self, argv_of, timeout: float, env_of=None) -> dict[str, tuple[int, str]]:
-        """Starts `argv_of(pod)` in every pod at once and waits for all;
-        returns {pod hostname: (exit code, output)}. Raises on timeout, with
-        every pod's output so far."""
-        started = [(p, self.start(p, argv_of(p), env_of(p) if env_of else None)) for p in self.pods]
-        return self.wait(started, timeout)
-
-    def wait(self, started, timeout: float) -> dict[str, tuple[int, str]]:
-        import time
-
-        deadline = time.monotonic() + timeout
-        results: dict[str, tuple[int, str]] = {}
-        for pod, proc in started:
-            left = max(0.1, deadline - time.monotonic())
-            try:
-                out, _ = proc.communicate(timeout=left)
-            except subprocess.TimeoutExpired:
-                self.stop()
-                outputs = {p.hostname: (pr.communicate()[0] if pr.stdout else "") for p, pr in started}
-                detail = "\n".join(f"--- {h}\n{o}" for h, o in outputs.items())
-                raise TimeoutError(f"pods did not finish within {timeout}s:\n{detail}") from None
-            results[pod.hostname] = (proc.returncode, out)
-        return results
 
     def stop(self) -> None:
         """Kills every process started here (whole process groups) and

@@ -1,12 +1,15 @@
-//! PaddlePaddle collective launch.
+//! PaddlePaddle collective launch (`paddle.distributed.launch`), which reads
+//! `PADDLE_MASTER`, `PADDLE_NNODES`, `PADDLE_JOB_ID`, `PADDLE_RANK` and
+//! `POD_IP` itself.
 
-use super::{named_else_worker0, set, Env, Framework, Job, Member, RoleRule, Roles};
+use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
 use crate::contract::Topology;
 
 pub struct Paddle;
 
-/// The coordinator's own pod IP, from the downward API.
-const POD_IP: &str = "DLJOB_POD_IP";
+/// The pod's IP, from the downward API: the address Paddle's launcher
+/// advertises for its node, and the coordinator's own master address.
+const POD_IP: &str = "POD_IP";
 
 const ROLES: &[RoleRule] = &[RoleRule::at_most_one("master"), RoleRule::any("worker")];
 
@@ -23,19 +26,15 @@ impl Framework for Paddle {
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
         named_else_worker0(topology, &["master"])
     }
-    /// The coordinator learns its own address: Paddle's launcher starts
-    /// its coordination server only where the master host is `127.0.0.1` or
-    /// the node's own IP, never a DNS name.
+    /// Every node knows its own address: Paddle's launcher starts its
+    /// coordination server only where the master host is `127.0.0.1` or the
+    /// node's own IP (`POD_IP`), never a DNS name.
     fn field_env(
         &self,
-        job: &Job<'_>,
-        member: &Member<'_>,
+        _job: &Job<'_>,
+        _member: &Member<'_>,
     ) -> &'static [(&'static str, &'static str)] {
-        if self.coordinator(job.topology) == Some((member.role, member.index)) {
-            &[(POD_IP, "status.podIP")]
-        } else {
-            &[]
-        }
+        &[(POD_IP, "status.podIP")]
     }
     fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
         let Some((role, index)) = self.coordinator(job.topology) else {
@@ -48,6 +47,13 @@ impl Framework for Paddle {
         }
         set(env, "PADDLE_NNODES", job.topology.total().to_string());
         set(env, "PADDLE_JOB_ID", job.name);
+        // Without it the nodes after the coordinator take ranks in the order
+        // of names their launchers draw at random.
+        set(
+            env,
+            "PADDLE_RANK",
+            rank(self, job.topology, member.role, member.index).to_string(),
+        );
     }
 }
 
@@ -66,12 +72,14 @@ mod tests {
         );
         assert_eq!(get(&env, "PADDLE_NNODES"), Some("3"));
         assert_eq!(get(&env, "PADDLE_JOB_ID"), Some("j"));
+        assert_eq!(get(&env, "PADDLE_RANK"), Some("2"));
     }
 
     #[test]
     fn coordinator_names_itself_by_its_pod_ip() {
         let env = env_of("paddle", "master=1,worker=2", "master", 0, None);
-        assert_eq!(get(&env, "PADDLE_MASTER"), Some("$(DLJOB_POD_IP):36543"));
+        assert_eq!(get(&env, "PADDLE_MASTER"), Some("$(POD_IP):36543"));
+        assert_eq!(get(&env, "PADDLE_RANK"), Some("0"));
         let f = by_name("paddle").unwrap();
         let t = Topology::parse("master=1,worker=2").unwrap();
         let job = Job {
@@ -88,10 +96,11 @@ mod tests {
             index,
             gpus: None,
         };
-        assert_eq!(
-            f.field_env(&job, &member("master", 0)),
-            &[("DLJOB_POD_IP", "status.podIP")]
-        );
-        assert!(f.field_env(&job, &member("worker", 0)).is_empty());
+        for (role, index) in [("master", 0), ("worker", 1)] {
+            assert_eq!(
+                f.field_env(&job, &member(role, index)),
+                &[("POD_IP", "status.podIP")]
+            );
+        }
     }
 }

@@ -1,4 +1,7 @@
-//! XGBoost (Rabit/collective tracker).
+//! XGBoost (Rabit/collective tracker). XGBoost reads none of these from the
+//! environment: the program passes `DMLC_TRACKER_URI`, `DMLC_TRACKER_PORT`
+//! (as an integer) and `DMLC_TASK_ID` to `xgboost.collective`, and the master
+//! runs `RabitTracker(n_workers=WORLD_SIZE, sortby="task")`.
 
 use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
 use crate::contract::Topology;
@@ -35,7 +38,10 @@ impl Framework for XgBoost {
         set(env, "WORKER_PORT", port.clone());
         set(env, "DMLC_TRACKER_URI", master);
         set(env, "DMLC_TRACKER_PORT", port);
-        set(env, "DMLC_TASK_ID", r);
+        // XGBoost's tracker (`sortby="task"`) orders task ids as strings:
+        // padded to one width, "02" sorts before "10" and ranks follow RANK.
+        let width = (job.topology.total().saturating_sub(1)).to_string().len();
+        set(env, "DMLC_TASK_ID", format!("{r:0>width$}"));
         set(env, "DMLC_NUM_WORKER", world);
     }
 }
@@ -57,5 +63,20 @@ mod tests {
         assert_eq!(get(&env, "DMLC_TRACKER_PORT"), Some("9999"));
         assert_eq!(get(&env, "DMLC_TASK_ID"), Some("2"));
         assert_eq!(get(&env, "DMLC_NUM_WORKER"), Some("3"));
+    }
+
+    #[test]
+    fn task_ids_are_padded_so_that_string_order_is_rank_order() {
+        let id = |index| {
+            let env = env_of("xgboost", "master=1,worker=11", "worker", index, None);
+            get(&env, "DMLC_TASK_ID").unwrap().to_owned()
+        };
+        assert_eq!(id(0), "01");
+        assert_eq!(id(10), "11");
+        let env = env_of("xgboost", "master=1,worker=11", "master", 0, None);
+        assert_eq!(get(&env, "DMLC_TASK_ID"), Some("00"));
+        assert_eq!(get(&env, "RANK"), Some("0"));
+        let env = env_of("xgboost", "master=1,worker=99", "worker", 98, None);
+        assert_eq!(get(&env, "DMLC_TASK_ID"), Some("99"));
     }
 }

@@ -1,0 +1,104 @@
+"""PyTorch: the real torch.distributed and torchrun on the env dljob injects.
+
+examples/pytorch-ddp (master=1, worker=2): a DDP script started directly
+(env:// reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK) and the same script
+under torchrun (static rendezvous from PET_NNODES, PET_NODE_RANK,
+PET_MASTER_ADDR, PET_MASTER_PORT, PET_NPROC_PER_NODE).
+
+examples/pytorch-elastic (3 workers, elastic 2:4, 2 GPUs each): torchrun
+with c10d rendezvous from PET_NNODES=2:4, PET_RDZV_BACKEND, PET_RDZV_ENDPOINT,
+PET_RDZV_ID, PET_RDZV_CONF and PET_NPROC_PER_NODE=2.
+"""
+
+from __future__ import annotations
+
+import podsim
+from harness import EXAMPLES, new_job, PYTHON, program, result, results, run
+
+DDP = EXAMPLES / "pytorch-ddp" / "job.yaml"
+ELASTIC = EXAMPLES / "pytorch-elastic" / "job.yaml"
+TORCHRUN = str(podsim.VENV_BIN / "torchrun")
+
+
+def test_ddp_env_init_gives_every_pod_its_rank():
+    with new_job(DDP) as job:
+        out = run(job, lambda p: [PYTHON, program("torch_allreduce.py")], timeout=120)
+        by_rank = {}
+        for pod in job.pods:
+            r = result(out[pod.hostname])
+            assert r["world"] == 3
+            assert r["rank"] == int(pod.env()["DLJOB_RANK"])
+            assert r["sum"] == 1 + 2 + 3
+            by_rank[r["rank"]] = pod.hostname
+        assert by_rank[0] == job.pod("master").hostname
+        # Every process agrees on who is who.
+        want = [by_rank[i] for i in range(3)]
+        assert all(result(o)["hosts"] == want for o in out.values())
+
+
+def test_ddp_under_torchrun_uses_the_pet_env():
+    with new_job(DDP) as job:
+        out = run(job, lambda p: [TORCHRUN, program("torch_allreduce.py")], timeout=150)
+        for pod in job.pods:
+            env = pod.env()
+            assert env["PET_NPROC_PER_NODE"] == "1"
+            r = result(out[pod.hostname])
+            # One process per node: the node rank is the global rank.
+            assert r["world"] == 3
+            assert r["rank"] == int(env["PET_NODE_RANK"]) == int(env["DLJOB_RANK"])
+            assert r["group_rank"] == env["PET_NODE_RANK"]
+            assert r["local_rank"] == "0"
+            assert r["sum"] == 6
+
+
+def test_elastic_coordinator_alone_hosts_the_rendezvous_store():
+    """torchrun's c10d rendezvous hosts its TCP store on the agent whose
+    machine "is" the PET_RDZV_ENDPOINT host, unless PET_RDZV_CONF says
+    `is_host`. torch <= 1.13 only compares the endpoint host with the
+    hostname (`j-worker-0`) and canonical FQDN
+    (`j-worker-0.j.ns.svc.cluster.local`); dljob's endpoint
+    (`j-worker-0.j.ns.svc`) is neither, so nobody hosts and every agent
+    fails with RendezvousConnectionError. torch >= 2.0 also compares the
+    endpoint's resolved addresses, which works once the pod's DNS record
+    exists, a race at pod start. dljob therefore says it: is_host=true on
+    the coordinator, false elsewhere (`is_host` is read since torch 1.9)."""
+    with new_job(ELASTIC) as job:
+        out = run(job, lambda p: [PYTHON, program("torch_is_host.py")], timeout=60)
+        coordinator = job.pod("worker", 0)
+        for pod in job.pods:
+            r = result(out[pod.hostname])
+            assert r["endpoint_host"] == coordinator.svc_host
+            assert r["hostname"] == pod.hostname
+            assert r["fqdn"] == pod.fqdn
+            # Neither name equals the endpoint host...
+            assert coordinator.svc_host not in (r["hostname"], r["fqdn"])
+            # ...and where DNS answers, torch 2's address comparison agrees.
+            assert r["heuristic_is_host"] is (pod is coordinator)
+            assert r["conf"] == {"is_host": "true" if pod is coordinator else "false"}
+
+
+def test_elastic_torchrun_forms_one_world_of_every_node():
+    with new_job(ELASTIC) as job:
+        for pod in job.pods:
+            env = pod.env()
+            assert env["PET_NNODES"] == "2:4"
+            assert env["PET_NPROC_PER_NODE"] == "2"
+            assert "RANK" not in env and "PET_NODE_RANK" not in env
+        # The rendezvous closes 30 s (torch's last-call default) after the
+        # minimum of 2 nodes joined, since the maximum (4) never comes.
+        out = run(job, lambda p: [TORCHRUN, program("torch_allreduce.py")], timeout=240)
+        world = 3 * 2
+        seen = {}
+        for pod in job.pods:
+            rs = results(out[pod.hostname])
+            assert len(rs) == 2, out[pod.hostname][-4000:]
+            assert {r["local_rank"] for r in rs} == {"0", "1"}
+            assert len({r["group_rank"] for r in rs}) == 1
+            for r in rs:
+                assert r["world"] == world
+                assert r["group_world_size"] == "3"
+                assert r["sum"] == world * (world + 1) / 2
+                seen[r["rank"]] = pod.hostname
+        assert sorted(seen) == list(range(world))
+        hosts = [seen[i] for i in range(world)]
+        assert all(r["hosts"] == hosts for o in out.values() for r in results(o))

@@ -1,0 +1,92 @@
+"""XGBoost: the real tracker and collective (xgboost 3) on the env dljob
+injects.
+
+XGBoost >= 2 reads none of DMLC_* from the environment: `collective.init()`
+without arguments is silently rank 0 of 1. A program passes them as
+arguments (`dmlc_tracker_uri`, `dmlc_tracker_port` as an int, `dmlc_task_id`;
+upper-case keys work too), and the tracker that the master runs must sort by
+task (`sortby="task"`) for ranks to follow dljob's: by default it sorts by the
+workers' addresses. Task ids compare as strings, so dljob pads DMLC_TASK_ID to
+one width: with "10" before "2", the ranks of a job of more than 10 would not
+be its RANKs.
+"""
+
+from __future__ import annotations
+
+import podsim
+from harness import EXAMPLES, new_job, PYTHON, manifest, program, result, run
+
+XGB = EXAMPLES / "xgboost" / "job.yaml"
+
+# The example's shape (a master Pod, an Indexed Job of workers) at 12 members.
+TWELVE = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: xgb12-master
+  labels: {dljob.dev/job: xgb12, dljob.dev/role: master}
+  annotations: {dljob.dev/framework: xgboost, dljob.dev/replicas: "master=1,worker=11"}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: xgboost, image: xgboost}
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: xgb12-worker
+  labels: {dljob.dev/job: xgb12, dljob.dev/role: worker}
+  annotations: {dljob.dev/framework: xgboost, dljob.dev/replicas: "master=1,worker=11"}
+spec:
+  completionMode: Indexed
+  completions: 11
+  parallelism: 11
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: xgboost, image: xgboost}
+"""
+
+
+def check_training(job: podsim.Job, timeout: float) -> None:
+    world = len(job.pods)
+    master = job.pod("master")
+    for pod in job.pods:
+        env = pod.env()
+        assert env["MASTER_ADDR"] == env["DMLC_TRACKER_URI"] == master.svc_host
+        assert env["MASTER_PORT"] == env["DMLC_TRACKER_PORT"] == "9999"
+        assert env["WORLD_SIZE"] == env["DMLC_NUM_WORKER"] == str(world)
+        assert int(env["DMLC_TASK_ID"]) == int(env["RANK"]) == int(env["DLJOB_RANK"])
+    out = run(job, lambda p: [PYTHON, program("xgb_train.py")], timeout=timeout)
+    models = set()
+    for pod in job.pods:
+        r = result(out[pod.hostname])
+        assert r["world"] == world
+        assert r["rank"] == int(pod.env()["RANK"]), f"{pod.hostname}: {r}"
+        assert r["sum"] == world * (world + 1) / 2
+        models.add(r["model"])
+    assert len(models) == 1, "members trained different models"
+
+
+def test_example_tracker_and_workers_train_one_model():
+    with new_job(XGB) as job:
+        check_training(job, timeout=120)
+
+
+def test_ranks_follow_rank_beyond_ten_members(tmp_path):
+    with new_job(manifest(tmp_path, TWELVE)) as job:
+        assert len(job.pods) == 12
+        ids = [p.env()["DMLC_TASK_ID"] for p in sorted(job.pods, key=lambda p: int(p.env()["RANK"]))]
+        # String order must be rank order: what sortby="task" sorts by.
+        assert sorted(ids) == ids, f"DMLC_TASK_ID values sort out of rank order: {ids}"
+        check_training(job, timeout=180)
+
+
+def test_xgboost_reads_no_env_and_wants_an_int_port():
+    with new_job(XGB) as job:
+        pod = job.pod("worker", 0)
+        out = run(job, lambda p: [PYTHON, program("xgb_env_as_is.py")], timeout=60, pods=[pod])
+        r = result(out[pod.hostname])
+        assert "Invalid type for: `DMLC_TRACKER_PORT`" in r["as_is"]
+        assert r["bare"] == {"rank": 0, "world": 1, "distributed": False}
