@@ -121,3 +121,26 @@ def manifest(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
+
+
+def example_program(manifest_path: Path, configmap: str, key: str, dest: Path) -> Path:
+    """Writes the program an example ships in a ConfigMap to `dest` and
+    returns it: the conformance tier runs examples' programs as written."""
+    import yaml
+
+    for doc in yaml.safe_load_all(Path(manifest_path).read_text()):
+        if doc and doc.get("kind") == "ConfigMap" and doc["metadata"]["name"] == configmap:
+            dest.write_text(doc["data"][key])
+            return dest
+    raise LookupError(f"{manifest_path}: no ConfigMap {configmap} with {key}")
+
+
+def example_command(manifest_path: Path, kind: str, name: str) -> list[str]:
+    """The framework container's command of an example's member, as written."""
+    import yaml
+
+    for doc in yaml.safe_load_all(Path(manifest_path).read_text()):
+        if doc and doc.get("kind") == kind and doc["metadata"]["name"] == name:
+            spec = doc["spec"] if kind == "Pod" else doc["spec"]["template"]["spec"]
+            return list(spec["containers"][0]["command"])
+    raise LookupError(f"{manifest_path}: no {kind} {name}")

@@ -10,7 +10,9 @@ does.
 
 from __future__ import annotations
 
-from harness import EXAMPLES, new_job, PYTHON, program, result, run
+import re
+
+from harness import EXAMPLES, example_command, new_job, PYTHON, program, result, run
 
 JAX = EXAMPLES / "jax" / "job.yaml"
 
@@ -41,3 +43,15 @@ def test_initialize_without_arguments_lacks_the_process_count():
         out = run(job, lambda p: [PYTHON, program("jax_bare_init.py")], timeout=60, pods=[pod])
         r = result(out[pod.hostname])
         assert r == {"ok": False, "error": "ValueError: Number of processes must be defined."}
+
+
+def test_the_examples_own_program_runs_as_written():
+    """The example's `python -c` program (it passes num_processes and
+    process_id from JAX_NUM_PROCESSES / JAX_PROCESS_ID), on CPU."""
+    command = example_command(JAX, "Job", "jax-psum")
+    assert command[:2] == ["python", "-c"], command
+    with new_job(JAX) as job:
+        out = run(job, lambda p: [PYTHON, "-c", command[2]], timeout=120)
+        for pod in job.pods:
+            said = re.findall(r"^process (\d+): (\d+) devices, psum=(\S+)$", out[pod.hostname], re.M)
+            assert said == [(str(pod.index), "2", "2.0")], out[pod.hostname]

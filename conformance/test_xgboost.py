@@ -14,7 +14,9 @@ be its RANKs.
 from __future__ import annotations
 
 import podsim
-from harness import EXAMPLES, new_job, PYTHON, manifest, program, result, run
+import re
+
+from harness import EXAMPLES, example_program, new_job, PYTHON, manifest, program, result, run
 
 XGB = EXAMPLES / "xgboost" / "job.yaml"
 
@@ -72,6 +74,15 @@ def check_training(job: podsim.Job, timeout: float) -> None:
 def test_example_tracker_and_workers_train_one_model():
     with new_job(XGB) as job:
         check_training(job, timeout=120)
+
+
+def test_the_examples_own_program_trains_as_written(tmp_path):
+    train = example_program(XGB, "xgboost-train", "train.py", tmp_path / "train.py")
+    with new_job(XGB) as job:
+        out = run(job, lambda p: [PYTHON, str(train)], timeout=120)
+        for pod in job.pods:
+            said = re.findall(r"^rank (\d+) of (\d+): trained (\d+) rounds$", out[pod.hostname], re.M)
+            assert said == [(pod.env()["RANK"], "3", "10")], out[pod.hostname]
 
 
 def test_ranks_follow_rank_beyond_ten_members(tmp_path):
