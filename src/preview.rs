@@ -75,6 +75,22 @@ fn controller_pod(kind: Kind, workload: &Value, namespace: &str, index: u32) -> 
             metadata.insert("generateName".into(), format!("{name}-{index}-").into());
             if let Some(spec) = spec.as_object_mut() {
                 spec.insert("hostname".into(), format!("{name}-{index}").into());
+                // The Job controller gives every container its index.
+                let index_env = json!({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+                    "fieldPath": format!("metadata.annotations['{}']", c::K8S_JOB_COMPLETION_INDEX)
+                }}});
+                let containers = spec.get_mut("containers").and_then(Value::as_array_mut);
+                for container in containers.into_iter().flatten() {
+                    let Some(container) = container.as_object_mut() else {
+                        continue;
+                    };
+                    let env = container.entry("env").or_insert_with(|| json!([]));
+                    if let Some(env) = env.as_array_mut() {
+                        if !env.iter().any(|e| e["name"] == "JOB_COMPLETION_INDEX") {
+                            env.push(index_env.clone());
+                        }
+                    }
+                }
             }
             ("batch/v1", "Job")
         }
@@ -137,7 +153,7 @@ mod tests {
         let job = json!({
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "gpt-worker"},
-            "spec": {"completions": 3, "template": {"spec": {"containers": []}}}
+            "spec": {"completions": 3, "template": {"spec": {"containers": [{"name": "c"}]}}}
         });
         let pods = pods_of(Kind::Job, &job, "team-a");
         assert_eq!(pods.len(), 3);
@@ -151,7 +167,9 @@ mod tests {
                     "annotations": {"batch.kubernetes.io/job-completion-index": "2"},
                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
                         "name": "gpt-worker", "controller": true, "blockOwnerDeletion": true}]},
-                "spec": {"containers": [], "hostname": "gpt-worker-2"}})
+                "spec": {"containers": [{"name": "c", "env": [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+                    "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}]}],
+                    "hostname": "gpt-worker-2"}})
         );
     }
 }

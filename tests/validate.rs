@@ -509,3 +509,22 @@ fn objects_without_the_job_label_are_allowed() {
     let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {"containers": [{"name": "c"}]}});
     assert!(problems(Kind::Pod, &p).is_empty());
 }
+
+#[test]
+fn a_statefulset_whose_pods_could_not_start_is_refused_before_it_makes_them() {
+    let mut w = sts(
+        1400,
+        json!({"dljob.dev/framework": "tensorflow", "dljob.dev/replicas": "chief=1,worker=1400"}),
+    );
+    w["metadata"]["namespace"] = json!("ml-research-team-a");
+    w["metadata"]["labels"]["dljob.dev/job"] = json!("resnet50-imagenet-hparam-sweep-trial7");
+    // Checked at the highest ordinal, whose TF_CONFIG is the longest.
+    assert_eq!(
+        problems(Kind::StatefulSet, &w),
+        vec!["TF_CONFIG would be 164309 bytes for worker 1399; Linux refuses to start a process with an environment string over 131072 bytes, so the container could not start: use fewer replicas, or a shorter job name or namespace (every host is named resnet50-imagenet-hparam-sweep-trial7-<role>-<index>.resnet50-imagenet-hparam-sweep-trial7.ml-research-team-a.svc)"]
+    );
+    // The same topology as a PyTorch job injects no host list: accepted.
+    w["metadata"]["annotations"] =
+        json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "master=1,worker=1400"});
+    accepted(Kind::StatefulSet, &w);
+}
