@@ -644,6 +644,16 @@ mod tests {
     }
 
     #[test]
+    fn the_only_container_requesting_an_accelerator_is_the_framework_container() {
+        let mut p = pod(true, &["log", "train"], &[]);
+        let gpus = serde_json::from_value(json!({"limits": {"nvidia.com/gpu": "1"}})).unwrap();
+        p.spec.as_mut().unwrap().containers[1].resources = Some(gpus);
+        // The webhook's rule and the reconciler's agree (trims_to_the_same).
+        let trimmed = trims_to_the_same(&p);
+        assert_eq!(container_names(&trimmed), (vec!["train"], vec!["train"]));
+    }
+
+    #[test]
     fn an_unknown_named_container_keeps_every_container() {
         let p = pod(true, &["log", "train"], &[(c::CONTAINER, "nope")]);
         let mut trimmed = p.clone();
