@@ -100,8 +100,9 @@ pub struct ServeArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ManifestArgs {
-    /// Manifest file (multi-document YAML), or - for standard input.
-    #[arg(short = 'f', long = "filename", value_name = "FILE|-")]
+    /// Manifest file (multi-document YAML), a directory (its .yaml, .yml
+    /// and .json files, as kubectl reads them), or - for standard input.
+    #[arg(short = 'f', long = "filename", value_name = "FILE|DIR|-")]
     pub file: String,
     /// Config file, as for `serve`.
     #[arg(long)]
@@ -148,17 +149,58 @@ pub struct WebhookConfigArgs {
     pub ca: Option<PathBuf>,
 }
 
-/// Reads a file, or standard input for `-`.
+/// Reads a file, every `.yaml`, `.yml` and `.json` file of a directory (in
+/// name order, not recursing, as `kubectl apply -f DIR` does), or standard
+/// input for `-`.
 pub fn read_input(file: &str) -> anyhow::Result<String> {
     if file == "-" {
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
             .context("reading standard input")?;
-        Ok(s)
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))
+        return Ok(s);
     }
+    let path = Path::new(file);
+    if !path.is_dir() {
+        return std::fs::read_to_string(path).with_context(|| format!("reading {file}"));
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("reading directory {file}"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && p.extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        anyhow::bail!("{file} has no .yaml, .yml or .json files");
+    }
+    let mut all = String::new();
+    for f in files {
+        let text =
+            std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+        if !all.is_empty() {
+            all.push_str("---\n");
+        }
+        all.push_str(&text);
+        if !all.ends_with('\n') {
+            all.push('\n');
+        }
+    }
+    Ok(all)
+}
+
+/// Parses the input's documents; no object at all is an error, as it is
+/// for `kubectl apply`.
+fn read_documents(file: &str) -> anyhow::Result<Vec<manifest::Document>> {
+    let docs = manifest::parse(&read_input(file)?).with_context(|| format!("parsing {file}"))?;
+    if docs.iter().all(|d| d.value.is_none()) {
+        anyhow::bail!("no objects in {file}");
+    }
+    Ok(docs)
 }
 
 /// Loads the config file, or the default config when none is given.
@@ -177,8 +219,7 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
 pub fn mutate(mutate_args: &MutateArgs) -> anyhow::Result<ExitCode> {
     let args = &mutate_args.manifest;
     let config = load_config(args.config.as_deref())?;
-    let docs = manifest::parse(&read_input(&args.file)?)
-        .with_context(|| format!("parsing {}", args.file))?;
+    let docs = read_documents(&args.file)?;
     let result = if mutate_args.pods {
         manifest::pods(&docs, Some(&args.namespace), &config)
     } else {
@@ -207,8 +248,7 @@ pub fn mutate(mutate_args: &MutateArgs) -> anyhow::Result<ExitCode> {
 /// `dljob validate`.
 pub fn validate(args: &ManifestArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
-    let docs = manifest::parse(&read_input(&args.file)?)
-        .with_context(|| format!("parsing {}", args.file))?;
+    let docs = read_documents(&args.file)?;
     let (problems, warnings) = manifest::validate(&docs, Some(&args.namespace), &config);
     let mut stderr = std::io::stderr().lock();
     for w in &warnings {

@@ -117,6 +117,50 @@ fn objects(value: &Value) -> Vec<&Value> {
     }
 }
 
+/// What only a manifest can get wrong, for an object of a kind dljob
+/// handles: label and annotation values that are not strings (YAML reads
+/// `y`, `true`, `1` unquoted as boolean or number; Kubernetes refuses them),
+/// and `dljob.dev/*` keys on an object without a `dljob.dev/job` label (the
+/// webhooks never see it, so nothing would be wired — a typo'd job label).
+pub fn manifest_problems(value: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut dljob_keys: Vec<&str> = Vec::new();
+    let metas = [
+        value.get("metadata"),
+        value.pointer("/spec/template/metadata"),
+    ];
+    for meta in metas.into_iter().flatten() {
+        for which in ["labels", "annotations"] {
+            let Some(map) = meta.get(which).and_then(Value::as_object) else {
+                continue;
+            };
+            for (k, v) in map {
+                if k.starts_with("dljob.dev/") && !dljob_keys.contains(&k.as_str()) {
+                    dljob_keys.push(k);
+                }
+                if !v.is_string() {
+                    let what = &which[..which.len() - 1];
+                    problems.push(format!(
+                        "{what} {k} is {v}, not a string (YAML reads unquoted y, yes, true, 1 as booleans or numbers); Kubernetes refuses it: quote the value"
+                    ));
+                }
+            }
+        }
+    }
+    let has_job_label = value
+        .pointer("/metadata/labels")
+        .and_then(|l| l.get(crate::contract::JOB))
+        .is_some();
+    if !has_job_label && !dljob_keys.is_empty() {
+        problems.push(format!(
+            "it has {} but no {} label, so the webhooks never see it and dljob wires nothing: add the label (check its spelling)",
+            dljob_keys.join(", "),
+            crate::contract::JOB
+        ));
+    }
+    problems
+}
+
 /// Mutates one object; `Ok(None)` when it is not a member.
 fn mutate_one(
     value: &Value,
@@ -127,6 +171,12 @@ fn mutate_one(
     let Some(kind) = Kind::of(value) else {
         return Ok(None);
     };
+    let name = describe(value);
+    warnings.extend(
+        manifest_problems(value)
+            .into_iter()
+            .map(|p| format!("{name}: {p}")),
+    );
     let mutated = mutate::mutate(kind, value, namespace, Operation::Create, config)
         .map_err(|v| (describe(value), v))?;
     Ok(mutated.map(|m| {
@@ -234,6 +284,11 @@ pub fn validate(
     let mut warnings = Vec::new();
     for (kind, value) in &members {
         let name = describe(value);
+        problems.extend(
+            manifest_problems(value)
+                .into_iter()
+                .map(|p| (name.clone(), p)),
+        );
         match validate::validate(*kind, value, None, namespace, config, &peers) {
             Ok(w) => warnings.extend(w.into_iter().map(|w| format!("{name}: {w}"))),
             Err(v) => problems.extend(v.0.into_iter().map(|p| (name.clone(), p))),

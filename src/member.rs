@@ -163,6 +163,32 @@ impl<'v> Meta<'v> {
         }
     }
 
+    /// dljob's annotations written as labels and its labels written as
+    /// annotations: dljob would not read them where they are.
+    fn misplaced_keys(&self, v: &mut Violations) {
+        let mut seen: Vec<&str> = Vec::new();
+        for m in self.labels.iter().flatten() {
+            for k in m.keys().filter(|k| is_annotation_key(k)) {
+                if self.annotation(k).is_none() && !seen.contains(&k.as_str()) {
+                    seen.push(k);
+                    v.push(format!(
+                        "{k} is set as a label, but dljob reads it as an annotation: move it under metadata.annotations"
+                    ));
+                }
+            }
+        }
+        for m in self.annotations.iter().flatten() {
+            for k in m.keys().filter(|k| is_label_key(k)) {
+                if self.label(k).is_none() && !seen.contains(&k.as_str()) {
+                    seen.push(k);
+                    v.push(format!(
+                        "{k} is set as an annotation, but dljob reads it as a label: move it under metadata.labels"
+                    ));
+                }
+            }
+        }
+    }
+
     /// Warnings for `dljob.dev/*` keys dljob does not know (typos).
     fn unknown_keys(&self, warnings: &mut Vec<String>) {
         let known_annotation = |k: &str| {
@@ -175,6 +201,7 @@ impl<'v> Meta<'v> {
             for k in m.keys() {
                 if k.starts_with("dljob.dev/")
                     && !known_annotation(k)
+                    && !is_label_key(k)
                     && !seen.contains(&k.as_str())
                 {
                     seen.push(k);
@@ -188,8 +215,8 @@ impl<'v> Meta<'v> {
         for m in self.labels.iter().flatten() {
             for k in m.keys() {
                 if k.starts_with("dljob.dev/")
-                    && k != c::JOB
-                    && k != c::ROLE
+                    && !is_label_key(k)
+                    && !is_annotation_key(k)
                     && !seen.contains(&k.as_str())
                 {
                     seen.push(k);
@@ -202,6 +229,16 @@ impl<'v> Meta<'v> {
             }
         }
     }
+}
+
+/// `dljob.dev/job` and `dljob.dev/role`.
+fn is_label_key(k: &str) -> bool {
+    k == c::JOB || k == c::ROLE
+}
+
+/// The annotations a user writes.
+fn is_annotation_key(k: &str) -> bool {
+    c::JOB_WIDE_ANNOTATIONS.contains(&k) || c::MEMBER_ANNOTATIONS.contains(&k)
 }
 
 fn known_annotations() -> String {
@@ -234,6 +271,7 @@ pub fn parse(
     let mut v = Violations::default();
     let mut warnings = Vec::new();
     meta.disagreements(&mut v);
+    meta.misplaced_keys(&mut v);
     meta.unknown_keys(&mut warnings);
 
     if !c::is_dns1035_label(job) || job.len() > c::MAX_JOB_NAME {
@@ -245,13 +283,14 @@ pub fn parse(
     }
 
     let role = meta.label(c::ROLE);
-    if role.is_none() {
+    if role.is_none() && meta.annotation(c::ROLE).is_none() {
         v.push(format!(
             "label {} is missing: every member names its role",
             c::ROLE
         ));
     }
     let framework = match meta.annotation(c::FRAMEWORK) {
+        None if meta.label(c::FRAMEWORK).is_some() => None, // misplaced_keys says it
         None => {
             v.push(format!(
                 "annotation {} is missing; set one of {}",

@@ -449,10 +449,11 @@ fn subcommand_help_mentions_its_flags() {
             &[
                 "-f",
                 "--filename",
-                "FILE|-",
+                "FILE|DIR|-",
                 "--config",
                 "-n",
                 "--namespace",
+                "--pods",
             ][..],
         ),
         (
@@ -460,7 +461,7 @@ fn subcommand_help_mentions_its_flags() {
             &[
                 "-f",
                 "--filename",
-                "FILE|-",
+                "FILE|DIR|-",
                 "--config",
                 "-n",
                 "--namespace",
@@ -540,4 +541,104 @@ fn members_inside_a_list_document_are_mutated_and_validated() {
         run.stdout,
         "Pod/jx-0: dljob.dev/index 2 is out of range: role \"worker\" has 2 replicas in dljob.dev/replicas \"worker=2\" (indexes 0 to 1)\n"
     );
+}
+
+fn pod_with(labels: &str, annotations: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: mnist-0\n  labels: {{{labels}}}\n  annotations: {{{annotations}}}\nspec: {{containers: [{{name: jax, image: x}}]}}\n"
+    )
+}
+
+#[test]
+fn a_typo_in_the_job_label_is_a_problem_not_silence() {
+    let text = pod_with(
+        "dljob.dev/jobs: mnist, dljob.dev/role: worker",
+        "dljob.dev/framework: jax, dljob.dev/replicas: worker=1",
+    );
+    let run = dljob(&["validate", "-f", "-"], Some(&text));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(
+        run.stdout,
+        "Pod/mnist-0: it has dljob.dev/jobs, dljob.dev/role, dljob.dev/framework, dljob.dev/replicas but no dljob.dev/job label, so the webhooks never see it and dljob wires nothing: add the label (check its spelling)\n"
+    );
+    // mutate passes it through unchanged and says why on stderr.
+    let run = dljob(&["mutate", "-f", "-"], Some(&text));
+    assert!(run.success(), "{run:?}");
+    assert_eq!(run.stdout, text);
+    assert!(
+        run.stderr
+            .starts_with("Warning: Pod/mnist-0: it has dljob.dev/jobs"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn an_annotation_written_as_a_label_is_named_as_such() {
+    let text = pod_with(
+        "dljob.dev/job: mnist, dljob.dev/role: worker, dljob.dev/framework: jax",
+        "dljob.dev/replicas: worker=1",
+    );
+    let run = dljob(&["validate", "-f", "-"], Some(&text));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(
+        run.stdout,
+        "Pod/mnist-0: dljob.dev/framework is set as a label, but dljob reads it as an annotation: move it under metadata.annotations\n"
+    );
+    let text = pod_with(
+        "dljob.dev/job: mnist",
+        "dljob.dev/role: worker, dljob.dev/framework: jax, dljob.dev/replicas: worker=1",
+    );
+    let run = dljob(&["validate", "-f", "-"], Some(&text));
+    assert_eq!(
+        run.stdout,
+        "Pod/mnist-0: dljob.dev/role is set as an annotation, but dljob reads it as a label: move it under metadata.labels\n"
+    );
+}
+
+#[test]
+fn a_label_value_yaml_reads_as_a_boolean_is_refused() {
+    let text = pod_with(
+        "dljob.dev/job: y, dljob.dev/role: worker",
+        "dljob.dev/framework: jax, dljob.dev/replicas: worker=1",
+    );
+    let run = dljob(&["validate", "-f", "-"], Some(&text));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(
+        run.stdout,
+        "Pod/mnist-0: label dljob.dev/job is true, not a string (YAML reads unquoted y, yes, true, 1 as booleans or numbers); Kubernetes refuses it: quote the value\n"
+    );
+}
+
+#[test]
+fn an_empty_file_is_an_error() {
+    for cmd in ["validate", "mutate"] {
+        let run = dljob(&[cmd, "-f", "-"], Some("# nothing here\n"));
+        assert_eq!(run.code, Some(2), "{run:?}");
+        assert_eq!(run.stderr, "error: no objects in -\n");
+    }
+}
+
+#[test]
+fn a_directory_reads_its_manifest_files_in_name_order() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-tests-dir");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(example("tensorflow-ps/job.yaml"), dir.join("b.yaml")).unwrap();
+    std::fs::copy(example("jax/job.yaml"), dir.join("a.yml")).unwrap();
+    std::fs::write(dir.join("notes.txt"), "not a manifest").unwrap();
+    let d = dir.display().to_string();
+    let run = dljob(&["validate", "-f", &d], None);
+    assert!(run.success(), "{run:?}");
+    let run = dljob(&["mutate", "-f", &d], None);
+    assert!(run.success(), "{run:?}");
+    let kinds: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("kind: "))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Job", "ConfigMap", "Pod", "StatefulSet", "StatefulSet"]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
