@@ -71,7 +71,7 @@ pub struct ServeArgs {
     /// changes; an invalid new version is logged and the old one kept.
     #[arg(long, env = "DLJOB_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Log format: one line per review either way.
+    /// Log format: text, or one JSON object per line.
     #[arg(long, value_enum, default_value = "text", env = "DLJOB_LOG_FORMAT")]
     pub log_format: LogFormat,
     /// Largest AdmissionReview body accepted, in bytes (UPDATE reviews carry
@@ -82,7 +82,10 @@ pub struct ServeArgs {
     /// with 408 and disconnected.
     #[arg(long, default_value_t = 10)]
     pub read_timeout_secs: u64,
-    /// Where the generated self-signed CA is written (without --tls-cert).
+    /// Where the self-signed CA is kept (without --tls-cert), its key beside
+    /// it (.key): reused while valid, so that a cluster told to trust it
+    /// keeps trusting the webhook across restarts; made anew when missing
+    /// or expiring.
     #[arg(long, default_value = "dljob-ca.pem")]
     pub self_signed_ca_out: PathBuf,
     /// Extra DNS name or IP address for the self-signed certificate (besides
@@ -90,6 +93,17 @@ pub struct ServeArgs {
     /// uses to reach this machine. Repeatable.
     #[arg(long = "self-signed-san", value_name = "DNS|IP")]
     pub self_signed_sans: Vec<String>,
+    /// Seconds to keep serving reviews after SIGTERM while /readyz answers
+    /// 503, so that the API server stops sending reviews here before the
+    /// listener closes (a rollout then drops none); in-flight reviews get
+    /// up to 25 s more. Keep terminationGracePeriodSeconds above the sum.
+    #[arg(long, default_value_t = 10, env = "DLJOB_DRAIN_SECONDS")]
+    pub drain_seconds: u64,
+    /// Log every review at INFO. By default only denials and reviews with
+    /// warnings are logged at INFO (errors, reloads and leadership always
+    /// are); the others at DEBUG (RUST_LOG=debug).
+    #[arg(long, env = "DLJOB_LOG_REVIEWS")]
+    pub log_reviews: bool,
     /// Run only the reconciler (development against a cluster).
     #[arg(long, conflicts_with = "no_reconciler")]
     pub no_webhook: bool,

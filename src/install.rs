@@ -112,18 +112,23 @@ pub enum InstallError {
     Url { url: String, why: String },
 }
 
-/// The workload kinds dljob admits, for `operations`.
-fn rules(operations: &[&str]) -> Vec<RuleWithOperations> {
-    [("", "pods"), ("apps", "statefulsets"), ("batch", "jobs")]
-        .into_iter()
-        .map(|(group, resource)| RuleWithOperations {
-            api_groups: Some(vec![group.to_owned()]),
-            api_versions: Some(vec!["v1".to_owned()]),
-            operations: Some(operations.iter().map(|&o| o.to_owned()).collect()),
-            resources: Some(vec![resource.to_owned()]),
-            scope: Some("Namespaced".to_owned()),
-        })
-        .collect()
+/// The workload kinds dljob admits: pods, StatefulSets and Jobs, each for
+/// its operations.
+fn rules(pods: &[&str], statefulsets: &[&str], jobs: &[&str]) -> Vec<RuleWithOperations> {
+    [
+        ("", "pods", pods),
+        ("apps", "statefulsets", statefulsets),
+        ("batch", "jobs", jobs),
+    ]
+    .into_iter()
+    .map(|(group, resource, operations)| RuleWithOperations {
+        api_groups: Some(vec![group.to_owned()]),
+        api_versions: Some(vec!["v1".to_owned()]),
+        operations: Some(operations.iter().map(|&o| o.to_owned()).collect()),
+        resources: Some(vec![resource.to_owned()]),
+        scope: Some("Namespaced".to_owned()),
+    })
+    .collect()
 }
 
 /// Only objects carrying the job label are sent to dljob.
@@ -158,9 +163,11 @@ fn metadata() -> ObjectMeta {
     }
 }
 
-/// Both webhook configurations: mutate on CREATE, validate on CREATE and
-/// UPDATE, of pods, StatefulSets and Jobs labelled `dljob.dev/job`; failing
-/// closed for those, within [`TIMEOUT_SECONDS`].
+/// Both webhook configurations: mutate on CREATE (and on UPDATE of
+/// StatefulSets: relabelling an existing StatefulSet must reach its pod
+/// template; pod specs and Job templates cannot change after creation),
+/// validate on CREATE and UPDATE, of pods, StatefulSets and Jobs labelled
+/// `dljob.dev/job`; failing closed for those, within [`TIMEOUT_SECONDS`].
 pub fn webhook_configurations(
     endpoint: &Endpoint,
     ca_bundle: Option<&[u8]>,
@@ -171,7 +178,7 @@ pub fn webhook_configurations(
             name: MUTATING_WEBHOOK_NAME.to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
             client_config: endpoint.client_config("/mutate", ca_bundle),
-            rules: Some(rules(&["CREATE"])),
+            rules: Some(rules(&["CREATE"], &["CREATE", "UPDATE"], &["CREATE"])),
             object_selector: Some(object_selector()),
             namespace_selector: Some(namespace_selector()),
             match_policy: Some("Equivalent".to_owned()),
@@ -190,7 +197,11 @@ pub fn webhook_configurations(
             name: VALIDATING_WEBHOOK_NAME.to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
             client_config: endpoint.client_config("/validate", ca_bundle),
-            rules: Some(rules(&["CREATE", "UPDATE"])),
+            rules: Some(rules(
+                &["CREATE", "UPDATE"],
+                &["CREATE", "UPDATE"],
+                &["CREATE", "UPDATE"],
+            )),
             object_selector: Some(object_selector()),
             namespace_selector: Some(namespace_selector()),
             match_policy: Some("Equivalent".to_owned()),

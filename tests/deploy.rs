@@ -211,7 +211,7 @@ fn assert_webhook_invariants(docs: &[Value]) -> (WebhookClientConfig, WebhookCli
         m.rules.unwrap(),
         vec![
             rule("", "pods", &["CREATE"]),
-            rule("apps", "statefulsets", &["CREATE"]),
+            rule("apps", "statefulsets", &["CREATE", "UPDATE"]),
             rule("batch", "jobs", &["CREATE"]),
         ]
     );
@@ -596,8 +596,12 @@ fn deployment_runs_two_restricted_probed_replicas_with_tls_and_config_mounted() 
             "--tls-key=/tls/tls.key",
             "--config=/etc/dljob/config.yaml",
             "--log-format=json",
+            "--drain-seconds=10",
         ])
     );
+    // The pod is given time for the drain after SIGTERM plus the 25 s the
+    // server lets in-flight reviews finish.
+    assert_eq!(pod.termination_grace_period_seconds, Some(40));
     let probe_path = |p: Option<k8s_openapi::api::core::v1::Probe>| {
         let get = p.unwrap().http_get.unwrap();
         assert_eq!(get.scheme.as_deref(), Some("HTTPS"));

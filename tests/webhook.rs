@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
+use dljob::certs::CaOrigin;
 use dljob::config::Config;
 use dljob::validate::NoPeers;
 use dljob::webhook::{self, Inputs, Running, Settings, TlsSource};
@@ -1262,6 +1263,140 @@ async fn metrics_count_reviews_by_endpoint_kind_operation_and_decision() {
 }
 
 #[tokio::test]
+async fn during_the_drain_reviews_are_served_on_h1_and_h2_while_readyz_is_503() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let Server {
+            running,
+            addr,
+            ca,
+            _dir,
+        } = s;
+        let h2 = connect(addr, &ca, Proto::H2).await.unwrap();
+        let review = shared("mutate-create-pod-resnet-chief.json");
+        let drain = tokio::spawn(running.drain(Duration::from_secs(2), Duration::from_secs(5)));
+        // Not ready at once...
+        while h2.get("/readyz").await.0 == StatusCode::OK {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            h2.get("/readyz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "draining: shutting down\n".into()
+            )
+        );
+        // ...but every review is still answered, on an open connection and on
+        // a new one of either protocol.
+        let h1 = connect(addr, &ca, Proto::H1).await.unwrap();
+        for c in [&h2, &h1] {
+            let (status, resp) = c.post("/mutate", &review).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_allowed(&resp, &uid(&review));
+        }
+        assert!(!drain.is_finished(), "still draining");
+        drain.await.unwrap().unwrap();
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "stopped after the drain"
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_dev_ca_is_reused_across_restarts_and_replaced_when_unusable() {
+    bounded(async {
+        let dir = tempdir("ca-reuse");
+        let ca_out = dir.join("dev-ca.pem");
+        let key = dir.join("dev-ca.key");
+        let load = || {
+            webhook::tls::load(&TlsSource::SelfSigned {
+                ca_out: ca_out.clone(),
+                extra_sans: vec![],
+            })
+            .unwrap()
+        };
+        let first = load();
+        assert!(matches!(first.ca_origin, Some(CaOrigin::Created(_))));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "the CA key is private");
+        }
+        // A restart presents the same CA (and a server signed by it).
+        let second = load();
+        assert_eq!(second.ca_origin, Some(CaOrigin::Reused));
+        assert_eq!(second.ca_pem, first.ca_pem);
+        assert_eq!(std::fs::read_to_string(&ca_out).unwrap(), first.ca_pem.clone().unwrap());
+        let running = webhook::run(
+            Settings::new(
+                localhost(),
+                TlsSource::SelfSigned {
+                    ca_out: ca_out.clone(),
+                    extra_sans: vec![],
+                },
+            ),
+            Inputs {
+                config: webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap().0,
+                peers: Arc::new(NoPeers),
+            },
+            Registry::default(),
+        )
+        .await
+        .unwrap();
+        let c = connect(running.local_addr(), first.ca_pem.as_ref().unwrap(), Proto::H2)
+            .await
+            .expect("the first run's CA verifies the restarted server");
+        assert_eq!(c.get("/healthz").await.0, StatusCode::OK);
+        running.shutdown(Duration::from_secs(1)).await.unwrap();
+
+        // A key that is not the CA's: a new CA, and the reason.
+        let other = rcgen::KeyPair::generate().unwrap().serialize_pem();
+        std::fs::write(&key, other).unwrap();
+        let third = load();
+        assert_eq!(
+            third.ca_origin,
+            Some(CaOrigin::Created(format!(
+                "{} does not hold the key of {}",
+                key.display(),
+                ca_out.display()
+            )))
+        );
+        assert_ne!(third.ca_pem, first.ca_pem);
+
+        // An expired CA: a new one.
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let old_key = rcgen::KeyPair::generate().unwrap();
+        let old = params.self_signed(&old_key).unwrap();
+        std::fs::write(&ca_out, old.pem()).unwrap();
+        std::fs::write(&key, old_key.serialize_pem()).unwrap();
+        let fourth = load();
+        assert_eq!(
+            fourth.ca_origin,
+            Some(CaOrigin::Created(format!(
+                "{} has expired or expires within a day",
+                ca_out.display()
+            )))
+        );
+        // Nothing there: a new one, saying so.
+        std::fs::remove_file(&key).unwrap();
+        let fifth = load();
+        assert!(
+            matches!(&fifth.ca_origin, Some(CaOrigin::Created(why)) if why.starts_with(&format!("{} not readable", key.display()))),
+            "{:?}",
+            fifth.ca_origin
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    })
+    .await
+}
+
+#[tokio::test]
 async fn graceful_shutdown_finishes_in_flight_reviews_and_stops_accepting() {
     bounded(async {
         let s = start(|_| {}).await;
@@ -1303,8 +1438,9 @@ async fn graceful_shutdown_finishes_in_flight_reviews_and_stops_accepting() {
 
 // ---------------------------------------------------------------- the binary
 
-/// `dljob serve` as a process: no cluster reachable, JSON logs, one line
-/// per review, exit 0 on SIGTERM.
+/// `dljob serve` as a process: no cluster reachable, JSON logs, a line for
+/// a denial but none for a plain allowed review, a drain then exit 0 on
+/// SIGTERM.
 #[cfg(unix)]
 #[tokio::test]
 async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigterm() {
@@ -1321,6 +1457,8 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
                 "127.0.0.1:0",
                 "--log-format",
                 "json",
+                "--drain-seconds",
+                "1",
                 "--self-signed-ca-out",
             ])
             .arg(&ca_path)
@@ -1363,24 +1501,10 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
         let ca = std::fs::read_to_string(&ca_path).unwrap();
         let c = connect(addr, &ca, Proto::H2).await.unwrap();
         let review = shared("mutate-create-pod-resnet-chief.json");
+        // An allowed review without warnings is not logged at the default
+        // level; a denial is, with its message under its own key: the first
+        // review line is the denial's.
         c.post("/mutate", &review).await;
-        let line = loop {
-            let line = rx.recv().await.unwrap();
-            if line["message"] == "review" {
-                break line;
-            }
-        };
-        assert_eq!(line["uid"], uid(&review));
-        assert_eq!(line["kind"], "Pod");
-        assert_eq!(line["object"], "team-a/resnet-chief");
-        assert_eq!(line["operation"], "CREATE");
-        assert_eq!(line["allowed"], true);
-        // hostname, subdomain, env, ports (TensorFlow gets no hostfile).
-        assert_eq!(line["patch_ops"], 4);
-        assert!(line["latency_ms"].is_number());
-        assert!(line.get("denial").is_none());
-
-        // A denial's line carries its message under its own key.
         let refused = shared("validate-create-pod-resnet-worker-2.json");
         c.post("/validate", &refused).await;
         let line = loop {
@@ -1389,7 +1513,14 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
                 break line;
             }
         };
+        assert_eq!(line["uid"], uid(&refused));
+        assert_eq!(line["endpoint"], "validate");
+        assert_eq!(line["kind"], "Pod");
+        assert_eq!(line["object"], "team-a/resnet-worker-2");
+        assert_eq!(line["operation"], "CREATE");
         assert_eq!(line["allowed"], false);
+        assert_eq!(line["patch_ops"], 0);
+        assert!(line["latency_ms"].is_number());
         assert!(
             line["denial"]
                 .as_str()
@@ -1404,6 +1535,17 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
             .status()
             .unwrap();
         assert!(status.success());
+        let line = loop {
+            let line = rx.recv().await.unwrap();
+            if line["message"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("draining")
+            {
+                break line;
+            }
+        };
+        assert_eq!(line["drain_seconds"], 1);
         let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
             .await
             .unwrap();

@@ -95,6 +95,7 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             max_body_bytes: args.max_body_bytes,
             read_timeout: Duration::from_secs(args.read_timeout_secs.max(1)),
             reload_interval: RELOAD_INTERVAL,
+            log_reviews: args.log_reviews,
             ..Settings::new(args.listen, tls.clone())
         };
         let running = run(settings, Inputs { config, peers }, registry).await?;
@@ -105,23 +106,43 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 key = %key.display(),
                 "webhook listening (HTTPS, HTTP/2 and HTTP/1.1); certificate re-read when it changes"
             ),
-            TlsSource::SelfSigned { ca_out, extra_sans } => tracing::info!(
-                address = %running.local_addr(),
-                ca = %ca_out.display(),
-                "webhook listening with a self-signed certificate for localhost, 127.0.0.1{}; \
-                 trust it with: curl --cacert {}",
-                extra_sans.iter().map(|s| format!(", {s}")).collect::<String>(),
-                ca_out.display()
-            ),
+            TlsSource::SelfSigned { ca_out, extra_sans } => {
+                let key = tls::ca_key_path(ca_out);
+                match running.ca_origin() {
+                    Some(crate::certs::CaOrigin::Created(why)) => tracing::info!(
+                        ca = %ca_out.display(),
+                        key = %key.display(),
+                        reason = %why,
+                        "made a new self-signed CA; clients must trust it anew"
+                    ),
+                    _ => tracing::info!(
+                        ca = %ca_out.display(),
+                        key = %key.display(),
+                        "reusing the self-signed CA from the last run"
+                    ),
+                }
+                tracing::info!(
+                    address = %running.local_addr(),
+                    ca = %ca_out.display(),
+                    "webhook listening with a self-signed certificate for localhost, 127.0.0.1{}; \
+                     trust it with: curl --cacert {}",
+                    extra_sans.iter().map(|s| format!(", {s}")).collect::<String>(),
+                    ca_out.display()
+                )
+            }
         }
         Some(running)
     };
 
     let outcome = wait(webhook.as_ref().is_some(), reconciler).await;
     if let Some(running) = webhook {
-        tracing::info!("stopping: no new connections; finishing in-flight reviews");
+        let drain = Duration::from_secs(args.drain_seconds);
+        tracing::info!(
+            drain_seconds = args.drain_seconds,
+            "draining: /readyz answers 503 while reviews are still served, then no new connections and in-flight reviews finish"
+        );
         running
-            .shutdown(SHUTDOWN_GRACE)
+            .drain(drain, SHUTDOWN_GRACE)
             .await
             .context("webhook server")?;
     }

@@ -41,6 +41,9 @@ pub struct Settings {
     pub read_timeout: Duration,
     /// How often the certificate files are checked for changes.
     pub reload_interval: Duration,
+    /// Log every review at INFO; otherwise only denials and reviews with
+    /// warnings are (the others at DEBUG).
+    pub log_reviews: bool,
 }
 
 impl Settings {
@@ -52,6 +55,7 @@ impl Settings {
             max_body_bytes: 3 * 1024 * 1024,
             read_timeout: Duration::from_secs(10),
             reload_interval: Duration::from_secs(2),
+            log_reviews: false,
         }
     }
 }
@@ -82,12 +86,14 @@ struct AppState {
     ready: Arc<AtomicBool>,
     max_body_bytes: usize,
     read_timeout: Duration,
+    log_reviews: bool,
 }
 
 /// A running server.
 pub struct Running {
     addr: SocketAddr,
     ca_pem: Option<String>,
+    ca_origin: Option<crate::certs::CaOrigin>,
     handle: Handle<SocketAddr>,
     ready: Arc<AtomicBool>,
     server: JoinHandle<std::io::Result<()>>,
@@ -103,6 +109,21 @@ impl Running {
     /// The generated CA (PEM) when the certificate is self-signed.
     pub fn ca_pem(&self) -> Option<&str> {
         self.ca_pem.as_deref()
+    }
+
+    /// Whether the self-signed CA was reused or made (and why).
+    pub fn ca_origin(&self) -> Option<&crate::certs::CaOrigin> {
+        self.ca_origin.as_ref()
+    }
+
+    /// Reports not-ready (`/readyz` 503) while still serving every review
+    /// for `drain` — the time the API server needs to stop sending reviews to
+    /// this replica once its endpoint is removed — then shuts down as
+    /// [`Running::shutdown`] does.
+    pub async fn drain(self, drain: Duration, grace: Duration) -> std::io::Result<()> {
+        self.ready.store(false, Ordering::SeqCst);
+        tokio::time::sleep(drain).await;
+        self.shutdown(grace).await
     }
 
     /// Stops accepting connections, lets in-flight requests finish (for at
@@ -153,6 +174,7 @@ pub async fn run(
         ready: ready.clone(),
         max_body_bytes: settings.max_body_bytes,
         read_timeout: settings.read_timeout,
+        log_reviews: settings.log_reviews,
     };
     let app = router(state);
 
@@ -183,6 +205,7 @@ pub async fn run(
     Ok(Running {
         addr,
         ca_pem: loaded.ca_pem.take(),
+        ca_origin: loaded.ca_origin.take(),
         handle,
         ready,
         server,
@@ -212,7 +235,7 @@ async fn readyz(State(s): State<AppState>) -> Response {
     if s.ready.load(Ordering::SeqCst) {
         (StatusCode::OK, "ok\n").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
+        (StatusCode::SERVICE_UNAVAILABLE, "draining: shutting down\n").into_response()
     }
 }
 
@@ -245,7 +268,7 @@ async fn review(endpoint: Endpoint, s: &AppState, headers: &HeaderMap, body: Bod
         Answer::Review { body, summary } => {
             let latency = start.elapsed();
             s.metrics.observe_review(endpoint, &summary, latency);
-            log_review(endpoint, &summary, latency);
+            log_review(endpoint, &summary, latency, s.log_reviews);
             let json = serde_json::to_vec(&body).expect("a JSON value serialises");
             (
                 [(
@@ -340,7 +363,15 @@ fn reject(endpoint: Endpoint, s: &AppState, why: BodyError, start: Instant) -> R
     (status, format!("dljob: {message}\n")).into_response()
 }
 
-fn log_review(endpoint: Endpoint, s: &Summary, latency: Duration) {
+/// One line per review worth an operator's attention at the default level:
+/// denials and reviews with warnings at INFO; the others at DEBUG (at 16 000
+/// reviews/s an INFO line each would be ~100 MB of logs a minute and a third
+/// of the CPU), or at INFO with `--log-reviews`.
+fn log_review(endpoint: Endpoint, s: &Summary, latency: Duration, every: bool) {
+    let notable = every || !s.allowed || s.warnings > 0;
+    if !notable && !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
     let object = if s.namespace.is_empty() {
         s.name.clone()
     } else {
@@ -349,18 +380,27 @@ fn log_review(endpoint: Endpoint, s: &Summary, latency: Duration) {
     let latency_ms = (latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
     // A denial's message is recorded only when there is one (as `denial`:
     // `message` is the event's own field in JSON lines).
-    tracing::info!(
-        endpoint = endpoint.as_str(),
-        uid = %s.uid,
-        kind = %s.kind,
-        object = %object,
-        operation = %s.operation,
-        dry_run = s.dry_run,
-        allowed = s.allowed,
-        patch_ops = s.patch_ops,
-        warnings = s.warnings,
-        latency_ms,
-        denial = s.message.as_deref(),
-        "review"
-    );
+    macro_rules! line {
+        ($level:ident) => {
+            tracing::$level!(
+                endpoint = endpoint.as_str(),
+                uid = %s.uid,
+                kind = %s.kind,
+                object = %object,
+                operation = %s.operation,
+                dry_run = s.dry_run,
+                allowed = s.allowed,
+                patch_ops = s.patch_ops,
+                warnings = s.warnings,
+                latency_ms,
+                denial = s.message.as_deref(),
+                "review"
+            )
+        };
+    }
+    if notable {
+        line!(info);
+    } else {
+        line!(debug);
+    }
 }

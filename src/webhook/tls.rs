@@ -19,9 +19,10 @@ use super::reload::WatchedFiles;
 pub enum TlsSource {
     /// PEM certificate chain and key, re-read when either changes.
     Files { cert: PathBuf, key: PathBuf },
-    /// A fresh CA and a certificate for `localhost`, `127.0.0.1` and
-    /// `extra_sans`; the CA is written to `ca_out` so that clients can trust
-    /// it.
+    /// A certificate for `localhost`, `127.0.0.1` and `extra_sans` signed
+    /// by a development CA: the one at `ca_out` (and its key beside it,
+    /// [`ca_key_path`]) when it is still valid, else a new one written
+    /// there, so that clients can trust it across restarts.
     SelfSigned {
         ca_out: PathBuf,
         extra_sans: Vec<String>,
@@ -41,8 +42,8 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
     #[error("generating a self-signed certificate: {0}")]
     Generate(#[from] rcgen::Error),
-    #[error("writing the self-signed CA to {0}: {1}")]
-    WriteCa(PathBuf, std::io::Error),
+    #[error("the self-signed CA: {0}")]
+    DevCa(#[from] crate::certs::DevCaError),
 }
 
 /// A rustls server config (ring provider, HTTP/2 and HTTP/1.1 by ALPN) from
@@ -69,10 +70,18 @@ pub fn server_config(
     Ok(config)
 }
 
+/// Where the development CA's key is kept: beside the CA, `.key` for its
+/// extension (`dljob-ca.pem` → `dljob-ca.key`).
+pub fn ca_key_path(ca_out: &Path) -> PathBuf {
+    ca_out.with_extension("key")
+}
+
 /// The loaded certificate, and the self-signed CA when there is one.
 pub struct Loaded {
     pub rustls: RustlsConfig,
     pub ca_pem: Option<String>,
+    /// Whether the self-signed CA was reused or made, and why.
+    pub ca_origin: Option<crate::certs::CaOrigin>,
     files: Option<(WatchedFiles, String)>,
 }
 
@@ -87,6 +96,7 @@ pub fn load(source: &TlsSource) -> Result<Loaded, TlsError> {
             Ok(Loaded {
                 rustls: RustlsConfig::from_config(Arc::new(config)),
                 ca_pem: None,
+                ca_origin: None,
                 files: Some((
                     WatchedFiles::new(vec![cert.clone(), key.clone()], vec![cert_pem, key_pem]),
                     what,
@@ -96,9 +106,7 @@ pub fn load(source: &TlsSource) -> Result<Loaded, TlsError> {
         TlsSource::SelfSigned { ca_out, extra_sans } => {
             let mut sans = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
             sans.extend(extra_sans.iter().cloned());
-            let bundle = crate::certs::generate(&sans, 365)?;
-            std::fs::write(ca_out, &bundle.ca_pem)
-                .map_err(|e| TlsError::WriteCa(ca_out.clone(), e))?;
+            let (bundle, origin) = crate::certs::dev_bundle(ca_out, &ca_key_path(ca_out), &sans)?;
             let config = server_config(
                 bundle.cert_pem.as_bytes(),
                 bundle.key_pem.as_bytes(),
@@ -107,6 +115,7 @@ pub fn load(source: &TlsSource) -> Result<Loaded, TlsError> {
             Ok(Loaded {
                 rustls: RustlsConfig::from_config(Arc::new(config)),
                 ca_pem: Some(bundle.ca_pem),
+                ca_origin: Some(origin),
                 files: None,
             })
         }
