@@ -675,6 +675,17 @@ async fn update_validates_identity_keys_and_mutates_only_what_is_missing() {
             json!({"uid": uid(&review), "allowed": true})
         );
 
+        // A wired StatefulSet applied again unchanged (the captured UPDATE,
+        // without its replicas change): no patch, so no spurious rollout.
+        let mut review = shared("mutate-update-statefulset-resnet-worker.json");
+        review["request"]["object"]["spec"]["replicas"] =
+            review["request"]["oldObject"]["spec"]["replicas"].clone();
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_eq!(
+            resp["response"],
+            json!({"uid": uid(&review), "allowed": true})
+        );
+
         // The role of an existing member changed.
         let review = local("review-validate-update-pod-resnet-chief-role-changed.json");
         let (_, resp) = c.post("/validate", &review).await;
