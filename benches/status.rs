@@ -150,10 +150,12 @@ fn pytorch_1000() -> (JobPlan, Observed) {
     let workloads = vec![
         Workload::StatefulSet {
             name: "mnist-master".into(),
+            role: "master".into(),
             replicas: 1,
         },
         Workload::StatefulSet {
             name: "mnist-worker".into(),
+            role: "worker".into(),
             replicas: 999,
         },
     ];
@@ -218,15 +220,22 @@ fn tensorflow_1000(chief_done: bool) -> (JobPlan, Observed) {
     let workloads = vec![
         Workload::Job {
             name: "mnist-chief".into(),
+            role: "chief".into(),
             suspended: false,
+            completions: Some(1),
+            parallelism: 1,
         },
         Workload::StatefulSet {
             name: "mnist-ps".into(),
+            role: "ps".into(),
             replicas: 50,
         },
         Workload::Job {
             name: "mnist-worker".into(),
+            role: "worker".into(),
             suspended: false,
+            completions: Some(949),
+            parallelism: 949,
         },
     ];
     (plan, Observed { pods, workloads })
@@ -424,7 +433,9 @@ fn observe_members(c: &Cluster, namespace: &str, job: &str) -> Observed {
             Kind::StatefulSet => {
                 let key = ObjectRef::new(name).within(namespace);
                 if let Some(sts) = c.statefulsets.get(&key) {
-                    observed.workloads.push(observe::observe_statefulset(&sts));
+                    observed
+                        .workloads
+                        .push(observe::observe_statefulset(&entry.member.role, &sts));
                 }
             }
             Kind::Job => {}

@@ -182,6 +182,10 @@ pub struct DLJobStatus {
     /// manifest to recreate them from.
     #[serde(default)]
     pub pending_recreates: Vec<PendingRecreate>,
+    /// mpi/chainer: the SSH Secret the reconciler created (or found already
+    /// there). It is created once: the reconciler never reads Secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_secret: Option<String>,
 }
 
 /// Counts for one role.

@@ -16,7 +16,7 @@ use dljob::validate::PeerSource;
 use http::{Request, Response};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::client::Body;
@@ -195,7 +195,6 @@ struct World {
     statefulsets: Vec<StatefulSet>,
     jobs: Vec<Job>,
     services: Vec<&'static str>,
-    secrets: Vec<&'static str>,
 }
 
 fn fill<K>(
@@ -245,7 +244,6 @@ fn context(world: World, dljobs: Vec<DLJob>) -> (Arc<Context>, Handle) {
         statefulsets: fill(world.statefulsets, observe::trim_statefulset, &index),
         jobs: fill(world.jobs, observe::trim_job, &index),
         services: meta_store::<Service>(&world.services),
-        secrets: meta_store::<Secret>(&world.secrets),
     };
     let mut writer = Writer::default();
     let dljob_store = writer.as_reader();
@@ -320,8 +318,14 @@ async fn verify(mut handle: Handle, calls: Vec<Call>) {
         } else {
             expected.respond
         };
+        // A Status answers with its code (e.g. 409 AlreadyExists).
+        let code = match respond["kind"].as_str() {
+            Some("Status") => respond["code"].as_u64().unwrap_or(500) as u16,
+            _ => 200,
+        };
         send.send_response(
             Response::builder()
+                .status(code)
                 .body(Body::from(serde_json::to_vec(&respond).unwrap()))
                 .unwrap(),
         );
@@ -610,7 +614,6 @@ async fn coordinator_success_stops_statefulsets_and_suspends_jobs() {
             statefulsets: vec![sts.clone()],
             jobs: vec![chief.clone()],
             services: vec!["mnist"],
-            ..World::default()
         },
         vec![],
     );
@@ -659,27 +662,32 @@ async fn coordinator_success_stops_statefulsets_and_suspends_jobs() {
     .await;
 }
 
-#[tokio::test]
-async fn mpi_job_gets_an_ssh_secret() {
-    const MPI: &str = "launcher=1,worker=1";
+const MPI: &str = "launcher=1,worker=1";
+
+fn mpi_world() -> World {
+    World {
+        pods: vec![bare_pod(
+            "mnist",
+            "mpi",
+            MPI,
+            "launcher",
+            0,
+            json!({"waiting": {}}),
+        )],
+        services: vec!["mnist"],
+        ..World::default()
+    }
+}
+
+/// One reconcile of a new mpi job whose Secret create is answered with
+/// `created` (a Secret, or a 409 Status); returns the status it wrote.
+async fn mpi_reconcile(created: Value) -> Value {
     let mut job = dljob("mpi", MPI);
     job.spec.port = 22;
-    let (ctx, handle) = context(
-        World {
-            pods: vec![bare_pod(
-                "mnist",
-                "mpi",
-                MPI,
-                "launcher",
-                0,
-                json!({"waiting": {}}),
-            )],
-            services: vec!["mnist"],
-            ..World::default()
-        },
-        vec![],
-    );
+    let (ctx, handle) = context(mpi_world(), vec![]);
     let jj = job.clone();
+    let written = Arc::new(std::sync::Mutex::new(Value::Null));
+    let keep = written.clone();
     reconcile_expecting(
         job,
         ctx,
@@ -701,12 +709,16 @@ async fn mpi_job_gets_an_ssh_secret() {
                         .unwrap()
                         .starts_with("Host mnist-launcher-0 mnist-launcher-0.mnist.ml.svc\n"));
                 },
-                Value::Null,
+                created,
             ),
             call(
                 "PATCH",
                 status_uri(),
-                |b| assert_eq!(b["status"]["phase"], "Pending"),
+                move |b| {
+                    assert_eq!(b["status"]["phase"], "Pending");
+                    assert_eq!(b["status"]["sshSecret"], "mnist-ssh");
+                    *keep.lock().unwrap() = b["status"].clone();
+                },
                 with_status(&jj, &json!({"status": {"phase": "Pending"}})),
             ),
             call(
@@ -716,6 +728,157 @@ async fn mpi_job_gets_an_ssh_secret() {
                 Value::Null,
             ),
         ],
+    )
+    .await;
+    let status = written.lock().unwrap().clone();
+    status
+}
+
+#[tokio::test]
+async fn mpi_job_gets_an_ssh_secret_once() {
+    let status = mpi_reconcile(Value::Null).await;
+    // The next reconcile reads the recorded Secret from the status: no
+    // Secret call (the reconciler cannot list or get Secrets), no call at all.
+    let mut job = dljob("mpi", MPI);
+    job.spec.port = 22;
+    job.status = Some(serde_json::from_value(status).unwrap());
+    let (ctx, handle) = context(mpi_world(), vec![]);
+    reconcile_expecting(job, ctx, handle, vec![]).await;
+}
+
+#[tokio::test]
+async fn an_ssh_secret_that_already_exists_counts_as_created() {
+    let conflict = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "secrets \"mnist-ssh\" already exists", "reason": "AlreadyExists", "code": 409});
+    let status = mpi_reconcile(conflict).await;
+    assert_eq!(status["sshSecret"], "mnist-ssh");
+}
+
+/// A pytorch job `master=1,worker=2` whose workers are the StatefulSet
+/// `worker` with `size` replicas (two of its pods running).
+fn scaled_world(size: u32) -> World {
+    const TOPOLOGY: &str = "master=1,worker=2";
+    World {
+        pods: vec![
+            bare_pod("mnist", "pytorch", TOPOLOGY, "master", 0, running()),
+            owned_pod(
+                "StatefulSet",
+                "worker",
+                "pytorch",
+                TOPOLOGY,
+                "worker",
+                0,
+                running(),
+            ),
+            owned_pod(
+                "StatefulSet",
+                "worker",
+                "pytorch",
+                TOPOLOGY,
+                "worker",
+                1,
+                running(),
+            ),
+        ],
+        statefulsets: vec![statefulset("mnist", "pytorch", TOPOLOGY, "worker", size)],
+        services: vec!["mnist"],
+        ..World::default()
+    }
+}
+
+/// The status a reconcile of `world` computes from `previous`.
+fn status_of(job: &DLJob, world: World) -> dljob::crd::DLJobStatus {
+    let (ctx, _) = context(world, vec![]);
+    let plan = controller::plan_of(job).unwrap();
+    let observed = controller::observe_members(&ctx, NS, "mnist");
+    status::next(&plan, &observed, job.status.as_ref(), Some(1), now()).status
+}
+
+#[tokio::test]
+async fn a_statefulset_scaled_beyond_its_role_gets_a_condition_and_one_event() {
+    const MESSAGE: &str = "StatefulSet worker has 3 replicas but role worker has 2: scale it back (kubectl scale statefulset worker --replicas=2), or change dljob.dev/replicas (master=1,worker=2) on every member of the job";
+    let mut job = dljob("pytorch", "master=1,worker=2");
+    job.status = Some(status_of(&job, scaled_world(2)));
+    assert_eq!(
+        job.status.as_ref().unwrap().phase,
+        dljob::crd::Phase::Running
+    );
+
+    // `kubectl scale statefulset worker --replicas=3`.
+    let (ctx, handle) = context(scaled_world(3), vec![]);
+    let jj = job.clone();
+    let condition = json!({
+        "type": "MemberSizeMismatch", "status": "True", "reason": "SizeDiffersFromTopology",
+        "message": MESSAGE, "lastTransitionTime": "2023-11-14T22:13:20Z",
+    });
+    let expected = condition.clone();
+    reconcile_expecting(
+        job.clone(),
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                move |b| {
+                    let conditions = b["status"]["conditions"].as_array().unwrap();
+                    let types: Vec<&str> = conditions
+                        .iter()
+                        .map(|c| c["type"].as_str().unwrap())
+                        .collect();
+                    assert_eq!(types, ["Created", "Running", "MemberSizeMismatch"]);
+                    assert_eq!(conditions[2], expected);
+                    assert_eq!(b["status"]["phase"], "Running");
+                },
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            call(
+                "POST",
+                events_uri(),
+                |b| {
+                    assert_eq!(b["type"], "Warning");
+                    assert_eq!(b["reason"], "MemberSizeMismatch");
+                    assert_eq!(b["note"], MESSAGE);
+                    assert_eq!(b["action"], "Reconcile");
+                    assert_eq!(b["regarding"]["kind"], "DLJob");
+                    assert_eq!(b["regarding"]["name"], "mnist");
+                },
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
+
+    // Still scaled: the condition stays, no second Event, no call at all.
+    job.status = Some(status_of(&job, scaled_world(3)));
+    let conditions = serde_json::to_value(&job.status.as_ref().unwrap().conditions).unwrap();
+    assert_eq!(conditions[2], condition);
+    let (ctx, handle) = context(scaled_world(3), vec![]);
+    reconcile_expecting(job.clone(), ctx, handle, vec![]).await;
+
+    // Scaled back: the condition turns False, without an Event.
+    let (ctx, handle) = context(scaled_world(2), vec![]);
+    let jj = job.clone();
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![call(
+            "PATCH",
+            status_uri(),
+            |b| {
+                assert_eq!(
+                    b["status"]["conditions"][2],
+                    json!({
+                        "type": "MemberSizeMismatch", "status": "False",
+                        "reason": "SizesMatchTopology",
+                        "message": "every member StatefulSet and Job has its role's size",
+                        "lastTransitionTime": "2023-11-14T22:13:20Z",
+                    })
+                );
+            },
+            with_status(&jj, &json!({"status": {"phase": "Running"}})),
+        )],
     )
     .await;
 }
@@ -860,4 +1023,117 @@ fn trimmed_objects_keep_only_what_the_reconciler_reads() {
     // Still a member with its ordinal.
     let (_, entry) = observe::entry_of(&pod, &Config::default()).unwrap();
     assert_eq!(entry.member.index, Some(1));
+}
+
+// ---- recovery after an API server outage ------------------------------------
+
+/// The API server's answer while it is down: HTTP 500 and refused
+/// connections, alternately.
+fn fail(n: usize, send: mock::SendResponse<Response<Body>>) {
+    if n % 2 == 0 {
+        send.send_error(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        ));
+    } else {
+        let status = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+            "message": "etcdserver: leader changed", "reason": "InternalError", "code": 500});
+        send.send_response(
+            Response::builder()
+                .status(500)
+                .body(Body::from(serde_json::to_vec(&status).unwrap()))
+                .unwrap(),
+        );
+    }
+}
+
+/// Runs the leader's controller (its real wiring: the DLJob watch and the
+/// member watches) against an API server that fails every request for
+/// `down_for`, then serves one DLJob and no members. Returns the first
+/// write the reconcile makes and how long after the last failed request it
+/// came.
+async fn first_write_after_an_outage(down_for: Duration) -> (String, Duration) {
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let index = Arc::new(MemberIndex::default());
+    let stores = Stores {
+        pods: Writer::default().as_reader(),
+        statefulsets: Writer::default().as_reader(),
+        jobs: Writer::default().as_reader(),
+        services: Writer::default().as_reader(),
+    };
+    let (_tx, config) = tokio::sync::watch::channel(Config::default());
+    let metrics = Arc::new(Metrics::default());
+    let job = dljob("pytorch", PYTORCH);
+    let start = tokio::time::Instant::now();
+    let server = async move {
+        let mut failed = 0;
+        let mut last_failure = start;
+        let mut watches = Vec::new();
+        loop {
+            let (request, send) = handle.next_request().await.expect("the client is gone");
+            let uri = request.uri().to_string();
+            if start.elapsed() < down_for {
+                failed += 1;
+                last_failure = tokio::time::Instant::now();
+                fail(failed, send);
+                continue;
+            }
+            if request.method() != http::Method::GET {
+                let path = request.uri().path().to_owned();
+                return (
+                    format!("{} {path}", request.method()),
+                    last_failure.elapsed(),
+                );
+            }
+            if uri.contains("watch=true") {
+                watches.push(send); // open, no events
+                continue;
+            }
+            let items = if uri.starts_with("/apis/dljob.dev/") {
+                vec![serde_json::to_value(&job).unwrap()]
+            } else {
+                vec![]
+            };
+            let list = json!({"apiVersion": "v1", "kind": "List",
+                "metadata": {"resourceVersion": "7"}, "items": items});
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&list).unwrap()))
+                    .unwrap(),
+            );
+        }
+    };
+    let run = dljob::reconciler::run_controller(
+        &client,
+        &index,
+        &stores,
+        &metrics,
+        &config,
+        futures::future::pending(),
+    );
+    let outcome = tokio::time::timeout(Duration::from_secs(3600), async {
+        tokio::select! {
+            r = server => r,
+            _ = run => panic!("the controller stopped"),
+        }
+    })
+    .await
+    .expect("no write within an hour of the outage");
+    outcome
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_follows_within_seconds_after_the_api_server_is_back() {
+    for down_for in [Duration::from_secs(120), Duration::from_secs(5)] {
+        let (write, after) = first_write_after_an_outage(down_for).await;
+        // The reconcile's first call: the job's headless Service.
+        assert_eq!(write, format!("POST /api/v1/namespaces/{NS}/services"));
+        // Each watch retries at most WATCH_BACKOFF_MAX after its last
+        // failure; the controller's debounce adds one second.
+        assert!(
+            after <= dljob::reconciler::WATCH_BACKOFF_MAX + Duration::from_secs(1),
+            "after a {down_for:?} outage the first reconcile came {after:?} after the last failed request"
+        );
+    }
 }

@@ -64,7 +64,6 @@ pub struct Stores {
     pub statefulsets: Store<StatefulSet>,
     pub jobs: Store<Job>,
     pub services: Store<PartialObjectMeta<Service>>,
-    pub secrets: Store<PartialObjectMeta<Secret>>,
 }
 
 /// What every reconcile shares.
@@ -168,34 +167,40 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
             create_if_absent(Api::<Service>::namespaced(client.clone(), &namespace), &svc).await?;
         }
     }
+    // The SSH Secret is created once and recorded in the status: the
+    // reconciler neither watches nor reads Secrets (RBAC: create only).
+    let mut created_secret = None;
     if resources::uses_ssh(&job.spec.framework) {
         let secret_name = crate::mutate::ssh_secret_name(&name);
-        let has_secret = ctx
-            .stores
-            .secrets
-            .get(&ObjectRef::new(&secret_name).within(&namespace))
-            .is_some();
-        if !has_secret {
+        let recorded =
+            job.status.as_ref().and_then(|s| s.ssh_secret.as_deref()) == Some(secret_name.as_str());
+        if !recorded {
             let key = resources::generate_key()?;
             let domain = ctx.config.borrow().cluster_domain.clone();
             if let Some(secret) = resources::ssh_secret(job, &key, &domain) {
+                // AlreadyExists: created by an earlier reconcile whose status
+                // write did not happen; it is the job's Secret all the same.
                 create_if_absent(
                     Api::<Secret>::namespaced(client.clone(), &namespace),
                     &secret,
                 )
                 .await?;
+                created_secret = Some(secret_name);
             }
         }
     }
 
     let observed = observe_members(ctx, &namespace, &name);
-    let out = status::next(
+    let mut out = status::next(
         &plan,
         &observed,
         job.status.as_ref(),
         job.metadata.generation,
         (ctx.now)(),
     );
+    if created_secret.is_some() {
+        out.status.ssh_secret = created_secret;
+    }
 
     let jobs: Api<DLJob> = Api::namespaced(client.clone(), &namespace);
     if job.status.as_ref() != Some(&out.status) {
@@ -211,7 +216,7 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         )
         .await?;
     }
-    if let Some(ev) = &out.event {
+    for ev in &out.events {
         let event = Event {
             type_: if ev.warning {
                 EventType::Warning
@@ -224,7 +229,7 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
             secondary: None,
         };
         if let Err(e) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
-            tracing::warn!(job = %name, error = %e, "publishing the phase Event failed");
+            tracing::warn!(job = %name, error = %e, "publishing an Event failed");
         }
     }
     ctx.metrics.restarts.inc_by(u64::from(out.new_restarts));
@@ -237,31 +242,44 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
 }
 
 /// The job's members as the status function takes them.
+///
+/// Pods come from the member index; workloads from the stores, every
+/// StatefulSet and Job labelled with the job: one `kubectl scale`d beyond
+/// its role's count no longer parses as a member (the webhook refuses that
+/// size), yet it is the job's, to report and to stop.
 pub fn observe_members(ctx: &Context, namespace: &str, job: &str) -> Observed {
     let mut observed = Observed::default();
     for entry in ctx.index.members(namespace, job) {
         let m = &entry.member;
-        match m.kind {
-            Kind::Pod => {
-                let key = ObjectRef::new(&m.name).within(namespace);
-                if let Some(pod) = ctx.stores.pods.get(&key) {
-                    observed.pods.extend(observe::observe_pod(&entry, &pod));
-                }
-            }
-            Kind::StatefulSet => {
-                let key = ObjectRef::new(&m.name).within(namespace);
-                if let Some(sts) = ctx.stores.statefulsets.get(&key) {
-                    observed.workloads.push(observe::observe_statefulset(&sts));
-                }
-            }
-            Kind::Job => {
-                let key = ObjectRef::new(&m.name).within(namespace);
-                if let Some(j) = ctx.stores.jobs.get(&key) {
-                    observed.workloads.push(observe::observe_job(&j));
-                }
+        if m.kind == Kind::Pod {
+            let key = ObjectRef::new(&m.name).within(namespace);
+            if let Some(pod) = ctx.stores.pods.get(&key) {
+                observed.pods.extend(observe::observe_pod(&entry, &pod));
             }
         }
     }
+    let labels = |meta: &kube::api::ObjectMeta| -> Option<String> {
+        let l = meta.labels.as_ref()?;
+        (meta.namespace.as_deref() == Some(namespace) && l.get(c::JOB)? == job)
+            .then(|| l.get(c::ROLE).cloned().unwrap_or_default())
+    };
+    let mut workloads: Vec<(String, status::Workload)> = Vec::new();
+    for sts in ctx.stores.statefulsets.state() {
+        if let Some(role) = labels(&sts.metadata) {
+            workloads.push((sts.name_any(), observe::observe_statefulset(&role, &sts)));
+        }
+    }
+    for j in ctx.stores.jobs.state() {
+        if let Some(role) = labels(&j.metadata) {
+            workloads.push((j.name_any(), observe::observe_job(&role, &j)));
+        }
+    }
+    // StatefulSets, then Jobs, each by name.
+    workloads.sort_by(|a, b| {
+        let kind = |w: &status::Workload| matches!(w, status::Workload::Job { .. });
+        (kind(&a.1), &a.0).cmp(&(kind(&b.1), &b.0))
+    });
+    observed.workloads = workloads.into_iter().map(|(_, w)| w).collect();
     observed
 }
 

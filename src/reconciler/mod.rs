@@ -24,7 +24,7 @@ use std::time::Duration;
 use futures::{future, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
@@ -44,6 +44,50 @@ use crate::validate::PeerSource;
 
 /// The Lease the replicas compete for.
 pub const LEASE_NAME: &str = "dljob-reconciler";
+
+/// The first wait after a watch error.
+pub const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(500);
+/// The longest wait after watch errors: after the API server is back, every
+/// watch (the controller's included) retries within this long.
+pub const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(3);
+
+/// The backoff of every watch: [`WATCH_BACKOFF_MIN`] doubling up to
+/// [`WATCH_BACKOFF_MAX`], back to the minimum on the first event after
+/// an error ([`kube::runtime::utils::StreamBackoff`] resets it on `Ok`).
+///
+/// Not kube's `default_backoff()` (client-go's 0.8 s doubling to 30 s, plus
+/// up to as much again of jitter, reset only after 120 s without an error):
+/// the Controller applies one such backoff to the merged stream of all its
+/// watches, so an API server outage left every watch — and every
+/// reconcile — paused for up to a minute after the server was back.
+#[derive(Clone, Debug)]
+pub struct WatchBackoff {
+    next: Duration,
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self {
+            next: WATCH_BACKOFF_MIN,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let wait = self.next;
+        self.next = (wait * 2).min(WATCH_BACKOFF_MAX);
+        Some(wait)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = WATCH_BACKOFF_MIN;
+    }
+}
 
 /// Starts the reconciler in the background (leader election, controller)
 /// and returns the member cache the validating webhook reads peers from.
@@ -69,22 +113,16 @@ pub async fn start(
     let (jobs, job_task) =
         watch_members::<Job>(&client, &members, &index, &config, observe::trim_job);
     let (services, svc_task) = watch_metadata::<Service>(&client, &members);
-    let (secrets, secret_task) = watch_metadata::<Secret>(&client, &members);
     let stores = Stores {
         pods,
         statefulsets,
         jobs,
         services,
-        secrets,
     };
 
     let lead = lead(client, index.clone(), stores, metrics, config);
     let handle = tokio::spawn(async move {
-        future::join(
-            future::join5(pod_task, sts_task, job_task, svc_task, secret_task),
-            lead,
-        )
-        .await;
+        future::join(future::join4(pod_task, sts_task, job_task, svc_task), lead).await;
     });
     Ok((index, handle))
 }
@@ -111,7 +149,7 @@ where
     let index = index.clone();
     let config = config.clone();
     let stream = watcher(Api::<K>::all(client.clone()), cfg.clone())
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(trim)
         .reflect(writer)
         .for_each(move |event| {
@@ -124,8 +162,8 @@ where
     (store, stream)
 }
 
-/// A metadata-only reflector (the owned Service and Secret: whether they
-/// exist is all the reconciler reads, and the Secret's keys never reach it).
+/// A metadata-only reflector (the owned Service: whether it exists is all
+/// the reconciler reads).
 fn watch_metadata<K>(
     client: &Client,
     cfg: &watcher::Config,
@@ -141,7 +179,7 @@ where
         Api::<PartialObjectMeta<K>>::all(client.clone()),
         cfg.clone(),
     )
-    .default_backoff()
+    .backoff(WatchBackoff::default())
     .modify(|o: &mut PartialObjectMeta<K>| {
         o.managed_fields_mut().clear();
         o.annotations_mut().clear();
@@ -202,7 +240,7 @@ async fn lead(
 }
 
 /// The controller and the creator, until `stop` resolves.
-async fn run_controller(
+pub async fn run_controller(
     client: &Client,
     index: &Arc<MemberIndex>,
     stores: &Stores,
@@ -215,16 +253,24 @@ async fn run_controller(
         let _ = rx.wait_for(|s| *s).await;
     };
     let members = watcher::Config::default().labels(c::JOB);
-    let dljobs: Api<DLJob> = Api::all(client.clone());
-    let controller = Controller::new(dljobs, watcher::Config::default())
+    // Every watch backs off on its own and its errors stop here: the
+    // Controller applies one backoff to the merged stream of its triggers,
+    // so one failing watch would pause all the others, and after an outage
+    // each watch's queued error would add a full backoff in turn.
+    let (dljob_store, writer) = reflector::store();
+    let dljobs = watcher(
+        Api::<DLJob>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .backoff(WatchBackoff::default())
+    .reflect(writer)
+    .applied_objects();
+    let controller = Controller::for_stream(without_errors::<DLJob, _>(dljobs), dljob_store)
         .with_config(kube::runtime::controller::Config::default().debounce(Duration::from_secs(1)))
-        .watches(Api::<Pod>::all(client.clone()), members.clone(), job_of)
-        .watches(
-            Api::<StatefulSet>::all(client.clone()),
-            members.clone(),
-            job_of,
-        )
-        .watches(Api::<Job>::all(client.clone()), members, job_of)
+        .trigger_backoff(WatchBackoff::default())
+        .watches_stream(member_trigger::<Pod>(client, &members), job_of)
+        .watches_stream(member_trigger::<StatefulSet>(client, &members), job_of)
+        .watches_stream(member_trigger::<Job>(client, &members), job_of)
         .graceful_shutdown_on(stopped(stop_rx.clone()));
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -251,6 +297,38 @@ async fn run_controller(
         let _ = stop_tx.send(true);
     };
     future::join3(run, create, watch_stop).await;
+}
+
+/// A member kind's changed objects, as a Controller trigger.
+fn member_trigger<K>(
+    client: &Client,
+    members: &watcher::Config,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let stream = watcher(Api::<K>::all(client.clone()), members.clone())
+        .backoff(WatchBackoff::default())
+        .touched_objects();
+    without_errors::<K, _>(stream)
+}
+
+/// Logs and drops a watch's errors (the watch itself retries after its
+/// own [`WatchBackoff`]).
+fn without_errors<K, S>(stream: S) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send
+where
+    K: Resource<DynamicType = ()> + Send,
+    S: futures::Stream<Item = Result<K, watcher::Error>> + Send,
+{
+    stream.filter_map(|item| {
+        future::ready(match item {
+            Ok(object) => Some(Ok(object)),
+            Err(e) => {
+                tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed, retrying");
+                None
+            }
+        })
+    })
 }
 
 /// Maps a member to its DLJob.

@@ -525,22 +525,29 @@ pub fn observe_pod(entry: &Entry, pod: &Pod) -> Option<ObservedPod> {
     })
 }
 
-/// A member StatefulSet for the clean-pod policy.
-pub fn observe_statefulset(sts: &StatefulSet) -> Workload {
+fn count(n: Option<i32>) -> Option<u32> {
+    n.map(|n| u32::try_from(n).unwrap_or(0))
+}
+
+/// A member StatefulSet of `role` for the clean-pod policy and the size
+/// check.
+pub fn observe_statefulset(role: &str, sts: &StatefulSet) -> Workload {
     Workload::StatefulSet {
         name: sts.name_any(),
-        replicas: sts
-            .spec
-            .replicas
-            .map_or(1, |n| u32::try_from(n).unwrap_or(0)),
+        role: role.to_owned(),
+        replicas: count(sts.spec.replicas).unwrap_or(1),
     }
 }
 
-/// A member Job for the clean-pod policy.
-pub fn observe_job(job: &Job) -> Workload {
+/// A member Job of `role` for the clean-pod policy and the size check.
+pub fn observe_job(role: &str, job: &Job) -> Workload {
+    let spec = job.spec.as_ref();
     Workload::Job {
         name: job.name_any(),
-        suspended: job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false),
+        role: role.to_owned(),
+        suspended: spec.and_then(|s| s.suspend).unwrap_or(false),
+        completions: count(spec.and_then(|s| s.completions)),
+        parallelism: count(spec.and_then(|s| s.parallelism)).unwrap_or(1),
     }
 }
 

@@ -96,11 +96,23 @@ pub struct ObservedPod {
     pub manifest: Option<Value>,
 }
 
-/// A member workload, for the clean-pod policy.
+/// A member workload, for the clean-pod policy and the size check.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Workload {
-    StatefulSet { name: String, replicas: u32 },
-    Job { name: String, suspended: bool },
+    StatefulSet {
+        name: String,
+        role: String,
+        replicas: u32,
+    },
+    Job {
+        name: String,
+        role: String,
+        suspended: bool,
+        /// `spec.completions` (None: not set).
+        completions: Option<u32>,
+        /// `spec.parallelism` (1 when not set).
+        parallelism: u32,
+    },
 }
 
 /// Everything observed of one job's members.
@@ -125,9 +137,10 @@ pub enum Action {
     DeleteDLJob,
 }
 
-/// The Kubernetes Event for a phase change.
+/// A Kubernetes Event about the job: a phase change, or a member
+/// workload's size starting to differ from its role's count.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PhaseEvent {
+pub struct JobEvent {
     pub warning: bool,
     pub reason: String,
     pub note: String,
@@ -138,8 +151,9 @@ pub struct PhaseEvent {
 pub struct Outcome {
     pub status: DLJobStatus,
     pub actions: Vec<Action>,
-    /// Present when the phase changed.
-    pub event: Option<PhaseEvent>,
+    /// The phase's Event when the phase changed, then the
+    /// [`SIZE_MISMATCH`] Event when that condition appeared or changed.
+    pub events: Vec<JobEvent>,
     /// Reconcile again after this long (a deadline or the ttl).
     pub requeue_after: Option<Duration>,
     /// Restarts counted by this call (for metrics).
@@ -334,18 +348,26 @@ pub fn next(
         requeue_after = remaining(start.0, deadline, now);
     }
 
-    let event = (prev.phase != verdict.phase || previous.is_none()).then(|| PhaseEvent {
-        warning: verdict.phase == Phase::Failed || verdict.phase == Phase::Restarting,
-        reason: verdict.reason.to_owned(),
-        note: verdict.message.clone(),
-    });
+    let mut events = Vec::new();
+    if prev.phase != verdict.phase || previous.is_none() {
+        events.push(JobEvent {
+            warning: verdict.phase == Phase::Failed || verdict.phase == Phase::Restarting,
+            reason: verdict.reason.to_owned(),
+            note: verdict.message.clone(),
+        });
+    }
     if !prev.phase.is_finished() {
         set_conditions(&mut status.conditions, &verdict, now);
     }
+    events.extend(set_size_condition(
+        &mut status.conditions,
+        &size_mismatches(&plan.topology, &observed.workloads),
+        now,
+    ));
     Outcome {
         status,
         actions,
-        event,
+        events,
         requeue_after,
         new_restarts,
     }
@@ -540,15 +562,15 @@ fn clean_up(
     }
     for w in &observed.workloads {
         match w {
-            Workload::StatefulSet { name, replicas } if *replicas > 0 => {
+            Workload::StatefulSet { name, replicas, .. } if *replicas > 0 => {
                 actions.push(Action::ScaleStatefulSetToZero {
                     name: name.clone(),
                     from: *replicas,
                 })
             }
-            Workload::Job { name, suspended } if !suspended => {
-                actions.push(Action::SuspendJob { name: name.clone() })
-            }
+            Workload::Job {
+                name, suspended, ..
+            } if !suspended => actions.push(Action::SuspendJob { name: name.clone() }),
             _ => {}
         }
     }
@@ -598,7 +620,11 @@ fn set_conditions(conditions: &mut Vec<Condition>, verdict: &Verdict, now: Times
     // Every other phase condition that is True becomes False.
     let others: Vec<String> = conditions
         .iter()
-        .filter(|c| c.type_ != "Created" && c.type_ != mine && c.status == "True")
+        .filter(|c| {
+            CONDITION_TYPES[1..].contains(&c.type_.as_str())
+                && c.type_ != mine
+                && c.status == "True"
+        })
         .map(|c| c.type_.clone())
         .collect();
     for t in others {
@@ -614,6 +640,113 @@ fn set_conditions(conditions: &mut Vec<Condition>, verdict: &Verdict, now: Times
             .position(|t| *t == c.type_)
             .unwrap_or(CONDITION_TYPES.len())
     });
+}
+
+/// The condition type reporting member workloads whose size differs from
+/// their role's count (DESIGN §4: `kubectl scale` of a member StatefulSet
+/// never reaches the webhook, which can only refuse the extra pods).
+pub const SIZE_MISMATCH: &str = "MemberSizeMismatch";
+
+/// One sentence per member workload whose size differs from its role's
+/// count, with the fix. A StatefulSet scaled to 0 or a suspended Job is
+/// stopped, not resized (the reconciler itself stops them when the job
+/// finishes); a role the topology lacks is the webhook's to refuse.
+pub fn size_mismatches(topology: &Topology, workloads: &[Workload]) -> Vec<String> {
+    let fix = |what: &str| {
+        format!("{what}, or change dljob.dev/replicas ({topology}) on every member of the job")
+    };
+    let mut out = Vec::new();
+    for w in workloads {
+        match w {
+            Workload::StatefulSet {
+                name,
+                role,
+                replicas,
+            } => {
+                let Some(count) = topology.count(role) else {
+                    continue;
+                };
+                if *replicas > 0 && *replicas != count {
+                    out.push(format!(
+                        "StatefulSet {name} has {replicas} replicas but role {role} has {count}: {}",
+                        fix(&format!(
+                            "scale it back (kubectl scale statefulset {name} --replicas={count})"
+                        ))
+                    ));
+                }
+            }
+            Workload::Job {
+                name,
+                role,
+                suspended,
+                completions,
+                parallelism,
+            } => {
+                let Some(count) = topology.count(role) else {
+                    continue;
+                };
+                if *suspended {
+                    continue;
+                }
+                if *completions != Some(count) {
+                    let has = completions
+                        .map_or("no completions".to_owned(), |n| format!("completions {n}"));
+                    out.push(format!(
+                        "Job {name} has {has} but role {role} has {count}: {}",
+                        fix(&format!("re-create it with completions {count}"))
+                    ));
+                } else if *parallelism < count {
+                    out.push(format!(
+                        "Job {name} has parallelism {parallelism} but role {role} has {count} replicas that must all run at once: {}",
+                        fix(&format!("set its parallelism to {count}"))
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Sets [`SIZE_MISMATCH`] True with `mismatches` as its message, or False
+/// once they are gone (only if it was ever set). Returns the Warning Event
+/// to publish: once when the mismatch appears or changes, not on every
+/// reconcile.
+fn set_size_condition(
+    conditions: &mut Vec<Condition>,
+    mismatches: &[String],
+    now: Timestamp,
+) -> Option<JobEvent> {
+    let before = conditions
+        .iter()
+        .find(|c| c.type_ == SIZE_MISMATCH)
+        .map(|c| (c.status == "True", c.message.clone()));
+    if mismatches.is_empty() {
+        if before.is_some_and(|(on, _)| on) {
+            set_condition(
+                conditions,
+                now,
+                [
+                    SIZE_MISMATCH,
+                    "False",
+                    "SizesMatchTopology",
+                    "every member StatefulSet and Job has its role's size",
+                ],
+            );
+        }
+        return None;
+    }
+    let message = mismatches.join("; ");
+    set_condition(
+        conditions,
+        now,
+        [SIZE_MISMATCH, "True", "SizeDiffersFromTopology", &message],
+    );
+    let unchanged = before.is_some_and(|(on, m)| on && m == message);
+    (!unchanged).then(|| JobEvent {
+        warning: true,
+        reason: SIZE_MISMATCH.to_owned(),
+        note: message,
+    })
 }
 
 /// Sets one condition: [type, status, reason, message].
@@ -771,16 +904,17 @@ mod tests {
                 observed_generation: Some(1),
                 counted_exits: BTreeMap::new(),
                 pending_recreates: vec![],
+                ssh_secret: None,
             }
         );
         assert_eq!(out.actions, vec![]);
         assert_eq!(
-            out.event,
-            Some(PhaseEvent {
+            out.events,
+            vec![JobEvent {
                 warning: false,
                 reason: "Pending".into(),
                 note: "1 of 3 replicas running".into()
-            })
+            }]
         );
     }
 
@@ -805,7 +939,7 @@ mod tests {
         let second = next(&p, &obs, Some(&first.status), Some(1), t(30));
         assert_eq!(second.status, first.status);
         assert_eq!(second.actions, vec![]);
-        assert_eq!(second.event, None);
+        assert_eq!(second.events, vec![]);
         assert_eq!(second.requeue_after, None);
     }
 
@@ -871,17 +1005,17 @@ mod tests {
             }]
         );
         assert_eq!(
-            out.event,
-            Some(PhaseEvent {
+            out.events,
+            vec![JobEvent {
                 warning: false,
                 reason: "CoordinatorSucceeded".into(),
                 note: msg.into()
-            })
+            }]
         );
         // Finished is final: a later pass keeps the status as it is.
         let again = next(&p, &obs, Some(s), Some(1), t(200));
         assert_eq!(&again.status, s);
-        assert_eq!(again.event, None);
+        assert_eq!(again.events, vec![]);
     }
 
     #[test]
@@ -939,7 +1073,7 @@ mod tests {
                 },
             ]
         );
-        assert!(out.event.unwrap().warning);
+        assert!(out.events[0].warning);
     }
 
     #[test]
@@ -1066,6 +1200,7 @@ mod tests {
             ],
             workloads: vec![Workload::StatefulSet {
                 name: "w".into(),
+                role: "worker".into(),
                 replicas: 2,
             }],
         };
@@ -1090,6 +1225,7 @@ mod tests {
             ],
             workloads: vec![Workload::StatefulSet {
                 name: "train".into(),
+                role: "worker".into(),
                 replicas: 2,
             }],
         };
@@ -1111,6 +1247,7 @@ mod tests {
             pods: vec![],
             workloads: vec![Workload::StatefulSet {
                 name: "train".into(),
+                role: "worker".into(),
                 replicas: 0,
             }],
         };
@@ -1316,14 +1453,19 @@ mod tests {
             workloads: vec![
                 Workload::Job {
                     name: "chief".into(),
+                    role: "chief".into(),
                     suspended: false,
+                    completions: Some(1),
+                    parallelism: 1,
                 },
                 Workload::StatefulSet {
                     name: "ps".into(),
+                    role: "ps".into(),
                     replicas: 2,
                 },
                 Workload::StatefulSet {
                     name: "worker".into(),
+                    role: "worker".into(),
                     replicas: 2,
                 },
             ],
@@ -1439,5 +1581,42 @@ mod tests {
         assert_eq!(out.status.phase, Phase::Restarting);
         assert_eq!(out.status.counted_exits["worker-0"], "uid-worker-0/pod");
         assert_eq!(out.actions.len(), 1);
+    }
+
+    #[test]
+    fn member_sizes_that_differ_from_their_roles_are_reported_with_the_fix() {
+        let topology = Topology::parse("chief=1,ps=2,worker=4").unwrap();
+        let sts = |name: &str, role: &str, replicas| Workload::StatefulSet {
+            name: name.into(),
+            role: role.into(),
+            replicas,
+        };
+        let job = |name: &str, role: &str, suspended, completions, parallelism| Workload::Job {
+            name: name.into(),
+            role: role.into(),
+            suspended,
+            completions,
+            parallelism,
+        };
+        let fix = "or change dljob.dev/replicas (chief=1,ps=2,worker=4) on every member of the job";
+        assert_eq!(
+            size_mismatches(
+                &topology,
+                &[
+                    sts("ps", "ps", 3),
+                    sts("stopped", "ps", 0),
+                    sts("other", "evaluator", 7),
+                    job("chief", "chief", false, Some(2), 2),
+                    job("w", "worker", false, Some(4), 2),
+                    job("w-suspended", "worker", true, Some(1), 1),
+                    job("w-ok", "worker", false, Some(4), 4),
+                ]
+            ),
+            [
+                format!("StatefulSet ps has 3 replicas but role ps has 2: scale it back (kubectl scale statefulset ps --replicas=2), {fix}"),
+                format!("Job chief has completions 2 but role chief has 1: re-create it with completions 1, {fix}"),
+                format!("Job w has parallelism 2 but role worker has 4 replicas that must all run at once: set its parallelism to 4, {fix}"),
+            ]
+        );
     }
 }
