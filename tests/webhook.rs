@@ -910,12 +910,13 @@ async fn default_body_limit_is_3_mib() {
 async fn bodies_over_the_limit_get_413_declared_or_chunked() {
     bounded(async {
         let s = start(|s| s.max_body_bytes = 64 * 1024).await;
-        // Declared by Content-Length: refused before the body is read.
+        // Declared by Content-Length beyond what is worth reading (16 MiB):
+        // refused before the body is read.
         let answer = raw_exchange(
             &s,
             format!(
                 "POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-length: {}\r\n\r\n",
-                10 * 1024 * 1024
+                20 * 1024 * 1024
             )
             .as_bytes(),
         )
@@ -943,6 +944,35 @@ async fn bodies_over_the_limit_get_413_declared_or_chunked() {
             .await
             .unwrap();
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+
+        // curl over HTTP/2 gets the 413 and its message, not a stream reset
+        // (it reported "(92) Stream error in the HTTP/2 framing layer" when
+        // the answer came before the body was read).
+        let dir = tempdir("curl-413");
+        std::fs::write(dir.join("ca.pem"), &s.ca).unwrap();
+        std::fs::write(dir.join("body"), vec![b'a'; 70 * 1024]).unwrap();
+        let url = format!("https://localhost:{}/mutate", s.addr.port());
+        let (ca, body) = (dir.join("ca.pem"), dir.join("body"));
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("curl")
+                .args(["-sS", "--max-time", "20", "--http2", "--cacert"])
+                .arg(ca)
+                .arg("--data-binary")
+                .arg(format!("@{}", body.display()))
+                .args(["-w", "\n%{http_code} %{http_version}"])
+                .arg(url)
+                .output()
+        })
+        .await
+        .unwrap()
+        .expect("curl runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            stdout,
+            "dljob: request body is larger than 65536 bytes: raise --max-body-bytes\n\n413 2"
+        );
+        let _ = std::fs::remove_dir_all(dir);
         still_serves(&s).await;
     })
     .await
