@@ -736,3 +736,95 @@ fn dockerfile_builds_a_release_binary_into_a_non_root_image() {
     assert!(dockerfile.lines().any(|l| l.trim() == "USER 65532:65532"));
     assert!(dockerfile.contains(concat!("version=\"", env!("CARGO_PKG_VERSION"), "\"")));
 }
+
+/// What `deploy/install` asks kubectl for, with a stand-in kubectl that
+/// records its arguments and fails `rollout status` when told to.
+fn install_script(args: &[&str], rollout_fails: bool) -> (bool, Vec<String>, String) {
+    let scratch = Scratch::new(&format!("install-{rollout_fails}-{}", args.len()));
+    let log = scratch.0.join("calls");
+    let fake = scratch.0.join("kubectl");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nif [ \"$3\" = rollout ] && [ -n \"$ROLLOUT_FAILS\" ]; then exit 1; fi\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut cmd = Command::new(repo().join("deploy/install"));
+    cmd.args(args).env("KUBECTL", &fake);
+    if rollout_fails {
+        cmd.env("ROLLOUT_FAILS", "1");
+    }
+    let out = cmd.output().unwrap();
+    let calls = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.replace(&repo().display().to_string(), "REPO"))
+        .collect();
+    (
+        out.status.success(),
+        calls,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn install_registers_the_webhooks_only_after_a_replica_is_ready() {
+    let (ok, calls, _) = install_script(&[], false);
+    assert!(ok);
+    assert_eq!(
+        calls,
+        vec![
+            "apply -k REPO/deploy -l app.kubernetes.io/component!=admission-webhooks",
+            "-n dljob-system rollout status deployment/dljob --timeout=5m",
+            "apply -k REPO/deploy -l app.kubernetes.io/component=admission-webhooks",
+        ]
+    );
+    // No replica ready: the webhooks are not registered, and the user is
+    // told nothing is refused and where to look.
+    let (ok, calls, stderr) = install_script(&["cert-manager"], true);
+    assert!(!ok);
+    assert_eq!(
+        calls,
+        vec![
+            "apply -k REPO/deploy/cert-manager -l app.kubernetes.io/component!=admission-webhooks",
+            "-n dljob-system rollout status deployment/dljob --timeout=5m",
+        ]
+    );
+    assert!(
+        stderr.contains("the webhooks were NOT registered and\nnothing is refused"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn only_the_webhook_configurations_carry_the_label_install_registers_last() {
+    for docs in [&install().docs[..], cert_manager()] {
+        let labelled: Vec<String> = docs
+            .iter()
+            .filter(|d| {
+                d["metadata"]["labels"]["app.kubernetes.io/component"] == "admission-webhooks"
+            })
+            .map(|d| {
+                format!(
+                    "{}/{}",
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(
+            labelled,
+            vec![
+                "MutatingWebhookConfiguration/dljob",
+                "ValidatingWebhookConfiguration/dljob"
+            ]
+        );
+    }
+}
