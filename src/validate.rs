@@ -174,6 +174,12 @@ pub fn peers_of<'a>(
 pub trait PeerSource: Send + Sync {
     /// Known members of job `job` in `namespace`.
     fn peers(&self, namespace: &str, job: &str) -> Vec<MemberSpec>;
+    /// Whether the source has seen every member once (a cache that has not
+    /// listed yet would let a disagreeing member through): the server is
+    /// not ready before.
+    fn synced(&self) -> bool {
+        true
+    }
 }
 
 /// No cluster: no peers.

@@ -1595,3 +1595,46 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
     })
     .await
 }
+
+#[tokio::test]
+async fn readyz_waits_for_the_reconcilers_member_caches() {
+    bounded(async {
+        let dir = tempdir("synced");
+        let index = Arc::new(dljob::reconciler::observe::MemberIndex::default());
+        let running = webhook::run(
+            Settings::new(
+                localhost(),
+                TlsSource::SelfSigned {
+                    ca_out: dir.join("ca.pem"),
+                    extra_sans: vec![],
+                },
+            ),
+            Inputs {
+                config: webhook::reload::watch_config(None, Duration::from_secs(1))
+                    .unwrap()
+                    .0,
+                peers: index.clone(),
+            },
+            Registry::default(),
+        )
+        .await
+        .unwrap();
+        let c = connect(running.local_addr(), running.ca_pem().unwrap(), Proto::H2)
+            .await
+            .unwrap();
+        assert_eq!(
+            c.get("/readyz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "waiting for the reconciler's member caches to list\n".into()
+            )
+        );
+        // Alive all along, and reviews are answered.
+        assert_eq!(c.get("/healthz").await.0, StatusCode::OK);
+        index.mark_synced();
+        assert_eq!(c.get("/readyz").await, (StatusCode::OK, "ok\n".into()));
+        running.shutdown(Duration::from_secs(1)).await.unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    })
+    .await
+}

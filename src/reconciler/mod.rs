@@ -113,6 +113,28 @@ pub async fn start(
     let (jobs, job_task) =
         watch_members::<Job>(&client, &members, &index, &config, observe::trim_job);
     let (services, svc_task) = watch_metadata::<Service>(&client, &members);
+    // The webhook is ready once the member caches its peer checks read
+    // have listed (`/readyz` answers 503 until then).
+    let synced = {
+        let (pods, statefulsets, jobs, index) = (
+            pods.clone(),
+            statefulsets.clone(),
+            jobs.clone(),
+            index.clone(),
+        );
+        async move {
+            let (p, s, j) = future::join3(
+                pods.wait_until_ready(),
+                statefulsets.wait_until_ready(),
+                jobs.wait_until_ready(),
+            )
+            .await;
+            if p.is_ok() && s.is_ok() && j.is_ok() {
+                index.mark_synced();
+                tracing::info!("member caches synced: the webhook's peer checks see the cluster");
+            }
+        }
+    };
     let stores = Stores {
         pods,
         statefulsets,
@@ -122,7 +144,12 @@ pub async fn start(
 
     let lead = lead(client, index.clone(), stores, metrics, config);
     let handle = tokio::spawn(async move {
-        future::join(future::join4(pod_task, sts_task, job_task, svc_task), lead).await;
+        future::join3(
+            future::join4(pod_task, sts_task, job_task, svc_task),
+            lead,
+            synced,
+        )
+        .await;
     });
     Ok((index, handle))
 }

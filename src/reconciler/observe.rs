@@ -266,6 +266,8 @@ impl Inner {
 #[derive(Default)]
 pub struct MemberIndex {
     inner: RwLock<Inner>,
+    /// Every member watch has listed once.
+    synced: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for MemberIndex {
@@ -421,7 +423,18 @@ impl MemberIndex {
     }
 }
 
+impl MemberIndex {
+    /// Marks that every member watch has listed once.
+    pub fn mark_synced(&self) {
+        self.synced.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 impl PeerSource for MemberIndex {
+    fn synced(&self) -> bool {
+        self.synced.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// The live members only: a finished pod or a stopped workload of an
     /// earlier run does not block its replacement.
     fn peers(&self, namespace: &str, job: &str) -> Vec<MemberSpec> {

@@ -242,10 +242,16 @@ async fn validate(
 }
 
 async fn readyz(State(s): State<AppState>) -> Response {
-    if s.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ok\n").into_response()
-    } else {
+    if !s.ready.load(Ordering::SeqCst) {
         (StatusCode::SERVICE_UNAVAILABLE, "draining: shutting down\n").into_response()
+    } else if !s.inputs.peers.synced() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the reconciler's member caches to list\n",
+        )
+            .into_response()
+    } else {
+        (StatusCode::OK, "ok\n").into_response()
     }
 }
 
