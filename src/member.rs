@@ -434,10 +434,11 @@ pub fn parse(
             }
         });
     if let Some(e) = elastic {
-        if framework.is_some_and(|f| f.name() != "pytorch") {
+        if framework.is_some_and(|f| !f.elastic()) {
             v.push(format!(
-                "annotation {} is only for pytorch jobs: remove it",
-                c::ELASTIC
+                "annotation {} is only for {} jobs: remove it",
+                c::ELASTIC,
+                frameworks::elastic_names()
             ));
         }
         if let Some(t) = &topology {

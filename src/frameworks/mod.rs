@@ -156,6 +156,20 @@ pub trait Framework: Sync {
     fn uses_ssh(&self) -> bool {
         false
     }
+    /// Whether the framework takes `dljob.dev/elastic` (a `min:max` node
+    /// range its launcher rendezvous on).
+    fn elastic(&self) -> bool {
+        false
+    }
+}
+
+/// "pytorch" — the frameworks that take `dljob.dev/elastic`, for messages.
+pub fn elastic_names() -> String {
+    ALL.iter()
+        .filter(|f| f.elastic())
+        .map(|f| f.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Roles of `topology` in rank order.

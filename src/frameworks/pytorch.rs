@@ -20,6 +20,9 @@ impl Framework for PyTorch {
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
         named_else_worker0(topology, &["master"])
     }
+    fn elastic(&self) -> bool {
+        true
+    }
     fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
         let Some((coord_role, coord_index)) = self.coordinator(job.topology) else {
             return;
