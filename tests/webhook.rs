@@ -16,7 +16,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use dljob::certs::CaOrigin;
 use dljob::config::Config;
-use dljob::validate::NoPeers;
+use dljob::validate::{NoPeers, PeerSource};
 use dljob::webhook::{self, Inputs, Running, Settings, TlsSource};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -70,6 +70,23 @@ impl Drop for TempDir {
 }
 
 /// A server with a self-signed certificate and the default config.
+/// A server with default settings, a self-signed certificate whose CA is kept
+/// at `ca_out`, and `peers`.
+async fn run_self_signed(ca_out: PathBuf, peers: Arc<dyn PeerSource>) -> Running {
+    let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap();
+    let tls = TlsSource::SelfSigned {
+        ca_out,
+        extra_sans: vec![],
+    };
+    webhook::run(
+        Settings::new(localhost(), tls),
+        Inputs { config, peers },
+        Registry::default(),
+    )
+    .await
+    .unwrap()
+}
+
 async fn start(tweak: impl FnOnce(&mut Settings)) -> Server {
     let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap();
     start_with(tweak, config).await
@@ -1370,23 +1387,9 @@ async fn the_dev_ca_is_reused_across_restarts_and_replaced_when_unusable() {
         let second = load();
         assert_eq!(second.ca_origin, Some(CaOrigin::Reused));
         assert_eq!(second.ca_pem, first.ca_pem);
-        assert_eq!(std::fs::read_to_string(&ca_out).unwrap(), first.ca_pem.clone().unwrap());
-        let running = webhook::run(
-            Settings::new(
-                localhost(),
-                TlsSource::SelfSigned {
-                    ca_out: ca_out.clone(),
-                    extra_sans: vec![],
-                },
-            ),
-            Inputs {
-                config: webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap().0,
-                peers: Arc::new(NoPeers),
-            },
-            Registry::default(),
-        )
-        .await
-        .unwrap();
+        let written = std::fs::read_to_string(&ca_out).unwrap();
+        assert_eq!(Some(written), first.ca_pem.clone());
+        let running = run_self_signed(ca_out.clone(), Arc::new(NoPeers)).await;
         let c = connect(running.local_addr(), first.ca_pem.as_ref().unwrap(), Proto::H2)
             .await
             .expect("the first run's CA verifies the restarted server");
@@ -1601,24 +1604,7 @@ async fn readyz_waits_for_the_reconcilers_member_caches() {
     bounded(async {
         let dir = tempdir("synced");
         let index = Arc::new(dljob::reconciler::observe::MemberIndex::default());
-        let running = webhook::run(
-            Settings::new(
-                localhost(),
-                TlsSource::SelfSigned {
-                    ca_out: dir.join("ca.pem"),
-                    extra_sans: vec![],
-                },
-            ),
-            Inputs {
-                config: webhook::reload::watch_config(None, Duration::from_secs(1))
-                    .unwrap()
-                    .0,
-                peers: index.clone(),
-            },
-            Registry::default(),
-        )
-        .await
-        .unwrap();
+        let running = run_self_signed(dir.join("ca.pem"), index.clone()).await;
         let c = connect(running.local_addr(), running.ca_pem().unwrap(), Proto::H2)
             .await
             .unwrap();
