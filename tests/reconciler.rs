@@ -1137,3 +1137,63 @@ async fn a_reconcile_follows_within_seconds_after_the_api_server_is_back() {
         );
     }
 }
+
+/// `reconciler::start` reports its member caches synced (the webhook's
+/// `/readyz` waits for it) once pods, StatefulSets and Jobs have all listed,
+/// not before.
+#[tokio::test]
+async fn the_member_caches_are_synced_once_pods_statefulsets_and_jobs_listed() {
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let (_tx, config) = tokio::sync::watch::channel(Config::default());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let (peers, task) = dljob::reconciler::start(client, &mut registry, config)
+        .await
+        .unwrap();
+    let list = |kind: &str| {
+        let body = json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "1"}, "items": []});
+        Response::builder()
+            .body(Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap()
+    };
+    let mut held = Vec::new(); // watches and the Lease: open, never answered
+    let mut pods_list = None;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let (mut statefulsets, mut jobs) = (false, false);
+        while !(statefulsets && jobs && pods_list.is_some()) {
+            let (request, send) = handle.next_request().await.expect("the client is gone");
+            let uri = request.uri().to_string();
+            let path = request.uri().path().to_owned();
+            if uri.contains("watch=true") || path.contains("leases") {
+                held.push(send);
+            } else if path == "/api/v1/pods" {
+                pods_list = Some(send); // answered below
+            } else if path.ends_with("/services") {
+                send.send_response(list("List"));
+            } else if path.ends_with("/statefulsets") {
+                statefulsets = true;
+                send.send_response(list("List"));
+            } else if path.ends_with("/jobs") {
+                jobs = true;
+                send.send_response(list("List"));
+            } else {
+                panic!("unexpected call {} {uri}", request.method());
+            }
+        }
+    })
+    .await
+    .expect("every member kind is listed");
+    // StatefulSets and Jobs listed, pods not yet: not synced.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!peers.synced(), "synced before the pods were listed");
+    pods_list.take().unwrap().send_response(list("PodList"));
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !peers.synced() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("synced once every member kind listed");
+    task.abort();
+    drop(held);
+}
