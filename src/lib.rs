@@ -19,6 +19,7 @@ pub mod member;
 pub mod mutate;
 pub mod object;
 pub mod preview;
+pub mod process;
 pub mod reconciler;
 pub mod telemetry;
 pub mod validate;

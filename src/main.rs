@@ -17,7 +17,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = match &Cli::parse().command {
-        Command::Serve(args) => dljob::webhook::serve(args),
+        Command::Serve(args) => dljob::process::serve(args),
         Command::Mutate(args) => cli::mutate(args),
         Command::Validate(args) => cli::validate(args),
         Command::Crd => dljob::crd::print(),

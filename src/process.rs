@@ -1,0 +1,217 @@
+//! The `dljob serve` process: the tokio runtime, the cluster connection,
+//! the config reload feeding both halves, the reconciler, the webhook
+//! server, signals and the drain. The webhook ([`crate::webhook`]) and the
+//! reconciler ([`crate::reconciler`]) know nothing of each other or of the
+//! process; CLI commands that need the cluster connect through [`connect`].
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use prometheus_client::registry::Registry;
+
+use crate::cli::ServeArgs;
+use crate::validate::{NoPeers, PeerSource};
+use crate::webhook::{reload, run, tls, Inputs, Settings, TlsSource};
+
+/// How often the config and certificate files are checked for changes.
+const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
+/// How long in-flight reviews get to finish after the drain.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
+/// How long startup waits for a cluster before serving the webhook alone.
+pub const CLUSTER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs `dljob serve` until SIGTERM or SIGINT.
+pub fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    crate::telemetry::init(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(serve_async(args))
+}
+
+async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let (config, config_task) = reload::watch_config(args.config.clone(), RELOAD_INTERVAL)?;
+    if let Some(path) = &args.config {
+        tracing::info!(path = %path.display(), "config loaded; re-read when it changes");
+    }
+    let mut registry = Registry::default();
+
+    let client = if args.no_reconciler {
+        tracing::info!("--no-reconciler: serving the webhook alone");
+        None
+    } else {
+        match connect(CLUSTER_PROBE_TIMEOUT).await {
+            Ok(client) => Some(client),
+            Err(why) if !args.no_webhook => {
+                tracing::warn!(reason = %why, "no cluster reachable: serving the webhook alone, without the reconciler");
+                None
+            }
+            Err(why) => {
+                anyhow::bail!("--no-webhook runs only the reconciler, which needs a cluster: {why}")
+            }
+        }
+    };
+    let (peers, reconciler): (Arc<dyn PeerSource>, _) = match client {
+        Some(client) => {
+            let (peers, task) = crate::reconciler::start(client, &mut registry, config.clone())
+                .await
+                .context("starting the reconciler")?;
+            tracing::info!("reconciler started");
+            (peers, Some(task))
+        }
+        None => (Arc::new(NoPeers), None),
+    };
+
+    let webhook = if args.no_webhook {
+        tracing::info!("--no-webhook: running only the reconciler");
+        None
+    } else {
+        let tls = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => TlsSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            _ => TlsSource::SelfSigned {
+                ca_out: std::path::absolute(&args.self_signed_ca_out)
+                    .unwrap_or_else(|_| args.self_signed_ca_out.clone()),
+                extra_sans: args.self_signed_sans.clone(),
+            },
+        };
+        let settings = Settings {
+            max_body_bytes: args.max_body_bytes,
+            read_timeout: Duration::from_secs(args.read_timeout_secs.max(1)),
+            reload_interval: RELOAD_INTERVAL,
+            log_reviews: args.log_reviews,
+            ..Settings::new(args.listen, tls.clone())
+        };
+        let running = run(settings, Inputs { config, peers }, registry).await?;
+        match &tls {
+            TlsSource::Files { cert, key } => tracing::info!(
+                address = %running.local_addr(),
+                cert = %cert.display(),
+                key = %key.display(),
+                "webhook listening (HTTPS, HTTP/2 and HTTP/1.1); certificate re-read when it changes"
+            ),
+            TlsSource::SelfSigned { ca_out, extra_sans } => {
+                let key = tls::ca_key_path(ca_out);
+                match running.ca_origin() {
+                    Some(crate::certs::CaOrigin::Created(why)) => tracing::info!(
+                        ca = %ca_out.display(),
+                        key = %key.display(),
+                        reason = %why,
+                        "made a new self-signed CA; clients must trust it anew"
+                    ),
+                    _ => tracing::info!(
+                        ca = %ca_out.display(),
+                        key = %key.display(),
+                        "reusing the self-signed CA from the last run"
+                    ),
+                }
+                tracing::info!(
+                    address = %running.local_addr(),
+                    ca = %ca_out.display(),
+                    "webhook listening with a self-signed certificate for localhost, 127.0.0.1{}; \
+                     trust it with: curl --cacert {}",
+                    extra_sans.iter().map(|s| format!(", {s}")).collect::<String>(),
+                    ca_out.display()
+                )
+            }
+        }
+        Some(running)
+    };
+
+    let outcome = wait(webhook.as_ref().is_some(), reconciler).await;
+    if let Some(running) = webhook {
+        let drain = Duration::from_secs(args.drain_seconds);
+        tracing::info!(
+            drain_seconds = args.drain_seconds,
+            "draining: /readyz answers 503 while reviews are still served, then no new connections and in-flight reviews finish"
+        );
+        running
+            .drain(drain, SHUTDOWN_GRACE)
+            .await
+            .context("webhook server")?;
+    }
+    config_task.abort();
+    outcome?;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Waits for SIGTERM/SIGINT (or for the reconciler to end, which is an
+/// error when the webhook is not running).
+async fn wait(
+    webhook: bool,
+    reconciler: Option<tokio::task::JoinHandle<()>>,
+) -> anyhow::Result<()> {
+    let reconciler_ended = async {
+        match reconciler {
+            Some(task) => {
+                let r = task.await;
+                Some(r)
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        signal = shutdown_signal() => {
+            tracing::info!(signal, "shutdown requested");
+            Ok(())
+        }
+        ended = reconciler_ended => match ended {
+            Some(Err(e)) => anyhow::bail!("the reconciler stopped: {e}"),
+            _ if webhook => {
+                tracing::warn!("the reconciler stopped; the webhook keeps serving");
+                let signal = shutdown_signal().await;
+                tracing::info!(signal, "shutdown requested");
+                Ok(())
+            }
+            _ => anyhow::bail!("the reconciler stopped"),
+        },
+    }
+}
+
+#[cfg(unix)]
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return "SIGINT";
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+#[cfg(not(unix))]
+async fn shutdown_signal() -> &'static str {
+    let _ = tokio::signal::ctrl_c().await;
+    "SIGINT"
+}
+
+/// A client for the cluster from the kubeconfig or the in-cluster service
+/// account, checked by asking the API server its version — bounded, so a
+/// dead kubeconfig does not hold up startup.
+pub async fn connect(timeout: Duration) -> Result<kube::Client, String> {
+    let probe = async {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| format!("no usable kubeconfig or in-cluster config: {e}"))?;
+        let version = client
+            .apiserver_version()
+            .await
+            .map_err(|e| format!("the API server does not answer: {e}"))?;
+        tracing::info!(version = %version.git_version, "connected to the cluster");
+        Ok(client)
+    };
+    tokio::time::timeout(timeout, probe)
+        .await
+        .unwrap_or_else(|_| Err(format!("the API server did not answer within {timeout:?}")))
+}
