@@ -14,6 +14,7 @@ pub mod crd;
 pub mod edits;
 pub mod frameworks;
 pub mod install;
+pub mod label;
 pub mod manifest;
 pub mod member;
 pub mod mutate;
