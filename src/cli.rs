@@ -38,6 +38,10 @@ pub enum Command {
     /// and exits 1 if there is any. Members in one file are checked against
     /// each other.
     Validate(ManifestArgs),
+    /// Add the dljob labels and annotations that make the manifests' Pods,
+    /// StatefulSets and Indexed Jobs one job; prints the manifests (or
+    /// rewrites the files with --in-place).
+    Label(LabelArgs),
     /// Print the DLJob CustomResourceDefinition generated from the Rust types.
     Crd,
     /// Generate a CA and a serving certificate for the webhook Service.
@@ -140,6 +144,64 @@ pub struct MutateArgs {
     pub pods: bool,
 }
 
+/// Adds `dljob.dev/job` and `dljob.dev/role` (also on a StatefulSet's pod
+/// template), `dljob.dev/framework`, `dljob.dev/replicas` (the topology the
+/// members' `replicas`, `completions` and plain Pods add up to, in the
+/// framework's role order; left out for a job that is one StatefulSet or
+/// Job, whose size the webhook reads), `dljob.dev/index` on plain Pods of a
+/// role with more than one replica (document order), and the --set
+/// policies to every Pod, apps/v1 StatefulSet and batch/v1 Job of the
+/// input. Other documents pass through byte for byte.
+///
+/// Roles: --role wins; else the member's own dljob.dev/role label; else the
+/// framework's only role (jax); else the last word of the name that is a
+/// role of the framework, past a numeric suffix and the job name
+/// (`train-worker`, `train-workers`, `train-ps-0`; for generic any DNS
+/// label); else, for a
+/// job of one member, the first role (coordinator first) that can make
+/// the whole job alone. Anything else is an error naming the workload and
+/// the framework's roles.
+///
+/// dljob keys already present are kept when they agree and never
+/// overwritten: one that disagrees (another job, role, framework, topology
+/// or policy) is an error naming it. A policy already on one member is
+/// copied to the others. Running it again on its output changes nothing,
+/// and its output passes `dljob validate` (checked before anything is
+/// printed or written; exit 1 with every problem otherwise).
+///
+/// Changed documents are edited in place with the yaml-edit crate:
+/// comments, key order and formatting are kept; new keys go into the
+/// existing labels/annotations mappings (created where absent). Should an
+/// edit not read back as intended, that document is re-serialised with
+/// serde-saphyr instead, losing its comments and formatting, and a warning
+/// says so.
+#[derive(Debug, Clone, Args)]
+pub struct LabelArgs {
+    #[command(flatten)]
+    pub manifest: ManifestArgs,
+    /// The job name (dljob.dev/job).
+    #[arg(long)]
+    pub job: String,
+    /// The framework (dljob.dev/framework): tensorflow, pytorch, mxnet,
+    /// mpi, chainer, jax, xgboost, paddle or generic.
+    #[arg(long)]
+    pub framework: String,
+    /// The role of one member, e.g. --role StatefulSet/train=worker.
+    /// Repeatable.
+    #[arg(long = "role", value_name = "KIND/NAME=ROLE")]
+    pub roles: Vec<String>,
+    /// A job-wide policy for every member, the key with or without the
+    /// dljob.dev/ prefix: port, slots, elastic, restart-policy,
+    /// backoff-limit, clean-pod-policy, ttl-seconds-after-finished,
+    /// active-deadline-seconds. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Rewrite the file (each file of a directory) instead of printing;
+    /// files with nothing to change are not touched. Not with -f -.
+    #[arg(long)]
+    pub in_place: bool,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct CertsArgs {
     /// Namespace of the webhook Service.
@@ -178,6 +240,28 @@ pub fn read_input(file: &str) -> anyhow::Result<String> {
     if !path.is_dir() {
         return std::fs::read_to_string(path).with_context(|| format!("reading {file}"));
     }
+    let mut all = String::new();
+    for f in input_files(file)? {
+        let text =
+            std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+        if !all.is_empty() {
+            all.push_str("---\n");
+        }
+        all.push_str(&text);
+        if !all.ends_with('\n') {
+            all.push('\n');
+        }
+    }
+    Ok(all)
+}
+
+/// The files `-f FILE|DIR` names: the file, or a directory's `.yaml`,
+/// `.yml` and `.json` files in name order.
+fn input_files(file: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let path = Path::new(file);
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
     let mut files: Vec<PathBuf> = std::fs::read_dir(path)
         .with_context(|| format!("reading directory {file}"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -192,19 +276,7 @@ pub fn read_input(file: &str) -> anyhow::Result<String> {
     if files.is_empty() {
         anyhow::bail!("{file} has no .yaml, .yml or .json files");
     }
-    let mut all = String::new();
-    for f in files {
-        let text =
-            std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
-        if !all.is_empty() {
-            all.push_str("---\n");
-        }
-        all.push_str(&text);
-        if !all.ends_with('\n') {
-            all.push('\n');
-        }
-    }
-    Ok(all)
+    Ok(files)
 }
 
 /// Parses the input's documents; no object at all is an error, as it is
@@ -283,4 +355,104 @@ pub fn validate(args: &ManifestArgs) -> anyhow::Result<ExitCode> {
         )?;
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// Joins documents as one multi-document YAML text, starting with `---`
+/// when the original text did.
+fn join_documents(docs: &[manifest::Document], leading_marker: bool) -> String {
+    let mut out = String::new();
+    for (i, doc) in docs.iter().enumerate() {
+        if i > 0 || leading_marker {
+            out.push_str("---\n");
+        }
+        out.push_str(&doc.text);
+        if !doc.text.ends_with('\n') && !doc.text.is_empty() {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn starts_with_marker(text: &str) -> bool {
+    let first = text.split_inclusive('\n').next().unwrap_or("");
+    first.trim_end() == "---" || first.starts_with("--- ")
+}
+
+/// `dljob label`.
+pub fn label(args: &LabelArgs) -> anyhow::Result<ExitCode> {
+    let file = &args.manifest.file;
+    if args.in_place && file == "-" {
+        anyhow::bail!("--in-place rewrites files: it cannot be used with -f -");
+    }
+    let config = load_config(args.manifest.config.as_deref())?;
+    // Each input file's documents, so that --in-place can write them back.
+    let mut inputs: Vec<(Option<PathBuf>, bool, usize)> = Vec::new();
+    let mut docs = Vec::new();
+    let files: Vec<Option<PathBuf>> = if file == "-" {
+        vec![None]
+    } else {
+        input_files(file)?.into_iter().map(Some).collect()
+    };
+    for path in files {
+        let (text, name) = match &path {
+            None => (read_input("-")?, "standard input".to_owned()),
+            Some(p) => (
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+                p.display().to_string(),
+            ),
+        };
+        let parsed = manifest::parse(&text).with_context(|| format!("parsing {name}"))?;
+        inputs.push((path, starts_with_marker(&text), parsed.len()));
+        docs.extend(parsed);
+    }
+    if docs.iter().all(|d| d.value.is_none()) {
+        anyhow::bail!("no objects in {file}");
+    }
+    let options = crate::label::Options {
+        job: &args.job,
+        framework: &args.framework,
+        roles: &args.roles,
+        set: &args.set,
+        namespace: &args.manifest.namespace,
+    };
+    let mut stderr = std::io::stderr().lock();
+    let labelled = match crate::label::label(&docs, &options, &config) {
+        Ok(l) => l,
+        Err(problems) => {
+            for p in &problems {
+                writeln!(stderr, "{p}")?;
+            }
+            writeln!(
+                stderr,
+                "error: {} problem{}; nothing was {}",
+                problems.len(),
+                if problems.len() == 1 { "" } else { "s" },
+                if args.in_place { "written" } else { "printed" }
+            )?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    for w in &labelled.warnings {
+        writeln!(stderr, "Warning: {w}")?;
+    }
+    if !args.in_place {
+        let leading = inputs.len() == 1 && inputs[0].1;
+        let text = join_documents(&labelled.documents, leading);
+        std::io::stdout().lock().write_all(text.as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut start = 0;
+    let mut rest = labelled.documents;
+    for (path, leading, count) in inputs {
+        let these: Vec<manifest::Document> = rest.drain(..count).collect();
+        let changed = labelled.changed[start..start + count].iter().any(|c| *c);
+        start += count;
+        let Some(path) = path else { continue };
+        if changed {
+            std::fs::write(&path, join_documents(&these, leading))
+                .with_context(|| format!("writing {}", path.display()))?;
+            writeln!(stderr, "labelled {}", path.display())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

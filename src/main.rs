@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => dljob::process::serve(args),
         Command::Mutate(args) => cli::mutate(args),
         Command::Validate(args) => cli::validate(args),
+        Command::Label(args) => cli::label(args),
         Command::Crd => dljob::crd::print(),
         Command::Certs(args) => dljob::install::certs(args),
         Command::WebhookConfig(args) => dljob::install::webhook_config(args),
