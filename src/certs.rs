@@ -9,6 +9,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 
 /// A CA and a serving certificate, all PEM.
 #[derive(Clone, Debug)]
@@ -144,9 +146,8 @@ fn reusable_ca(
     };
     let (ca_pem, key_pem) = (read(ca_path)?, read(key_path)?);
     let bad = |what: &str| format!("{} is not a {what}", ca_path.display());
-    let der = rustls::pki_types::pem::PemObject::from_pem_slice(ca_pem.as_bytes())
-        .map(|d: rustls::pki_types::CertificateDer<'static>| d)
-        .map_err(|_| bad("PEM certificate"))?;
+    let der =
+        CertificateDer::from_pem_slice(ca_pem.as_bytes()).map_err(|_| bad("PEM certificate"))?;
     let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|_| bad("certificate"))?;
     let key = KeyPair::from_pem(&key_pem)
         .map_err(|_| format!("{} is not a PEM private key", key_path.display()))?;
