@@ -2,99 +2,13 @@
 //! `dljob validate` on files and standard input, their exit codes, and what
 //! they print where. Every subprocess is bounded by a deadline.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
 
-/// Longest any one `dljob` run may take.
-const DEADLINE: Duration = Duration::from_secs(30);
-
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn success(&self) -> bool {
-        self.code == Some(0)
-    }
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-}
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+mod common;
+use common::{dljob, repo};
 
 fn example(rel: &str) -> String {
     repo().join("examples").join(rel).display().to_string()
-}
-
-/// Runs `dljob args…` from the repository root with `stdin` (if any),
-/// killing it if it outlives [`DEADLINE`].
-fn dljob(args: &[&str], stdin: Option<&str>) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dljob"))
-        .args(args)
-        .current_dir(repo())
-        // Errors are for users: no backtrace even when one is asked for.
-        .env("RUST_BACKTRACE", "1")
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the dljob binary runs");
-    let writer = stdin.map(|text| {
-        let mut pipe = child.stdin.take().expect("stdin pipe");
-        let text = text.to_owned();
-        thread::spawn(move || {
-            // The child may exit before reading everything; that is its answer.
-            let _ = pipe.write_all(text.as_bytes());
-        })
-    });
-    let reader = |mut pipe: Box<dyn Read + Send>| {
-        thread::spawn(move || {
-            let mut s = String::new();
-            pipe.read_to_string(&mut s).expect("UTF-8 output");
-            s
-        })
-    };
-    let out = reader(Box::new(child.stdout.take().expect("stdout pipe")));
-    let err = reader(Box::new(child.stderr.take().expect("stderr pipe")));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waiting for dljob") {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("dljob {args:?} ran longer than {DEADLINE:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
-    if let Some(w) = writer {
-        w.join().expect("stdin writer");
-    }
-    Run {
-        code: status.code(),
-        stdout: out.join().expect("stdout reader"),
-        stderr: err.join().expect("stderr reader"),
-    }
 }
 
 /// A scratch file under the target directory, unique to this test.
