@@ -249,7 +249,6 @@ pub fn next(
     if status.start_time.is_none() {
         status.start_time = Some(Time(now));
     }
-    let mut actions = Vec::new();
     let mut pods: Vec<&ObservedPod> = observed.pods.iter().filter(|p| !p.deleting).collect();
     pods.sort_by(|a, b| a.name.cmp(&b.name));
 
@@ -298,25 +297,21 @@ pub fn next(
         }
     });
 
-    let mut new_restarts = 0;
-    let verdict = if prev.phase.is_finished() {
-        Verdict {
+    let (verdict, mut actions, new_restarts) = if prev.phase.is_finished() {
+        let verdict = Verdict {
             phase: prev.phase,
             reason: "",
             message: String::new(),
-        }
+        };
+        (verdict, Vec::new(), 0)
     } else {
-        decide(
-            plan,
-            &pods,
-            &observed.pods,
-            coordinator_pod,
-            &mut status,
-            &mut roles,
-            &mut actions,
-            &mut new_restarts,
-            now,
-        )
+        let members = Members {
+            live: &pods,
+            all: &observed.pods,
+            coordinator: coordinator_pod,
+        };
+        let decision = decide(plan, &members, &mut status, &mut roles, now);
+        (decision.verdict, decision.actions, decision.new_restarts)
     };
 
     status.restarts = roles.values().map(|r| r.restarts).sum();
@@ -396,27 +391,53 @@ fn describe(p: &ObservedPod, e: &Exit) -> String {
     }
 }
 
-/// The phase of an unfinished job; counts restarts and plans retries.
-#[allow(clippy::too_many_arguments)]
+/// The members of a job as [`decide`] sees them.
+struct Members<'a> {
+    /// Those not being deleted, by name.
+    live: &'a [&'a ObservedPod],
+    /// Every observed pod, terminating ones included.
+    all: &'a [ObservedPod],
+    /// The coordinator's pod, if it exists.
+    coordinator: Option<&'a ObservedPod>,
+}
+
+/// What [`decide`] concluded about an unfinished job.
+struct Decision {
+    verdict: Verdict,
+    /// The retries to make (pods to delete or recreate).
+    actions: Vec<Action>,
+    /// Restarts counted by this decision.
+    new_restarts: u32,
+}
+
+/// The phase of an unfinished job; counts restarts (in `status`'s counted
+/// exits and `roles`) and plans retries.
 fn decide(
     plan: &JobPlan,
-    pods: &[&ObservedPod],
-    all: &[ObservedPod],
-    coordinator: Option<&ObservedPod>,
+    members: &Members<'_>,
     status: &mut DLJobStatus,
     roles: &mut BTreeMap<String, RoleStatus>,
-    actions: &mut Vec<Action>,
-    new_restarts: &mut u32,
     now: Timestamp,
-) -> Verdict {
+) -> Decision {
+    let Members {
+        live: pods,
+        all,
+        coordinator,
+    } = *members;
+    let mut actions = Vec::new();
+    let mut new_restarts = 0;
     let policy = plan.policies.restart;
     // 1. The coordinator's 0 finishes the job.
     if let Some(p) = coordinator {
         if let Some(e) = p.exit().filter(|e| e.code == Some(0)) {
-            return Verdict {
-                phase: Phase::Succeeded,
-                reason: "CoordinatorSucceeded",
-                message: describe(p, &e),
+            return Decision {
+                verdict: Verdict {
+                    phase: Phase::Succeeded,
+                    reason: "CoordinatorSucceeded",
+                    message: describe(p, &e),
+                },
+                actions,
+                new_restarts,
             };
         }
     }
@@ -429,10 +450,14 @@ fn decide(
                 } else {
                     "ExitCode"
                 };
-                return Verdict {
-                    phase: Phase::Failed,
-                    reason,
-                    message: describe(p, &e),
+                return Decision {
+                    verdict: Verdict {
+                        phase: Phase::Failed,
+                        reason,
+                        message: describe(p, &e),
+                    },
+                    actions,
+                    new_restarts,
                 };
             }
         }
@@ -443,10 +468,14 @@ fn decide(
         status.start_time.as_ref(),
     ) {
         if remaining(start.0, deadline, now).is_none() {
-            return Verdict {
-                phase: Phase::Failed,
-                reason: "DeadlineExceeded",
-                message: format!("the job ran longer than its active deadline of {deadline}s"),
+            return Decision {
+                verdict: Verdict {
+                    phase: Phase::Failed,
+                    reason: "DeadlineExceeded",
+                    message: format!("the job ran longer than its active deadline of {deadline}s"),
+                },
+                actions,
+                new_restarts,
             };
         }
     }
@@ -463,18 +492,22 @@ fn decide(
         let counted = status.counted_exits.get(&p.name) == Some(&key);
         if !counted {
             if restarts >= plan.policies.backoff_limit {
-                return Verdict {
-                    phase: Phase::Failed,
-                    reason: "BackoffLimitExceeded",
-                    message: format!(
-                        "{}; the backoff limit of {} restarts is reached",
-                        describe(p, &e),
-                        plan.policies.backoff_limit
-                    ),
+                return Decision {
+                    verdict: Verdict {
+                        phase: Phase::Failed,
+                        reason: "BackoffLimitExceeded",
+                        message: format!(
+                            "{}; the backoff limit of {} restarts is reached",
+                            describe(p, &e),
+                            plan.policies.backoff_limit
+                        ),
+                    },
+                    actions,
+                    new_restarts,
                 };
             }
             restarts += 1;
-            *new_restarts += 1;
+            new_restarts += 1;
             if let Some(r) = roles.get_mut(&p.role) {
                 r.restarts += 1;
             }
@@ -526,7 +559,7 @@ fn decide(
     let want = plan.topology.total();
     let active: u32 = roles.values().map(|r| r.active).sum();
     let prev = status.phase;
-    if retrying || (prev == Phase::Restarting && active < want) {
+    let verdict = if retrying || (prev == Phase::Restarting && active < want) {
         Verdict {
             phase: Phase::Restarting,
             reason: "Restarting",
@@ -547,6 +580,11 @@ fn decide(
             reason: "Pending",
             message: format!("{active} of {want} replicas running"),
         }
+    };
+    Decision {
+        verdict,
+        actions,
+        new_restarts,
     }
 }
 
