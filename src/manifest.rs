@@ -291,7 +291,7 @@ pub fn validate(
         );
         match validate::validate(*kind, value, None, namespace, config, &peers) {
             Ok(w) => warnings.extend(w.into_iter().map(|w| format!("{name}: {w}"))),
-            Err(v) => problems.extend(v.0.into_iter().map(|p| (name.clone(), p))),
+            Err(v) => problems.extend(v.0.into_iter().map(|p| (name.clone(), p.message))),
         }
     }
     (problems, warnings)

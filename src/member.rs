@@ -13,19 +13,129 @@ use crate::object::{self, at, str_at, Kind};
 
 /// Problems that make an object unacceptable; each message names the fix.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Violations(pub Vec<String>);
+pub struct Violations(pub Vec<Violation>);
+
+/// The rule a member breaks. [`Rule::reason`] is stable: a metric label or a
+/// condition reason can carry it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rule {
+    /// A `dljob.dev/*` key differs between a workload and its pod template.
+    TemplateDisagrees,
+    /// An annotation written as a label, or a label as an annotation.
+    MisplacedKey,
+    InvalidJobName,
+    MissingRole,
+    MissingFramework,
+    UnknownFramework,
+    /// A role the framework does not have.
+    UnknownRole,
+    /// The topology breaks the framework's role counts.
+    RoleCount,
+    /// `dljob.dev/index` on a StatefulSet or Job.
+    IndexOnWorkload,
+    InvalidTopology,
+    TooManyReplicas,
+    MissingTopology,
+    /// The member's role is not in the topology.
+    RoleNotInTopology,
+    /// A StatefulSet's replicas or a Job's completions differ from its role's count.
+    SizeMismatch,
+    HostnameTooLong,
+    /// `dljob.dev/elastic` on a framework without elastic rendezvous.
+    ElasticNotSupported,
+    /// A policy, port, slots, elastic, ordered-start or ssh-path value.
+    InvalidValue,
+    /// `dljob.dev/container` names no container.
+    UnknownContainer,
+    /// A Job that is not Indexed, has no completions or runs fewer at once.
+    InvalidJobMember,
+    /// A controller's pod whose index cannot be read.
+    UnknownIndex,
+    InvalidIndex,
+    MissingIndex,
+    IndexOutOfRange,
+    /// An UPDATE that changes the job, role, framework or topology.
+    ImmutableKey,
+    /// A member that disagrees with the job's other members.
+    PeerDisagrees,
+    /// A replica another member already is.
+    DuplicateReplica,
+    /// What the pods would get is more than Linux or the API server accepts.
+    TooLarge,
+}
+
+impl Rule {
+    /// The stable reason: the variant's name.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Rule::TemplateDisagrees => "TemplateDisagrees",
+            Rule::MisplacedKey => "MisplacedKey",
+            Rule::InvalidJobName => "InvalidJobName",
+            Rule::MissingRole => "MissingRole",
+            Rule::MissingFramework => "MissingFramework",
+            Rule::UnknownFramework => "UnknownFramework",
+            Rule::UnknownRole => "UnknownRole",
+            Rule::RoleCount => "RoleCount",
+            Rule::IndexOnWorkload => "IndexOnWorkload",
+            Rule::InvalidTopology => "InvalidTopology",
+            Rule::TooManyReplicas => "TooManyReplicas",
+            Rule::MissingTopology => "MissingTopology",
+            Rule::RoleNotInTopology => "RoleNotInTopology",
+            Rule::SizeMismatch => "SizeMismatch",
+            Rule::HostnameTooLong => "HostnameTooLong",
+            Rule::ElasticNotSupported => "ElasticNotSupported",
+            Rule::InvalidValue => "InvalidValue",
+            Rule::UnknownContainer => "UnknownContainer",
+            Rule::InvalidJobMember => "InvalidJobMember",
+            Rule::UnknownIndex => "UnknownIndex",
+            Rule::InvalidIndex => "InvalidIndex",
+            Rule::MissingIndex => "MissingIndex",
+            Rule::IndexOutOfRange => "IndexOutOfRange",
+            Rule::ImmutableKey => "ImmutableKey",
+            Rule::PeerDisagrees => "PeerDisagrees",
+            Rule::DuplicateReplica => "DuplicateReplica",
+            Rule::TooLarge => "TooLarge",
+        }
+    }
+}
+
+/// One broken rule and the message that names the fix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub rule: Rule,
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
 
 impl fmt::Display for Violations {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.join("; "))
+        for (i, v) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            f.write_str(&v.message)?;
+        }
+        Ok(())
     }
 }
 
 impl std::error::Error for Violations {}
 
 impl Violations {
-    pub fn push(&mut self, msg: impl Into<String>) {
-        self.0.push(msg.into());
+    pub fn push(&mut self, rule: Rule, message: impl Into<String>) {
+        self.0.push(Violation {
+            rule,
+            message: message.into(),
+        });
+    }
+    /// The messages, in order.
+    pub fn messages(&self) -> Vec<&str> {
+        self.0.iter().map(|v| v.message.as_str()).collect()
     }
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
@@ -154,7 +264,7 @@ impl<'v> Meta<'v> {
                 }
                 if let Some(t) = tpl.get(k) {
                     if t != val {
-                        v.push(format!(
+                        v.push(Rule::TemplateDisagrees, format!(
                             "{which} {k} is {val} on the workload but {t} in its pod template; make them equal"
                         ));
                     }
@@ -171,7 +281,7 @@ impl<'v> Meta<'v> {
             for k in m.keys().filter(|k| is_annotation_key(k)) {
                 if self.annotation(k).is_none() && !seen.contains(&k.as_str()) {
                     seen.push(k);
-                    v.push(format!(
+                    v.push(Rule::MisplacedKey, format!(
                         "{k} is set as a label, but dljob reads it as an annotation: move it under metadata.annotations"
                     ));
                 }
@@ -181,7 +291,7 @@ impl<'v> Meta<'v> {
             for k in m.keys().filter(|k| is_label_key(k)) {
                 if self.label(k).is_none() && !seen.contains(&k.as_str()) {
                     seen.push(k);
-                    v.push(format!(
+                    v.push(Rule::MisplacedKey, format!(
                         "{k} is set as an annotation, but dljob reads it as a label: move it under metadata.labels"
                     ));
                 }
@@ -275,7 +385,7 @@ pub fn parse(
     meta.unknown_keys(&mut warnings);
 
     if !c::is_dns1035_label(job) || job.len() > c::MAX_JOB_NAME {
-        v.push(format!(
+        v.push(Rule::InvalidJobName, format!(
             "{} \"{job}\" is not a valid job name: use at most {} lowercase letters, digits and '-', starting with a letter (it names the Service and every pod's hostname)",
             c::JOB,
             c::MAX_JOB_NAME
@@ -284,42 +394,50 @@ pub fn parse(
 
     let role = meta.label(c::ROLE);
     if role.is_none() && meta.annotation(c::ROLE).is_none() {
-        v.push(format!(
-            "label {} is missing: every member names its role",
-            c::ROLE
-        ));
+        v.push(
+            Rule::MissingRole,
+            format!("label {} is missing: every member names its role", c::ROLE),
+        );
     }
     let framework = match meta.annotation(c::FRAMEWORK) {
         None if meta.label(c::FRAMEWORK).is_some() => None, // misplaced_keys says it
         None => {
-            v.push(format!(
-                "annotation {} is missing; set one of {}",
-                c::FRAMEWORK,
-                frameworks::names()
-            ));
+            v.push(
+                Rule::MissingFramework,
+                format!(
+                    "annotation {} is missing; set one of {}",
+                    c::FRAMEWORK,
+                    frameworks::names()
+                ),
+            );
             None
         }
         Some(name) => {
             let f = frameworks::by_name(name);
             if f.is_none() {
-                v.push(format!(
-                    "{}: unknown framework \"{name}\"; frameworks are {}",
-                    c::FRAMEWORK,
-                    frameworks::names()
-                ));
+                v.push(
+                    Rule::UnknownFramework,
+                    format!(
+                        "{}: unknown framework \"{name}\"; frameworks are {}",
+                        c::FRAMEWORK,
+                        frameworks::names()
+                    ),
+                );
             }
             f
         }
     };
     if let (Some(f), Some(r)) = (framework, role) {
         if let Err(e) = frameworks::check_role(f, r) {
-            v.push(e);
+            v.push(Rule::UnknownRole, e);
         }
     }
 
     let size = workload_size(kind, object, &mut v);
     if kind != Kind::Pod && meta.annotation(c::INDEX).is_some() {
-        v.push(format!(
+        v.push(
+            Rule::IndexOnWorkload,
+            format!(
             "annotation {} is for plain Pods; a {}'s pods take their index from the {}: remove it",
             c::INDEX,
             kind.as_str(),
@@ -328,7 +446,8 @@ pub fn parse(
             } else {
                 "ordinal"
             }
-        ));
+        ),
+        );
     }
 
     // Topology: written, or inferred from a one-role workload.
@@ -336,7 +455,7 @@ pub fn parse(
         Some(text) => match Topology::parse(text) {
             Ok(t) => (Some(t), false),
             Err(e) => {
-                v.push(e.to_string());
+                v.push(Rule::InvalidTopology, e.to_string());
                 (None, false)
             }
         },
@@ -347,18 +466,21 @@ pub fn parse(
                 } else {
                     "replicas"
                 };
-                v.push(format!(
-                    "{} {field} is {n}: a job has at most {} replicas in all",
-                    kind.as_str(),
-                    c::MAX_REPLICAS
-                ));
+                v.push(
+                    Rule::TooManyReplicas,
+                    format!(
+                        "{} {field} is {n}: a job has at most {} replicas in all",
+                        kind.as_str(),
+                        c::MAX_REPLICAS
+                    ),
+                );
                 (None, false)
             }
             (Kind::StatefulSet | Kind::Job, Some(r), Some(n)) if n > 0 => {
                 (Some(Topology::single(r, n)), true)
             }
             (Kind::Pod, _, _) if pod_owner(object) != PodOwner::None => {
-                v.push(format!(
+                v.push(Rule::MissingTopology, format!(
                     "annotation {} is missing on a pod created by a {}: its pod template was not mutated by dljob (was the webhook down when the workload was created?); add {} to the template",
                     c::REPLICAS,
                     owner_name(pod_owner(object)),
@@ -367,7 +489,7 @@ pub fn parse(
                 (None, false)
             }
             _ => {
-                v.push(format!(
+                v.push(Rule::MissingTopology, format!(
                     "annotation {} is missing: declare the whole job's topology, e.g. \"worker=4\" (only a single-role StatefulSet or Indexed Job may leave it out)",
                     c::REPLICAS
                 ));
@@ -377,19 +499,24 @@ pub fn parse(
     };
 
     if let (Some(f), Some(t)) = (framework, &topology) {
-        v.0.extend(frameworks::check_topology(f, t));
+        for problem in frameworks::check_topology(f, t) {
+            v.push(Rule::RoleCount, problem);
+        }
     }
     if let (Some(t), Some(r)) = (&topology, role) {
         match t.count(r) {
-            None => v.push(format!(
-                "role \"{r}\" is not in {} \"{t}\"; add it there or fix {}",
-                c::REPLICAS,
-                c::ROLE
-            )),
+            None => v.push(
+                Rule::RoleNotInTopology,
+                format!(
+                    "role \"{r}\" is not in {} \"{t}\"; add it there or fix {}",
+                    c::REPLICAS,
+                    c::ROLE
+                ),
+            ),
             Some(count) => {
                 if let (Some(n), false) = (size, inferred) {
                     if n != count {
-                        v.push(size_mismatch(kind, n, r, count, t));
+                        v.push(Rule::SizeMismatch, size_mismatch(kind, n, r, count, t));
                     }
                 }
             }
@@ -399,7 +526,7 @@ pub fn parse(
             .len();
         for (role, _) in t.roles() {
             if job.len() + role.len() + digits + 2 > 63 {
-                v.push(format!(
+                v.push(Rule::HostnameTooLong, format!(
                     "hostname \"{job}-{role}-N\" would be longer than 63 characters: shorten the job name or the role"
                 ));
             }
@@ -429,26 +556,32 @@ pub fn parse(
         .and_then(|s| match Elastic::parse(s) {
             Ok(e) => Some(e),
             Err(msg) => {
-                v.push(msg);
+                v.push(Rule::InvalidValue, msg);
                 None
             }
         });
     if let Some(e) = elastic {
         if framework.is_some_and(|f| !f.elastic()) {
-            v.push(format!(
-                "annotation {} is only for {} jobs: remove it",
-                c::ELASTIC,
-                frameworks::elastic_names()
-            ));
+            v.push(
+                Rule::ElasticNotSupported,
+                format!(
+                    "annotation {} is only for {} jobs: remove it",
+                    c::ELASTIC,
+                    frameworks::elastic_names()
+                ),
+            );
         }
         if let Some(t) = &topology {
             if t.total() < e.min || t.total() > e.max {
-                v.push(format!(
-                    "{} \"{e}\" does not include the {} replicas of {} \"{t}\"",
-                    c::ELASTIC,
-                    t.total(),
-                    c::REPLICAS
-                ));
+                v.push(
+                    Rule::InvalidValue,
+                    format!(
+                        "{} \"{e}\" does not include the {} replicas of {} \"{t}\"",
+                        c::ELASTIC,
+                        t.total(),
+                        c::REPLICAS
+                    ),
+                );
             }
         }
     }
@@ -456,10 +589,13 @@ pub fn parse(
         None | Some("false") => false,
         Some("true") => true,
         Some(other) => {
-            v.push(format!(
-                "{} \"{other}\" must be \"true\" or \"false\"",
-                c::ORDERED_START
-            ));
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{other}\" must be \"true\" or \"false\"",
+                    c::ORDERED_START
+                ),
+            );
             false
         }
     };
@@ -467,10 +603,13 @@ pub fn parse(
         None => DEFAULT_SSH_PATH.to_owned(),
         Some(p) if p.starts_with('/') && p.len() > 1 => p.trim_end_matches('/').to_owned(),
         Some(p) => {
-            v.push(format!(
-                "{} \"{p}\" must be an absolute directory path, e.g. /root/.ssh",
-                c::SSH_PATH
-            ));
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{p}\" must be an absolute directory path, e.g. /root/.ssh",
+                    c::SSH_PATH
+                ),
+            );
             DEFAULT_SSH_PATH.to_owned()
         }
     };
@@ -484,12 +623,15 @@ pub fn parse(
             .map(object::name_of)
             .collect();
         if !names.contains(&name.as_str()) {
-            v.push(format!(
-                "{} \"{name}\" names no container of this {}; containers are {}",
-                c::CONTAINER,
-                kind.as_str(),
-                names.join(", ")
-            ));
+            v.push(
+                Rule::UnknownContainer,
+                format!(
+                    "{} \"{name}\" names no container of this {}; containers are {}",
+                    c::CONTAINER,
+                    kind.as_str(),
+                    names.join(", ")
+                ),
+            );
         }
     }
 
@@ -577,19 +719,21 @@ fn workload_size(kind: Kind, object: &Value, v: &mut Violations) -> Option<u32> 
         Kind::Job => {
             if str_at(object, &["spec", "completionMode"]) != Some("Indexed") {
                 v.push(
-                    "a batch/v1 Job member needs spec.completionMode: Indexed (each pod needs a stable index)".to_owned(),
+                    Rule::InvalidJobMember,
+                    "a batch/v1 Job member needs spec.completionMode: Indexed (each pod needs a stable index)",
                 );
             }
             let completions = num(&["spec", "completions"]);
             match completions {
                 None => v.push(
+                    Rule::InvalidJobMember,
                     "a Job member needs spec.completions: the number of replicas of its role"
                         .to_owned(),
                 ),
                 Some(n) => {
                     let parallelism = num(&["spec", "parallelism"]).unwrap_or(1);
                     if parallelism < n {
-                        v.push(format!(
+                        v.push(Rule::InvalidJobMember, format!(
                             "Job parallelism {parallelism} is below completions {n}: distributed training needs every replica running at once; set parallelism to {n}"
                         ));
                     }
@@ -646,7 +790,7 @@ fn pod_index(
             match from_label.or(from_name).and_then(parse) {
                 Some(i) => Some(i),
                 None => {
-                    v.push(format!(
+                    v.push(Rule::UnknownIndex, format!(
                         "cannot tell this StatefulSet pod's ordinal: no {} label and no numeric name suffix",
                         c::K8S_POD_INDEX
                     ));
@@ -661,7 +805,7 @@ fn pod_index(
             match raw.and_then(parse) {
                 Some(i) => Some(i),
                 None => {
-                    v.push(format!(
+                    v.push(Rule::UnknownIndex, format!(
                         "cannot tell this Job pod's index: {} is missing or not a number (is the Job Indexed?)",
                         c::K8S_JOB_COMPLETION_INDEX
                     ));
@@ -673,17 +817,17 @@ fn pod_index(
             Some(s) => match parse(s) {
                 Some(i) => Some(i),
                 None => {
-                    v.push(format!(
-                        "{} \"{s}\" is not a number: use 0 to count-1",
-                        c::INDEX
-                    ));
+                    v.push(
+                        Rule::InvalidIndex,
+                        format!("{} \"{s}\" is not a number: use 0 to count-1", c::INDEX),
+                    );
                     None
                 }
             },
             None => match count {
                 Some(1) => Some(0),
                 Some(n) => {
-                    v.push(format!(
+                    v.push(Rule::MissingIndex, format!(
                         "annotation {} is missing: role \"{}\" has {n} replicas, so each pod needs its index (0 to {})",
                         c::INDEX,
                         role.unwrap_or_default(),
@@ -699,7 +843,7 @@ fn pod_index(
         if i >= n {
             let r = role.unwrap_or_default();
             let t = topology.map(ToString::to_string).unwrap_or_default();
-            v.push(match owner {
+            v.push(Rule::IndexOutOfRange, match owner {
                 PodOwner::None => format!(
                     "{} {i} is out of range: role \"{r}\" has {n} replica{} in {} \"{t}\" (indexes 0 to {})",
                     c::INDEX,
@@ -732,7 +876,7 @@ fn parse_number(
     match s.trim().parse::<u32>() {
         Ok(n) if (min..=max).contains(&n) => Some(n),
         _ => {
-            v.push(format!("{key} \"{s}\" is not {what}"));
+            v.push(Rule::InvalidValue, format!("{key} \"{s}\" is not {what}"));
             None
         }
     }
@@ -743,21 +887,27 @@ fn parse_policies(meta: &Meta<'_>, v: &mut Violations) -> Policies {
     if let Some(s) = meta.annotation(c::RESTART_POLICY) {
         match RestartPolicy::parse(s) {
             Some(r) => p.restart = r,
-            None => v.push(format!(
-                "{} \"{s}\" is not a restart policy; use one of {}",
-                c::RESTART_POLICY,
-                RestartPolicy::VALUES
-            )),
+            None => v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{s}\" is not a restart policy; use one of {}",
+                    c::RESTART_POLICY,
+                    RestartPolicy::VALUES
+                ),
+            ),
         }
     }
     if let Some(s) = meta.annotation(c::CLEAN_POD_POLICY) {
         match CleanPodPolicy::parse(s) {
             Some(r) => p.clean_pod = r,
-            None => v.push(format!(
-                "{} \"{s}\" is not a clean-pod policy; use one of {}",
-                c::CLEAN_POD_POLICY,
-                CleanPodPolicy::VALUES
-            )),
+            None => v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{s}\" is not a clean-pod policy; use one of {}",
+                    c::CLEAN_POD_POLICY,
+                    CleanPodPolicy::VALUES
+                ),
+            ),
         }
     }
     let limit = format!("a whole number from 0 to {}", c::MAX_BACKOFF_LIMIT);

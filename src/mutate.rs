@@ -64,7 +64,11 @@ pub fn mutate_patch(
     };
     let too_big = size_violations(&member, object, config);
     if !too_big.is_empty() {
-        return Err(Violations(too_big));
+        let mut v = Violations::default();
+        for problem in too_big {
+            v.push(member::Rule::TooLarge, problem);
+        }
+        return Err(v);
     }
     let patch = match kind {
         Kind::Pod if operation == Operation::Create => {

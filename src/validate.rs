@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::contract::{self as c, Topology};
-use crate::member::{self, job_label, MemberSpec, Violations};
+use crate::member::{self, job_label, MemberSpec, Rule, Violations};
 use crate::object::{self, Kind};
 
 /// Validates `object` (with `old` on UPDATE) against the contract and
@@ -33,11 +33,9 @@ pub fn validate(
             return Err(v);
         }
     };
-    v.0.extend(crate::mutate::size_violations(
-        &parsed.member,
-        object,
-        config,
-    ));
+    for problem in crate::mutate::size_violations(&parsed.member, object, config) {
+        v.push(Rule::TooLarge, problem);
+    }
     agree_with_peers(&parsed.member, peers, &mut v);
     v.into_result(parsed.warnings)
 }
@@ -67,7 +65,10 @@ fn immutable_keys(
         ),
     ] {
         if before != after {
-            v.push(changed(key, before.as_deref(), after.as_deref()));
+            v.push(
+                Rule::ImmutableKey,
+                changed(key, before.as_deref(), after.as_deref()),
+            );
         }
     }
     // The topology compares as written or inferred, so that scaling a
@@ -90,11 +91,14 @@ fn immutable_keys(
                 .map(ToString::to_string)
                 .or_else(|| annotation(o, c::REPLICAS))
         };
-        v.push(changed(
-            c::REPLICAS,
-            show(&before, old).as_deref(),
-            show(&after, new).as_deref(),
-        ));
+        v.push(
+            Rule::ImmutableKey,
+            changed(
+                c::REPLICAS,
+                show(&before, old).as_deref(),
+                show(&after, new).as_deref(),
+            ),
+        );
     }
 }
 
@@ -126,7 +130,7 @@ fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
                 value == theirs
             };
             if !agree {
-                v.push(format!(
+                v.push(Rule::PeerDisagrees, format!(
                     "{what} is {value} here but {theirs} on {who} of job \"{}\"; every member of a job must agree",
                     m.job
                 ));
@@ -137,19 +141,25 @@ fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
             && peer.role == m.role
             && peer.index == m.index
         {
-            v.push(format!(
-                "{who} already is {} {} of job \"{}\"; give this pod another {}",
-                m.role,
-                m.index.unwrap_or(0),
-                m.job,
-                c::INDEX
-            ));
+            v.push(
+                Rule::DuplicateReplica,
+                format!(
+                    "{who} already is {} {} of job \"{}\"; give this pod another {}",
+                    m.role,
+                    m.index.unwrap_or(0),
+                    m.job,
+                    c::INDEX
+                ),
+            );
         }
         if m.kind != Kind::Pod && peer.kind != Kind::Pod && peer.role == m.role {
-            v.push(format!(
-                "{who} already runs role \"{}\" of job \"{}\"; a role is one workload",
-                m.role, m.job
-            ));
+            v.push(
+                Rule::DuplicateReplica,
+                format!(
+                    "{who} already runs role \"{}\" of job \"{}\"; a role is one workload",
+                    m.role, m.job
+                ),
+            );
         }
     }
 }

@@ -29,6 +29,7 @@ fn exposition() -> BTreeMap<String, BTreeSet<String>> {
         patch_ops: 1,
         warnings: 0,
         message: None,
+        rule: (!allowed).then_some("SizeMismatch"),
     };
     webhook.observe_review(Endpoint::Mutate, &summary(true), Duration::from_millis(1));
     webhook.observe_review(

@@ -247,7 +247,7 @@ fn statefulset_pod_beyond_the_topology_is_refused() {
     let (obj, _) = fixture("mutate-create-pod-resnet-worker-2.json");
     let err = refused(&obj);
     assert_eq!(
-        err.0,
+        err.messages(),
         vec!["StatefulSet pod index 2 is out of range: role \"worker\" has 2 replicas in dljob.dev/replicas \"chief=1,worker=2,ps=1\"; scale the StatefulSet back to 2, or change the topology on every member of the job"]
     );
 }
@@ -260,7 +260,9 @@ fn indexed_job_pod_takes_its_completion_index() {
     let err = refused(&obj);
     assert_eq!(err.0.len(), 1);
     assert!(
-        err.0[0].starts_with("annotation dljob.dev/replicas is missing on a pod created by a Job"),
+        err.0[0]
+            .message
+            .starts_with("annotation dljob.dev/replicas is missing on a pod created by a Job"),
         "{err}"
     );
 
@@ -624,7 +626,7 @@ fn a_tf_config_too_long_for_linux_is_refused_at_admission() {
     )
     .expect_err("refused");
     assert_eq!(
-        v.0,
+        v.messages(),
         vec!["TF_CONFIG would be 243890 bytes for worker 5; Linux refuses to start a process with an environment string over 131072 bytes, so the container could not start: use fewer replicas, or a shorter job name or namespace (every host is named resnet50-imagenet-hparam-sweep-trial7-<role>-<index>.resnet50-imagenet-hparam-sweep-trial7.ml.svc)"]
     );
     // The same job under a short name fits.
@@ -664,9 +666,9 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
     .expect_err("refused");
     assert_eq!(v.0.len(), 1, "{v}");
     assert!(
-        v.0[0].starts_with("the dljob.dev/hostfile annotation (307890 bytes, one line per host) would bring the pod's annotations to 307970 bytes; the API server refuses more than 262144: "),
+        v.0[0].message.starts_with("the dljob.dev/hostfile annotation (307890 bytes, one line per host) would bring the pod's annotations to 307970 bytes; the API server refuses more than 262144: "),
         "{}",
-        v.0[0]
+        v.0[0].message
     );
     // Workers carry no hostfile: they are not refused for it.
     let worker = pod(

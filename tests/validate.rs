@@ -69,7 +69,7 @@ fn problems_with(
 ) -> Vec<String> {
     match validate(kind, obj, old, Some("ml"), &Config::default(), peers) {
         Ok(_) => Vec::new(),
-        Err(v) => v.0,
+        Err(v) => v.0.into_iter().map(|v| v.message).collect(),
     }
 }
 
@@ -527,4 +527,60 @@ fn a_statefulset_whose_pods_could_not_start_is_refused_before_it_makes_them() {
     w["metadata"]["annotations"] =
         json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "master=1,worker=1400"});
     accepted(Kind::StatefulSet, &w);
+}
+
+/// The rules behind the refusals, with their stable reasons (what a metric
+/// label or a condition reason carries).
+fn rules(kind: Kind, obj: &Value, old: Option<&Value>) -> Vec<&'static str> {
+    match validate(kind, obj, old, Some("ml"), &Config::default(), &[]) {
+        Ok(_) => Vec::new(),
+        Err(v) => v.0.iter().map(|v| v.rule.reason()).collect(),
+    }
+}
+
+#[test]
+fn every_refusal_names_its_rule() {
+    assert_eq!(
+        rules(
+            Kind::Pod,
+            &pod(
+                json!({"dljob.dev/job": "j", "dljob.dev/role": "worker"}),
+                json!({"dljob.dev/framework": "tensorflw", "dljob.dev/replicas": "worker=1"})
+            ),
+            None
+        ),
+        vec!["UnknownFramework"]
+    );
+    assert_eq!(
+        rules(
+            Kind::StatefulSet,
+            &sts(
+                3,
+                json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "master=1,worker=2"})
+            ),
+            None
+        ),
+        vec!["SizeMismatch"]
+    );
+    assert_eq!(
+        rules(
+            Kind::Pod,
+            &pod(
+                json!({"dljob.dev/job": "j", "dljob.dev/role": "worker", "dljob.dev/framework": "jax"}),
+                json!({"dljob.dev/replicas": "worker=1"})
+            ),
+            None
+        ),
+        vec!["MisplacedKey"]
+    );
+    let (obj, old) = review("validate-update-statefulset-resnet-worker.json");
+    assert_eq!(
+        rules(Kind::StatefulSet, &obj, old.as_ref()),
+        vec!["SizeMismatch"]
+    );
+    let mut changed = obj.clone();
+    changed["spec"]["replicas"] = json!(2);
+    changed["metadata"]["labels"]["dljob.dev/role"] = json!("ps");
+    let got = rules(Kind::StatefulSet, &changed, old.as_ref());
+    assert_eq!(got[0], "ImmutableKey", "{got:?}");
 }

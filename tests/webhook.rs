@@ -1308,6 +1308,8 @@ async fn metrics_count_reviews_by_endpoint_kind_operation_and_decision() {
         for line in [
             r#"dljob_webhook_reviews_total{endpoint="mutate",kind="Pod",operation="CREATE",allowed="true"} 2"#,
             r#"dljob_webhook_reviews_total{endpoint="validate",kind="StatefulSet",operation="UPDATE",allowed="false"} 1"#,
+            // The denial's rule: the StatefulSet was scaled past its role.
+            r#"dljob_webhook_denials_total{endpoint="validate",rule="SizeMismatch"} 1"#,
             r#"dljob_webhook_rejected_requests_total{endpoint="mutate",reason="bad_request"} 1"#,
             r#"dljob_webhook_review_duration_seconds_count{endpoint="mutate"} 3"#,
             r#"dljob_webhook_review_duration_seconds_count{endpoint="validate"} 1"#,
@@ -1563,6 +1565,7 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
         assert_eq!(line["object"], "team-a/resnet-worker-2");
         assert_eq!(line["operation"], "CREATE");
         assert_eq!(line["allowed"], false);
+        assert_eq!(line["rule"], "IndexOutOfRange");
         assert_eq!(line["patch_ops"], 0);
         assert!(line["latency_ms"].is_number());
         assert!(

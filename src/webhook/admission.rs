@@ -61,6 +61,9 @@ pub struct Summary {
     pub warnings: usize,
     /// The denial's `status.message`.
     pub message: Option<String>,
+    /// The rule a denial enforced (`member::Rule::reason`), or `BadRequest`
+    /// for a review that could not be read as one.
+    pub rule: Option<&'static str>,
 }
 
 /// The small parts of `request` dljob reads. Unknown fields are ignored;
@@ -95,6 +98,8 @@ struct Denial {
     code: u16,
     reason: &'static str,
     message: String,
+    /// The first broken rule's stable reason.
+    rule: &'static str,
 }
 
 impl Denial {
@@ -103,6 +108,7 @@ impl Denial {
             code: 400,
             reason: "BadRequest",
             message,
+            rule: "BadRequest",
         }
     }
 
@@ -117,6 +123,7 @@ impl Denial {
         Self {
             code: 422,
             reason: "Invalid",
+            rule: v.0.first().map_or("Invalid", |first| first.rule.reason()),
             message: format!("dljob refused {what}: {v}"),
         }
     }
@@ -181,6 +188,7 @@ pub fn review(endpoint: Endpoint, body: &[u8], config: &Config, peers: &dyn Peer
             allowed: decision.denial.is_none(),
             patch_ops: decision.patch.as_ref().map_or(0, |p| p.0.len()),
             warnings: decision.warnings.len(),
+            rule: decision.denial.as_ref().map(|d| d.rule),
             message: decision.denial.map(|d| d.message),
             ..summary
         }),

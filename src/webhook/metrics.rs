@@ -20,6 +20,12 @@ struct ReviewLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DenialLabels {
+    endpoint: &'static str,
+    rule: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndpointLabels {
     endpoint: &'static str,
 }
@@ -61,6 +67,7 @@ type HistogramFamily = Family<EndpointLabels, Histogram, fn() -> Histogram>;
 #[derive(Clone)]
 pub struct Metrics {
     reviews: Family<ReviewLabels, Counter>,
+    denials: Family<DenialLabels, Counter>,
     latency: HistogramFamily,
     rejected: Family<RejectedLabels, Counter>,
     tls_reloads: Family<ReloadLabels, Counter>,
@@ -76,6 +83,7 @@ impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self {
             reviews: Family::default(),
+            denials: Family::default(),
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             rejected: Family::default(),
             tls_reloads: Family::default(),
@@ -84,6 +92,11 @@ impl Metrics {
             "dljob_webhook_reviews",
             "AdmissionReviews answered, by endpoint, kind, operation and decision",
             m.reviews.clone(),
+        );
+        registry.register(
+            "dljob_webhook_denials",
+            "Reviews denied, by endpoint and the rule the first problem broke (member::Rule)",
+            m.denials.clone(),
         );
         registry.register(
             "dljob_webhook_review_duration_seconds",
@@ -112,6 +125,14 @@ impl Metrics {
                 allowed: if s.allowed { "true" } else { "false" },
             })
             .inc();
+        if let (false, Some(rule)) = (s.allowed, s.rule) {
+            self.denials
+                .get_or_create(&DenialLabels {
+                    endpoint: endpoint.as_str(),
+                    rule,
+                })
+                .inc();
+        }
         self.observe_latency(endpoint, latency);
     }
 

@@ -441,6 +441,7 @@ fn log_review(endpoint: Endpoint, s: &Summary, latency: Duration, every: bool) {
                 warnings = s.warnings,
                 latency_ms,
                 denial = s.message.as_deref(),
+                rule = s.rule,
                 "review"
             )
         };
