@@ -14,6 +14,21 @@ use serde_json::{Map, Value};
 mod common;
 use common::{dljob, repo};
 
+/// `dljob label -f FILE --job tf --framework tensorflow EXTRA…`.
+fn label_tf(file: &str, extra: &[&str], stdin: Option<&str>) -> common::Run {
+    let mut args = vec![
+        "label",
+        "-f",
+        file,
+        "--job",
+        "tf",
+        "--framework",
+        "tensorflow",
+    ];
+    args.extend_from_slice(extra);
+    dljob(&args, stdin)
+}
+
 /// A scratch directory under the target directory, unique to `name`.
 fn scratch_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -235,18 +250,7 @@ fn ambiguous_roles_are_asked_for_naming_each_workload_and_the_roles() {
     let text = TF_STRIPPED
         .replace("tf-chief", "trainer")
         .replace("tf-workers", "tf-pool");
-    let run = dljob(
-        &[
-            "label",
-            "-f",
-            "-",
-            "--job",
-            "tf",
-            "--framework",
-            "tensorflow",
-        ],
-        Some(&text),
-    );
+    let run = label_tf("-", &[], Some(&text));
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(run.stdout.is_empty(), "{run:?}");
     assert_eq!(
@@ -256,15 +260,9 @@ fn ambiguous_roles_are_asked_for_naming_each_workload_and_the_roles() {
          error: 2 problems; nothing was printed\n"
     );
     // Told, it labels; the topology is in tensorflow's role order.
-    let run = dljob(
+    let run = label_tf(
+        "-",
         &[
-            "label",
-            "-f",
-            "-",
-            "--job",
-            "tf",
-            "--framework",
-            "tensorflow",
             "--role",
             "Pod/trainer=chief",
             "--role",
@@ -305,18 +303,7 @@ fn ambiguous_roles_are_asked_for_naming_each_workload_and_the_roles() {
 
 #[test]
 fn output_is_labelled_in_place_keeping_comments_and_validates() {
-    let run = dljob(
-        &[
-            "label",
-            "-f",
-            "-",
-            "--job",
-            "tf",
-            "--framework",
-            "tensorflow",
-        ],
-        Some(TF_STRIPPED),
-    );
+    let run = label_tf("-", &[], Some(TF_STRIPPED));
     assert!(run.success(), "{run:?}");
     let want = "\
 # The training workloads, as a user has them before dljob.
@@ -370,15 +357,9 @@ spec:
 
 #[test]
 fn label_on_its_own_output_prints_the_same_bytes() {
-    let first = dljob(
+    let first = label_tf(
+        "-",
         &[
-            "label",
-            "-f",
-            "-",
-            "--job",
-            "tf",
-            "--framework",
-            "tensorflow",
             "--set",
             "backoff-limit=5",
             "--set",
@@ -426,20 +407,7 @@ fn label_on_its_own_output_prints_the_same_bytes() {
         assert_eq!(again.stdout, first.stdout);
     }
     // A disagreeing key is named, not overwritten.
-    let other = dljob(
-        &[
-            "label",
-            "-f",
-            "-",
-            "--job",
-            "tf",
-            "--framework",
-            "tensorflow",
-            "--set",
-            "backoff-limit=7",
-        ],
-        Some(&first.stdout),
-    );
+    let other = label_tf("-", &["--set", "backoff-limit=7"], Some(&first.stdout));
     assert_eq!(other.code, Some(1), "{other:?}");
     assert!(
         other.stderr.starts_with(
@@ -470,40 +438,14 @@ fn label_on_its_own_output_prints_the_same_bytes() {
 
 #[test]
 fn set_refuses_unknown_keys_listing_the_known_ones_and_bad_values_as_validate_does() {
-    let run = dljob(
-        &[
-            "label",
-            "-f",
-            "-",
-            "--job",
-            "tf",
-            "--framework",
-            "tensorflow",
-            "--set",
-            "dljob.dev/retries=3",
-        ],
-        Some(TF_STRIPPED),
-    );
+    let run = label_tf("-", &["--set", "dljob.dev/retries=3"], Some(TF_STRIPPED));
     assert_eq!(run.code, Some(1), "{run:?}");
     assert_eq!(
         run.stderr,
         "--set dljob.dev/retries: not a key dljob label sets; known keys are port, slots, elastic, restart-policy, backoff-limit, clean-pod-policy, ttl-seconds-after-finished, active-deadline-seconds (with or without the dljob.dev/ prefix)\n\
          error: 1 problem; nothing was printed\n"
     );
-    let run = dljob(
-        &[
-            "label",
-            "-f",
-            "-",
-            "--job",
-            "tf",
-            "--framework",
-            "tensorflow",
-            "--set",
-            "restart-policy=Always",
-        ],
-        Some(TF_STRIPPED),
-    );
+    let run = label_tf("-", &["--set", "restart-policy=Always"], Some(TF_STRIPPED));
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(run.stdout.is_empty(), "{run:?}");
     assert!(
@@ -531,18 +473,7 @@ data:
 #[test]
 fn non_members_pass_through_byte_for_byte_and_in_place_rewrites_only_changed_files() {
     let input = format!("---\n{CONFIG_MAP}---\n{TF_STRIPPED}");
-    let run = dljob(
-        &[
-            "label",
-            "-f",
-            "-",
-            "--job",
-            "tf",
-            "--framework",
-            "tensorflow",
-        ],
-        Some(&input),
-    );
+    let run = label_tf("-", &[], Some(&input));
     assert!(run.success(), "{run:?}");
     let (first, _) = run.stdout["---\n".len()..]
         .split_once("---\n")
@@ -554,37 +485,13 @@ fn non_members_pass_through_byte_for_byte_and_in_place_rewrites_only_changed_fil
     std::fs::write(dir.join("a-config.yaml"), CONFIG_MAP).unwrap();
     std::fs::write(dir.join("b-job.yaml"), TF_STRIPPED).unwrap();
     let d = dir.to_str().unwrap();
-    let refused = dljob(
-        &[
-            "label",
-            "-f",
-            "-",
-            "--in-place",
-            "--job",
-            "tf",
-            "--framework",
-            "tensorflow",
-        ],
-        Some(TF_STRIPPED),
-    );
+    let refused = label_tf("-", &["--in-place"], Some(TF_STRIPPED));
     assert_eq!(refused.code, Some(2), "{refused:?}");
     assert_eq!(
         refused.stderr,
         "error: --in-place rewrites files: it cannot be used with -f -\n"
     );
-    let run = dljob(
-        &[
-            "label",
-            "-f",
-            d,
-            "--in-place",
-            "--job",
-            "tf",
-            "--framework",
-            "tensorflow",
-        ],
-        None,
-    );
+    let run = label_tf(d, &["--in-place"], None);
     assert!(run.success(), "{run:?}");
     assert!(run.stdout.is_empty(), "{run:?}");
     assert_eq!(
@@ -602,19 +509,7 @@ fn non_members_pass_through_byte_for_byte_and_in_place_rewrites_only_changed_fil
         "{job}"
     );
     // Labelled already: a second run writes nothing.
-    let again = dljob(
-        &[
-            "label",
-            "-f",
-            d,
-            "--in-place",
-            "--job",
-            "tf",
-            "--framework",
-            "tensorflow",
-        ],
-        None,
-    );
+    let again = label_tf(d, &["--in-place"], None);
     assert!(again.success(), "{again:?}");
     assert!(again.stderr.is_empty(), "{again:?}");
     assert_eq!(
