@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{dljob, repo};
+use common::{dljob, repo, CONFIG_MAP};
 
 fn example(rel: &str) -> String {
     repo().join("examples").join(rel).display().to_string()
@@ -45,20 +45,6 @@ spec:
     metadata: {labels: {dljob.dev/job: ddp, dljob.dev/role: worker}}
     spec:
       containers: [{name: pytorch, image: pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime}]
-";
-
-/// A document dljob must not touch, with comments, odd spacing and quoting.
-const CONFIG_MAP: &str = "\
-# Settings the trainer reads; dljob leaves this document alone.
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: settings   # keep this comment
-data:
-  lr: \"0.1\"    
-  flags: '--fast'
-  script: |
-    echo   \"spaces kept\"
 ";
 
 const WORKER_POD: &str = "\

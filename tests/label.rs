@@ -12,7 +12,7 @@ use dljob::object::Kind;
 use serde_json::{Map, Value};
 
 mod common;
-use common::{dljob, repo};
+use common::{dljob, repo, CONFIG_MAP};
 
 /// `dljob label -f FILE --job tf --framework tensorflow EXTRA…`.
 fn label_tf(file: &str, extra: &[&str], stdin: Option<&str>) -> common::Run {
@@ -455,20 +455,6 @@ fn set_refuses_unknown_keys_listing_the_known_ones_and_bad_values_as_validate_do
         "{run:?}"
     );
 }
-
-/// A document dljob must not touch, with comments, odd spacing and quoting.
-const CONFIG_MAP: &str = "\
-# Settings the trainer reads; dljob leaves this document alone.
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: settings   # keep this comment
-data:
-  lr: \"0.1\"    
-  flags: '--fast'
-  script: |
-    echo   \"spaces kept\"
-";
 
 #[test]
 fn non_members_pass_through_byte_for_byte_and_in_place_rewrites_only_changed_files() {

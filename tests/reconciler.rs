@@ -759,27 +759,26 @@ async fn an_ssh_secret_that_already_exists_counts_as_created() {
 fn scaled_world(size: u32) -> World {
     const TOPOLOGY: &str = "master=1,worker=2";
     World {
-        pods: vec![
-            bare_pod("mnist", "pytorch", TOPOLOGY, "master", 0, running()),
+        pods: std::iter::once(bare_pod(
+            "mnist",
+            "pytorch",
+            TOPOLOGY,
+            "master",
+            0,
+            running(),
+        ))
+        .chain((0..2).map(|i| {
             owned_pod(
                 "StatefulSet",
                 "worker",
                 "pytorch",
                 TOPOLOGY,
                 "worker",
-                0,
+                i,
                 running(),
-            ),
-            owned_pod(
-                "StatefulSet",
-                "worker",
-                "pytorch",
-                TOPOLOGY,
-                "worker",
-                1,
-                running(),
-            ),
-        ],
+            )
+        }))
+        .collect(),
         statefulsets: vec![statefulset("mnist", "pytorch", TOPOLOGY, "worker", size)],
         services: vec!["mnist"],
         ..World::default()

@@ -432,6 +432,19 @@ pub fn set(env: &mut Env, name: &str, value: impl Into<String>) {
 pub(crate) mod test_support {
     use super::*;
 
+    /// Job `j` in namespace `ns` with `topology`, port 1 and 1 slot.
+    pub fn job(topology: &Topology) -> Job<'_> {
+        Job {
+            name: "j",
+            namespace: "ns",
+            cluster_domain: "",
+            topology,
+            port: 1,
+            slots: 1,
+            elastic: None,
+        }
+    }
+
     /// Env of `framework` for (role, index) in namespace `ns` (framework vars only).
     pub fn env_of(
         framework: &str,
@@ -489,13 +502,8 @@ mod tests {
     fn hosts_are_job_role_index_under_the_job_service() {
         let t = Topology::parse("worker=2").unwrap();
         let mut job = Job {
-            name: "j",
-            namespace: "ns",
-            cluster_domain: "",
-            topology: &t,
             port: 1234,
-            slots: 1,
-            elastic: None,
+            ..test_support::job(&t)
         };
         assert_eq!(job.host("worker", 1), "j-worker-1.j.ns.svc");
         assert_eq!(job.host_port("worker", 0), "j-worker-0.j.ns.svc:1234");
@@ -550,15 +558,7 @@ mod tests {
     #[test]
     fn host_pattern_names_every_host() {
         let t = Topology::parse("worker=2").unwrap();
-        let mut job = Job {
-            name: "j",
-            namespace: "ns",
-            cluster_domain: "",
-            topology: &t,
-            port: 1,
-            slots: 1,
-            elastic: None,
-        };
+        let mut job = test_support::job(&t);
         assert_eq!(job.host_pattern(), "j-{role}-{index}.j.ns.svc");
         job.cluster_domain = "cluster.local";
         assert_eq!(

@@ -60,7 +60,7 @@ impl Framework for Paddle {
 #[cfg(test)]
 mod tests {
     use crate::contract::Topology;
-    use crate::frameworks::test_support::{env_of, get};
+    use crate::frameworks::test_support::{env_of, get, job};
     use crate::frameworks::{by_name, Job, Member};
 
     #[test]
@@ -83,13 +83,8 @@ mod tests {
         let f = by_name("paddle").unwrap();
         let t = Topology::parse("master=1,worker=2").unwrap();
         let job = Job {
-            name: "j",
-            namespace: "ns",
-            cluster_domain: "",
-            topology: &t,
             port: 36543,
-            slots: 1,
-            elastic: None,
+            ..job(&t)
         };
         let member = |role, index| Member {
             role,

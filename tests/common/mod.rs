@@ -93,3 +93,17 @@ pub fn dljob(args: &[&str], stdin: Option<&str>) -> Run {
         stderr: err.join().expect("stderr reader"),
     }
 }
+
+/// A document dljob must not touch, with comments, odd spacing and quoting.
+pub const CONFIG_MAP: &str = "\
+# Settings the trainer reads; dljob leaves this document alone.
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings   # keep this comment
+data:
+  lr: \"0.1\"    
+  flags: '--fast'
+  script: |
+    echo   \"spaces kept\"
+";
