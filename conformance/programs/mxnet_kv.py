@@ -5,9 +5,10 @@ exits when the job ends; workers create a dist_sync kvstore (ps-lite, from
 DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER), push
 rank+1 to a few keys and pull the aggregate."""
 
-import json
 import os
 import socket
+
+import report
 
 import mxnet as mx
 
@@ -25,11 +26,11 @@ for k in keys:
     values = set(out.asnumpy().ravel().tolist())
     assert len(values) == 1, values
     pulled[k] = values.pop()
-print("RESULT " + json.dumps({
+report.result({
     "rank": kv.rank,
     "num_workers": kv.num_workers,
     "type": kv.type,
     "pulled": pulled,
     "hostname": socket.gethostname(),
     "dmlc_rank": os.environ.get("DMLC_RANK"),
-}), flush=True)
+})

@@ -2,9 +2,10 @@
 TFConfigClusterResolver makes of the injected TF_CONFIG in this pod, and
 where each cluster address leads from here."""
 
-import json
 import os
 import socket
+
+import report
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
@@ -15,7 +16,7 @@ resolved = {
     addr: socket.gethostbyname(addr.rsplit(":", 1)[0])
     for addrs in spec.values() for addr in addrs
 }
-print("RESULT " + json.dumps({
+report.result({
     "cluster": spec,
     "task_type": resolver.task_type,
     "task_id": resolver.task_id,
@@ -25,4 +26,4 @@ print("RESULT " + json.dumps({
     "num_workers": resolver.cluster_spec().num_tasks("worker") if "worker" in spec else 0,
     "resolved": resolved,
     "hostname": socket.gethostname(),
-}), flush=True)
+})

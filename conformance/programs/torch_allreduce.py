@@ -3,9 +3,10 @@ DDP scripts do (env:// — MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, whether
 set by dljob or by torchrun), all-reduces rank+1 and gathers every rank's
 pod hostname."""
 
-import json
 import os
 import socket
+
+import report
 
 import torch
 import torch.distributed as dist
@@ -16,7 +17,7 @@ t = torch.tensor([float(rank + 1)])
 dist.all_reduce(t)
 hosts = [None] * world
 dist.all_gather_object(hosts, socket.gethostname())
-print("RESULT " + json.dumps({
+report.result({
     "rank": rank,
     "world": world,
     "sum": t.item(),
@@ -25,5 +26,5 @@ print("RESULT " + json.dumps({
     "group_rank": os.environ.get("GROUP_RANK"),
     "group_world_size": os.environ.get("GROUP_WORLD_SIZE"),
     "hostname": socket.gethostname(),
-}), flush=True)
+})
 dist.destroy_process_group()

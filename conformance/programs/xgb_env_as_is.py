@@ -1,8 +1,9 @@
 """What XGBoost makes of the injected DMLC_* env passed as it is, and of
 none at all."""
 
-import json
 import os
+
+import report
 
 from xgboost import collective
 
@@ -16,4 +17,4 @@ collective.init()
 out["bare"] = {"rank": collective.get_rank(), "world": collective.get_world_size(),
                "distributed": collective.is_distributed()}
 collective.finalize()
-print("RESULT " + json.dumps(out), flush=True)
+report.result(out)

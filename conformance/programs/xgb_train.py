@@ -11,6 +11,8 @@ import json
 import os
 import socket
 
+import report
+
 import numpy as np
 import xgboost as xgb
 from xgboost import collective
@@ -45,13 +47,13 @@ with collective.CommunicatorContext(**args):
         num_boost_round=3,
     )
     trees = json.dumps(json.loads(booster.save_raw("json"))["learner"]["gradient_booster"]["model"]["trees"], sort_keys=True)
-    print("RESULT " + json.dumps({
+    report.result({
         "rank": rank,
         "world": world,
         "sum": float(total[0]),
         "model": hashlib.sha256(trees.encode()).hexdigest(),
         "hostname": socket.gethostname(),
-    }), flush=True)
+    })
 
 if tracker is not None:
     tracker.wait_for(60)
