@@ -15,7 +15,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion};
 use dljob::config::Config;
 use dljob::contract::{Policies, Topology};
-use dljob::crd::{DLJob, DLJobSpec, DLJobStatus, JobCleanPodPolicy, JobRestartPolicy, Phase};
+use dljob::crd::{DLJob, DLJobStatus, JobSpec, Phase};
 use dljob::frameworks;
 use dljob::member::PodOwner;
 use dljob::object::Kind;
@@ -357,17 +357,7 @@ fn member_statefulset(job: &str, role: &str, size: u32) -> StatefulSet {
 fn dljob(name: &str) -> DLJob {
     let mut j = DLJob::new(
         name,
-        DLJobSpec {
-            framework: "pytorch".into(),
-            replicas: TOPOLOGY.into(),
-            port: 23456,
-            restart_policy: JobRestartPolicy::ExitCode,
-            backoff_limit: 3,
-            clean_pod_policy: JobCleanPodPolicy::Running,
-            ttl_seconds_after_finished: None,
-            active_deadline_seconds: None,
-            ssh_path: None,
-        },
+        JobSpec::new("pytorch", Topology::parse(TOPOLOGY).unwrap(), 23456),
     );
     j.metadata.namespace = Some(NS.into());
     j.metadata.uid = Some(format!("uid-{name}"));

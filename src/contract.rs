@@ -1,7 +1,11 @@
 //! The user-facing contract: label and annotation keys (DESIGN §1) and their
 //! typed parsing. Everything here is pure and allocation-light.
 
+use std::borrow::Cow;
 use std::fmt;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
 
 /// Label: the job name. Selects members for the webhooks and the Service.
 pub const JOB: &str = "dljob.dev/job";
@@ -54,10 +58,11 @@ pub const JOB_WIDE_ANNOTATIONS: &[&str] = &[
     CLEAN_POD_POLICY,
     TTL_SECONDS_AFTER_FINISHED,
     ACTIVE_DEADLINE_SECONDS,
+    SSH_PATH,
 ];
 
 /// Annotations a user may set on a member that are not job-wide.
-pub const MEMBER_ANNOTATIONS: &[&str] = &[INDEX, CONTAINER, ORDERED_START, SSH_PATH];
+pub const MEMBER_ANNOTATIONS: &[&str] = &[INDEX, CONTAINER, ORDERED_START];
 
 /// Annotations dljob itself writes.
 pub const OWN_ANNOTATIONS: &[&str] = &[HOSTFILE, SCALED_FROM];
@@ -193,6 +198,21 @@ impl Topology {
     }
 
     /// Same roles and counts, whatever the order they were written in.
+    /// The same roles and counts with `order`'s roles first, in that order;
+    /// roles `order` does not name follow in declared order.
+    pub fn ordered_by(&self, order: &[&str]) -> Topology {
+        let named = order
+            .iter()
+            .filter_map(|o| self.roles.iter().find(|(r, _)| r == o));
+        let rest = self
+            .roles
+            .iter()
+            .filter(|(r, _)| !order.contains(&r.as_str()));
+        Topology {
+            roles: named.chain(rest).cloned().collect(),
+        }
+    }
+
     pub fn same_as(&self, other: &Topology) -> bool {
         self.roles.len() == other.roles.len()
             && self.roles.iter().all(|(r, n)| other.count(r) == Some(*n))
@@ -233,13 +253,24 @@ pub enum CleanPodPolicy {
     None,
 }
 
-/// The job-wide policies of DESIGN §1.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The job-wide policies of DESIGN §1, serialized as the DLJob spec's
+/// fields of the same names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct Policies {
+    /// `dljob.dev/restart-policy`.
+    #[serde(rename = "restartPolicy")]
     pub restart: RestartPolicy,
+    /// `dljob.dev/backoff-limit`: retries before the job fails.
     pub backoff_limit: u32,
+    /// `dljob.dev/clean-pod-policy`.
+    #[serde(rename = "cleanPodPolicy")]
     pub clean_pod: CleanPodPolicy,
+    /// `dljob.dev/ttl-seconds-after-finished`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds_after_finished: Option<u32>,
+    /// `dljob.dev/active-deadline-seconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_deadline_seconds: Option<u32>,
 }
 
@@ -359,6 +390,77 @@ pub fn pod_hostname(job: &str, role: &str, index: u32) -> String {
 /// once per host of a 1000-host hostfile).
 pub fn push_u32(s: &mut String, n: u32) {
     s.push_str(itoa::Buffer::new().format(n));
+}
+
+/// Serialized (in the DLJob spec) exactly as the annotation is written, and
+/// read back by the annotation's own parser, so the spec and the
+/// annotations cannot drift apart. The schema lets the API server refuse
+/// what the parser would.
+macro_rules! as_annotation_text {
+    ($t:ty, $parse:expr, $schema:expr) => {
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = Cow::<'de, str>::deserialize(d)?;
+                let parse: fn(&str) -> Result<$t, String> = $parse;
+                parse(&text).map_err(serde::de::Error::custom)
+            }
+        }
+        impl JsonSchema for $t {
+            fn inline_schema() -> bool {
+                true
+            }
+            fn schema_name() -> Cow<'static, str> {
+                Cow::Borrowed(stringify!($t))
+            }
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                $schema
+            }
+        }
+    };
+}
+
+/// One `role=count` entry of a topology (roles are DNS-1035 labels).
+const ENTRY_PATTERN: &str = "[a-z]([-a-z0-9]*[a-z0-9])?=[0-9]+";
+
+as_annotation_text!(
+    Topology,
+    |s| Topology::parse(s).map_err(|e| e.to_string()),
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": format!("^{ENTRY_PATTERN}(,{ENTRY_PATTERN})*$"),
+    })
+);
+as_annotation_text!(
+    Elastic,
+    Elastic::parse,
+    schemars::json_schema!({"type": "string", "pattern": "^[0-9]+:[0-9]+$"})
+);
+as_annotation_text!(
+    RestartPolicy,
+    |s| RestartPolicy::parse(s).ok_or_else(|| format!("unknown restart policy {s:?}")),
+    schemars::json_schema!({"type": "string", "enum": ["ExitCode", "Never"]})
+);
+as_annotation_text!(
+    CleanPodPolicy,
+    |s| CleanPodPolicy::parse(s).ok_or_else(|| format!("unknown clean-pod policy {s:?}")),
+    schemars::json_schema!({"type": "string", "enum": ["Running", "All", "None"]})
+);
+
+impl fmt::Display for RestartPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for CleanPodPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! from the members' annotations; its status is computed by
 //! [`crate::reconciler::status`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -13,10 +13,17 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::{CleanPodPolicy, Policies, RestartPolicy};
+use crate::contract::{Elastic, Policies, Topology};
+use crate::frameworks::{self, Framework};
 
-/// What the members of one job agree on, as the reconciler first saw it.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+// Two members agree when their `JobSpec`s are equal, and the DLJob's spec
+// is the `JobSpec` itself, so a job-wide key is added in one place: a field
+// here and its parse step in `member::job_spec`. Field names are the
+// annotation keys in camelCase (`dljob.dev/clean-pod-policy` is
+// `cleanPodPolicy`); `JobSpec::differences` relies on that.
+/// Everything the members of one job must agree on, from their annotations,
+/// as the reconciler first saw it.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[kube(
     group = "dljob.dev",
     version = "v1alpha1",
@@ -33,79 +40,87 @@ use crate::contract::{CleanPodPolicy, Policies, RestartPolicy};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-pub struct DLJobSpec {
+pub struct JobSpec {
     /// `dljob.dev/framework`.
     pub framework: String,
-    /// `dljob.dev/replicas`: the whole job's topology, e.g. `ps=2,worker=4`.
-    pub replicas: String,
-    /// The framework port the headless Service exposes.
+    /// `dljob.dev/replicas`: the whole job's topology, e.g. `ps=2,worker=4`,
+    /// in declared order (the order ranks follow where roles are free).
+    pub replicas: Topology,
+    /// The framework port (`dljob.dev/port`, else the config's, else the
+    /// framework's default); the headless Service exposes it.
     pub port: u16,
-    /// `dljob.dev/restart-policy`.
-    pub restart_policy: JobRestartPolicy,
-    /// `dljob.dev/backoff-limit`: retries before the job fails.
-    pub backoff_limit: u32,
-    /// `dljob.dev/clean-pod-policy`.
-    pub clean_pod_policy: JobCleanPodPolicy,
-    /// `dljob.dev/ttl-seconds-after-finished`.
+    /// mpi/chainer: hostfile slots per worker (`dljob.dev/slots`).
+    #[serde(default = "default_slots")]
+    pub slots: u32,
+    /// pytorch: the elastic range (`dljob.dev/elastic`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds_after_finished: Option<u32>,
-    /// `dljob.dev/active-deadline-seconds`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_deadline_seconds: Option<u32>,
+    pub elastic: Option<Elastic>,
+    /// Restart, backoff, clean-up and deadline policies.
+    #[serde(flatten)]
+    pub policies: Policies,
     /// mpi/chainer: where the SSH Secret is mounted (`dljob.dev/ssh-path`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_path: Option<String>,
 }
 
-/// `dljob.dev/restart-policy`.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum JobRestartPolicy {
-    ExitCode,
-    Never,
+fn default_slots() -> u32 {
+    crate::member::DEFAULT_SLOTS
 }
 
-/// `dljob.dev/clean-pod-policy`.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum JobCleanPodPolicy {
-    Running,
-    All,
-    None,
-}
-
-impl DLJobSpec {
-    /// The policies in the core's types.
-    pub fn policies(&self) -> Policies {
-        Policies {
-            restart: match self.restart_policy {
-                JobRestartPolicy::ExitCode => RestartPolicy::ExitCode,
-                JobRestartPolicy::Never => RestartPolicy::Never,
-            },
-            backoff_limit: self.backoff_limit,
-            clean_pod: match self.clean_pod_policy {
-                JobCleanPodPolicy::Running => CleanPodPolicy::Running,
-                JobCleanPodPolicy::All => CleanPodPolicy::All,
-                JobCleanPodPolicy::None => CleanPodPolicy::None,
-            },
-            ttl_seconds_after_finished: self.ttl_seconds_after_finished,
-            active_deadline_seconds: self.active_deadline_seconds,
+impl JobSpec {
+    /// A job that sets only its framework, topology and port: every other
+    /// key at its default.
+    pub fn new(framework: &str, replicas: Topology, port: u16) -> Self {
+        Self {
+            framework: framework.to_owned(),
+            replicas,
+            port,
+            slots: default_slots(),
+            elastic: None,
+            policies: Policies::default(),
+            ssh_path: None,
         }
     }
 
-    /// The spec fields that come from policies.
-    pub fn set_policies(&mut self, p: &Policies) {
-        self.restart_policy = match p.restart {
-            RestartPolicy::ExitCode => JobRestartPolicy::ExitCode,
-            RestartPolicy::Never => JobRestartPolicy::Never,
-        };
-        self.backoff_limit = p.backoff_limit;
-        self.clean_pod_policy = match p.clean_pod {
-            CleanPodPolicy::Running => JobCleanPodPolicy::Running,
-            CleanPodPolicy::All => JobCleanPodPolicy::All,
-            CleanPodPolicy::None => JobCleanPodPolicy::None,
-        };
-        self.ttl_seconds_after_finished = p.ttl_seconds_after_finished;
-        self.active_deadline_seconds = p.active_deadline_seconds;
+    /// The framework, when the name is one dljob knows.
+    pub fn framework(&self) -> Option<&'static dyn Framework> {
+        frameworks::by_name(&self.framework)
     }
+
+    /// Where `self` and `other` differ: (annotation key, this value, the
+    /// other's value), by key; empty when they agree. Values are
+    /// shown as written in annotations, `unset` when absent.
+    pub fn differences(&self, other: &JobSpec) -> Vec<(String, String, String)> {
+        let (Ok(Value::Object(mine)), Ok(Value::Object(theirs))) =
+            (serde_json::to_value(self), serde_json::to_value(other))
+        else {
+            unreachable!("a JobSpec serializes to an object");
+        };
+        let show = |v: Option<&Value>| match v {
+            None | Some(Value::Null) => "unset".to_owned(),
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        };
+        let keys: BTreeSet<&String> = mine.keys().chain(theirs.keys()).collect();
+        keys.into_iter()
+            .filter(|k| mine.get(*k) != theirs.get(*k))
+            .map(|k| (annotation_key(k), show(mine.get(k)), show(theirs.get(k))))
+            .collect()
+    }
+}
+
+/// `cleanPodPolicy` → `dljob.dev/clean-pod-policy`.
+fn annotation_key(field: &str) -> String {
+    let mut key = String::from("dljob.dev/");
+    for ch in field.chars() {
+        if ch.is_ascii_uppercase() {
+            key.push('-');
+            key.push(ch.to_ascii_lowercase());
+        } else {
+            key.push(ch);
+        }
+    }
+    key
 }
 
 /// The job's lifecycle phase.
@@ -282,6 +297,101 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn spec() -> JobSpec {
+        JobSpec::new(
+            "tensorflow",
+            Topology::parse("chief=1,worker=2").unwrap(),
+            2222,
+        )
+    }
+
+    #[test]
+    fn job_spec_is_serialized_as_the_annotations_write_it() {
+        let mut s = spec();
+        s.elastic = Some(Elastic { min: 2, max: 4 });
+        s.policies.ttl_seconds_after_finished = Some(60);
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "framework": "tensorflow", "replicas": "chief=1,worker=2", "port": 2222,
+                "slots": 1, "elastic": "2:4", "restartPolicy": "ExitCode", "backoffLimit": 3,
+                "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 60
+            })
+        );
+        assert_eq!(serde_json::from_value::<JobSpec>(v).unwrap(), s);
+    }
+
+    #[test]
+    fn a_spec_written_before_slots_existed_still_reads() {
+        let old = serde_json::json!({
+            "framework": "mpi", "replicas": "launcher=1,worker=2", "port": 22,
+            "restartPolicy": "Never", "backoffLimit": 0, "cleanPodPolicy": "All",
+            "sshPath": "/home/mpi/.ssh"
+        });
+        let s: JobSpec = serde_json::from_value(old).unwrap();
+        assert_eq!(s.slots, 1);
+        assert_eq!(s.elastic, None);
+        assert_eq!(s.policies.restart, crate::contract::RestartPolicy::Never);
+        assert_eq!(s.ssh_path.as_deref(), Some("/home/mpi/.ssh"));
+    }
+
+    #[test]
+    fn a_spec_the_annotation_parser_refuses_does_not_read() {
+        let bad = serde_json::json!({
+            "framework": "mpi", "replicas": "launcher=0", "port": 22,
+            "restartPolicy": "ExitCode", "backoffLimit": 0, "cleanPodPolicy": "All"
+        });
+        let e = serde_json::from_value::<JobSpec>(bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("count must be at least 1"), "{e}");
+    }
+
+    /// `differences` names fields by their annotation keys: every field of
+    /// the spec is a job-wide annotation, and every job-wide annotation a
+    /// field.
+    #[test]
+    fn every_spec_field_is_a_job_wide_annotation() {
+        let mut s = spec();
+        s.elastic = Some(Elastic { min: 1, max: 3 });
+        s.policies.ttl_seconds_after_finished = Some(1);
+        s.policies.active_deadline_seconds = Some(1);
+        s.ssh_path = Some("/x".into());
+        let Value::Object(fields) = serde_json::to_value(&s).unwrap() else {
+            unreachable!()
+        };
+        let mut keys: Vec<String> = fields.keys().map(|f| annotation_key(f)).collect();
+        keys.sort();
+        let mut wide: Vec<&str> = crate::contract::JOB_WIDE_ANNOTATIONS.to_vec();
+        wide.sort();
+        assert_eq!(keys, wide);
+    }
+
+    #[test]
+    fn differences_name_each_key_with_both_values() {
+        let a = spec();
+        assert_eq!(a.differences(&a.clone()), vec![]);
+        let mut b = spec();
+        b.port = 2300;
+        b.policies.active_deadline_seconds = Some(600);
+        assert_eq!(
+            a.differences(&b),
+            vec![
+                (
+                    "dljob.dev/active-deadline-seconds".to_owned(),
+                    "unset".to_owned(),
+                    "600".to_owned()
+                ),
+                (
+                    "dljob.dev/port".to_owned(),
+                    "2222".to_owned(),
+                    "2300".to_owned()
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::config::Config;
 use crate::contract::{self as c, CleanPodPolicy, Elastic, Policies, RestartPolicy, Topology};
+use crate::crd::JobSpec;
 use crate::frameworks::{self, Framework};
 use crate::object::{self, at, str_at, Kind};
 
@@ -161,7 +162,8 @@ pub enum PodOwner {
     Job,
 }
 
-/// Everything dljob reads from one member object.
+/// Everything dljob reads from one member object: what the whole job
+/// agrees on ([`JobSpec`]) and what is this member's own.
 #[derive(Clone)]
 pub struct MemberSpec {
     pub kind: Kind,
@@ -170,8 +172,10 @@ pub struct MemberSpec {
     pub namespace: String,
     pub job: String,
     pub role: String,
+    /// `spec.framework`, resolved.
     pub framework: &'static dyn Framework,
-    pub topology: Topology,
+    /// The job-wide keys; members agree when these are equal.
+    pub spec: JobSpec,
     /// The topology was not written but inferred from a workload's size.
     pub topology_inferred: bool,
     /// Pods: the replica index within the role.
@@ -180,15 +184,10 @@ pub struct MemberSpec {
     pub owner: PodOwner,
     /// StatefulSet replicas or Job completions.
     pub size: Option<u32>,
-    /// Effective port (annotation, else config, else framework default).
-    pub port: u16,
-    pub slots: u32,
-    pub elastic: Option<Elastic>,
-    pub policies: Policies,
     /// `dljob.dev/container`, when set.
     pub container: Option<String>,
+    /// `dljob.dev/ordered-start`.
     pub ordered_start: bool,
-    pub ssh_path: String,
 }
 
 impl fmt::Debug for MemberSpec {
@@ -200,10 +199,10 @@ impl fmt::Debug for MemberSpec {
             .field("job", &self.job)
             .field("role", &self.role)
             .field("framework", &self.framework.name())
-            .field("topology", &self.topology.to_string())
+            .field("topology", &self.spec.replicas.to_string())
             .field("index", &self.index)
             .field("size", &self.size)
-            .field("port", &self.port)
+            .field("port", &self.spec.port)
             .finish_non_exhaustive()
     }
 }
@@ -383,7 +382,59 @@ pub fn parse(
     meta.disagreements(&mut v);
     meta.misplaced_keys(&mut v);
     meta.unknown_keys(&mut warnings);
+    check_job_name(job, &mut v);
+    let role = role(&meta, &mut v);
+    let framework = framework(&meta, role, &mut v);
+    let size = workload_size(kind, object, &meta, &mut v);
+    let declared = topology(kind, object, &meta, role, size, &mut v);
+    if let Some(d) = &declared {
+        check_topology(job, kind, framework, role, size, d, &mut v);
+    }
+    let topology = declared.as_ref().map(|d| &d.topology);
+    let (index, owner) = match kind {
+        Kind::Pod => pod_index(object, &meta, role, topology, &mut v),
+        _ => (None, PodOwner::None),
+    };
+    let spec = job_spec(&meta, framework, topology, config, &mut v);
+    let ordered_start = ordered_start(&meta, &mut v);
+    let container = container(kind, object, &meta, &mut v);
 
+    if !v.is_empty() {
+        return Err(v);
+    }
+    // Everything below was checked above.
+    let (Some(framework), Some(role), Some(declared), Some(spec)) =
+        (framework, role, declared, spec)
+    else {
+        unreachable!("missing pieces are violations");
+    };
+    let namespace = str_at(object, &["metadata", "namespace"])
+        .filter(|s| !s.is_empty())
+        .or(namespace)
+        .unwrap_or("default");
+    let member = MemberSpec {
+        kind,
+        name: str_at(object, &["metadata", "name"])
+            .unwrap_or("")
+            .to_owned(),
+        namespace: namespace.to_owned(),
+        job: job.to_owned(),
+        role: role.to_owned(),
+        framework,
+        spec,
+        topology_inferred: declared.inferred,
+        index,
+        owner,
+        size,
+        container,
+        ordered_start,
+    };
+    slots_warning(&member, object, &mut warnings);
+    container_warning(&member, object, &mut warnings);
+    Ok(Some(Parsed { member, warnings }))
+}
+
+fn check_job_name(job: &str, v: &mut Violations) {
     if !c::is_dns1035_label(job) || job.len() > c::MAX_JOB_NAME {
         v.push(Rule::InvalidJobName, format!(
             "{} \"{job}\" is not a valid job name: use at most {} lowercase letters, digits and '-', starting with a letter (it names the Service and every pod's hostname)",
@@ -391,7 +442,11 @@ pub fn parse(
             c::MAX_JOB_NAME
         ));
     }
+}
 
+/// `dljob.dev/role` (a label; an annotation of that name is reported as
+/// misplaced by [`Meta::misplaced_keys`]).
+fn role<'v>(meta: &Meta<'v>, v: &mut Violations) -> Option<&'v str> {
     let role = meta.label(c::ROLE);
     if role.is_none() && meta.annotation(c::ROLE).is_none() {
         v.push(
@@ -399,6 +454,15 @@ pub fn parse(
             format!("label {} is missing: every member names its role", c::ROLE),
         );
     }
+    role
+}
+
+/// `dljob.dev/framework`, and whether it has the member's role.
+fn framework(
+    meta: &Meta<'_>,
+    role: Option<&str>,
+    v: &mut Violations,
+) -> Option<&'static dyn Framework> {
     let framework = match meta.annotation(c::FRAMEWORK) {
         None if meta.label(c::FRAMEWORK).is_some() => None, // misplaced_keys says it
         None => {
@@ -432,78 +496,91 @@ pub fn parse(
             v.push(Rule::UnknownRole, e);
         }
     }
+    framework
+}
 
-    let size = workload_size(kind, object, &mut v);
-    if kind != Kind::Pod && meta.annotation(c::INDEX).is_some() {
-        v.push(
-            Rule::IndexOnWorkload,
-            format!(
-            "annotation {} is for plain Pods; a {}'s pods take their index from the {}: remove it",
-            c::INDEX,
-            kind.as_str(),
-            if kind == Kind::Job {
-                "completion index"
-            } else {
-                "ordinal"
-            }
-        ),
-        );
-    }
+/// The job's topology as this member declares it.
+struct Declared {
+    topology: Topology,
+    /// Not written but inferred from a one-role workload's size.
+    inferred: bool,
+}
 
-    // Topology: written, or inferred from a one-role workload.
-    let (topology, inferred) = match meta.annotation(c::REPLICAS) {
-        Some(text) => match Topology::parse(text) {
-            Ok(t) => (Some(t), false),
+/// `dljob.dev/replicas`, or a one-role workload's size when it is absent.
+fn topology(
+    kind: Kind,
+    object: &Value,
+    meta: &Meta<'_>,
+    role: Option<&str>,
+    size: Option<u32>,
+    v: &mut Violations,
+) -> Option<Declared> {
+    if let Some(text) = meta.annotation(c::REPLICAS) {
+        return match Topology::parse(text) {
+            Ok(topology) => Some(Declared {
+                topology,
+                inferred: false,
+            }),
             Err(e) => {
                 v.push(Rule::InvalidTopology, e.to_string());
-                (None, false)
+                None
             }
-        },
-        None => match (kind, role, size) {
-            (Kind::StatefulSet | Kind::Job, Some(_), Some(n)) if n > c::MAX_REPLICAS => {
-                let field = if kind == Kind::Job {
-                    "completions"
-                } else {
-                    "replicas"
-                };
-                v.push(
-                    Rule::TooManyReplicas,
-                    format!(
-                        "{} {field} is {n}: a job has at most {} replicas in all",
-                        kind.as_str(),
-                        c::MAX_REPLICAS
-                    ),
-                );
-                (None, false)
-            }
-            (Kind::StatefulSet | Kind::Job, Some(r), Some(n)) if n > 0 => {
-                (Some(Topology::single(r, n)), true)
-            }
-            (Kind::Pod, _, _) if pod_owner(object) != PodOwner::None => {
-                v.push(Rule::MissingTopology, format!(
-                    "annotation {} is missing on a pod created by a {}: its pod template was not mutated by dljob (was the webhook down when the workload was created?); add {} to the template",
-                    c::REPLICAS,
-                    owner_name(pod_owner(object)),
-                    c::REPLICAS
-                ));
-                (None, false)
-            }
-            _ => {
-                v.push(Rule::MissingTopology, format!(
-                    "annotation {} is missing: declare the whole job's topology, e.g. \"worker=4\" (only a single-role StatefulSet or Indexed Job may leave it out)",
-                    c::REPLICAS
-                ));
-                (None, false)
-            }
-        },
-    };
+        };
+    }
+    match (kind, role, size) {
+        (Kind::StatefulSet | Kind::Job, Some(_), Some(n)) if n > c::MAX_REPLICAS => {
+            v.push(
+                Rule::TooManyReplicas,
+                format!(
+                    "{} {} is {n}: a job has at most {} replicas in all",
+                    kind.as_str(),
+                    size_field(kind),
+                    c::MAX_REPLICAS
+                ),
+            );
+            None
+        }
+        (Kind::StatefulSet | Kind::Job, Some(r), Some(n)) if n > 0 => Some(Declared {
+            topology: Topology::single(r, n),
+            inferred: true,
+        }),
+        (Kind::Pod, _, _) if pod_owner(object) != PodOwner::None => {
+            v.push(Rule::MissingTopology, format!(
+                "annotation {} is missing on a pod created by a {}: its pod template was not mutated by dljob (was the webhook down when the workload was created?); add {} to the template",
+                c::REPLICAS,
+                owner_name(pod_owner(object)),
+                c::REPLICAS
+            ));
+            None
+        }
+        _ => {
+            v.push(Rule::MissingTopology, format!(
+                "annotation {} is missing: declare the whole job's topology, e.g. \"worker=4\" (only a single-role StatefulSet or Indexed Job may leave it out)",
+                c::REPLICAS
+            ));
+            None
+        }
+    }
+}
 
-    if let (Some(f), Some(t)) = (framework, &topology) {
+/// The topology against the framework's roles, the member's role and size,
+/// and the hostnames it makes.
+fn check_topology(
+    job: &str,
+    kind: Kind,
+    framework: Option<&'static dyn Framework>,
+    role: Option<&str>,
+    size: Option<u32>,
+    declared: &Declared,
+    v: &mut Violations,
+) {
+    let t = &declared.topology;
+    if let Some(f) = framework {
         for problem in frameworks::check_topology(f, t) {
             v.push(Rule::RoleCount, problem);
         }
     }
-    if let (Some(t), Some(r)) = (&topology, role) {
+    if let Some(r) = role {
         match t.count(r) {
             None => v.push(
                 Rule::RoleNotInTopology,
@@ -514,92 +591,105 @@ pub fn parse(
                 ),
             ),
             Some(count) => {
-                if let (Some(n), false) = (size, inferred) {
+                if let (Some(n), false) = (size, declared.inferred) {
                     if n != count {
                         v.push(Rule::SizeMismatch, size_mismatch(kind, n, r, count, t));
                     }
                 }
             }
         }
-        let digits = (t.roles().map(|(_, n)| n).max().unwrap_or(1) - 1)
-            .to_string()
-            .len();
-        for (role, _) in t.roles() {
-            if job.len() + role.len() + digits + 2 > 63 {
-                v.push(Rule::HostnameTooLong, format!(
-                    "hostname \"{job}-{role}-N\" would be longer than 63 characters: shorten the job name or the role"
-                ));
-            }
+    }
+    let digits = (t.roles().map(|(_, n)| n).max().unwrap_or(1) - 1)
+        .to_string()
+        .len();
+    for (role, _) in t.roles() {
+        if job.len() + role.len() + digits + 2 > 63 {
+            v.push(Rule::HostnameTooLong, format!(
+                "hostname \"{job}-{role}-N\" would be longer than 63 characters: shorten the job name or the role"
+            ));
         }
     }
+}
 
-    let (index, owner) = if kind == Kind::Pod {
-        pod_index(object, &meta, role, topology.as_ref(), &mut v)
-    } else {
-        (None, PodOwner::None)
-    };
-
-    let policies = parse_policies(&meta, &mut v);
-    let port_annotation =
-        parse_number(&meta, c::PORT, 1, 65535, "a port number (1-65535)", &mut v).map(|p| p as u16);
+/// Everything the job's members must agree on. `None` when the framework
+/// or the topology is unknown (already a violation).
+fn job_spec(
+    meta: &Meta<'_>,
+    framework: Option<&'static dyn Framework>,
+    topology: Option<&Topology>,
+    config: &Config,
+    v: &mut Violations,
+) -> Option<JobSpec> {
+    let policies = parse_policies(meta, v);
+    let port =
+        parse_number(meta, c::PORT, 1, 65535, "a port number (1-65535)", v).map(|p| p as u16);
     let slots = parse_number(
-        &meta,
+        meta,
         c::SLOTS,
         1,
         c::MAX_SLOTS,
         &format!("a slot count (1-{})", c::MAX_SLOTS),
-        &mut v,
+        v,
     )
     .unwrap_or(DEFAULT_SLOTS);
-    let elastic = meta
-        .annotation(c::ELASTIC)
-        .and_then(|s| match Elastic::parse(s) {
-            Ok(e) => Some(e),
-            Err(msg) => {
-                v.push(Rule::InvalidValue, msg);
-                None
-            }
-        });
-    if let Some(e) = elastic {
-        if framework.is_some_and(|f| !f.elastic()) {
-            v.push(
-                Rule::ElasticNotSupported,
-                format!(
-                    "annotation {} is only for {} jobs: remove it",
-                    c::ELASTIC,
-                    frameworks::elastic_names()
-                ),
-            );
+    let elastic = elastic(meta, framework, topology, v);
+    let ssh_path = ssh_path(meta, v);
+    let (framework, topology) = (framework?, topology?);
+    Some(JobSpec {
+        framework: framework.name().to_owned(),
+        replicas: frameworks::in_rank_order(framework, topology),
+        port: port.unwrap_or_else(|| config.port_for(framework.name(), framework.default_port())),
+        slots,
+        elastic,
+        policies,
+        ssh_path: framework.uses_ssh().then_some(ssh_path),
+    })
+}
+
+/// `dljob.dev/elastic`, for frameworks with elastic training, covering the
+/// topology's size.
+fn elastic(
+    meta: &Meta<'_>,
+    framework: Option<&'static dyn Framework>,
+    topology: Option<&Topology>,
+    v: &mut Violations,
+) -> Option<Elastic> {
+    let e = match Elastic::parse(meta.annotation(c::ELASTIC)?) {
+        Ok(e) => e,
+        Err(msg) => {
+            v.push(Rule::InvalidValue, msg);
+            return None;
         }
-        if let Some(t) = &topology {
-            if t.total() < e.min || t.total() > e.max {
-                v.push(
-                    Rule::InvalidValue,
-                    format!(
-                        "{} \"{e}\" does not include the {} replicas of {} \"{t}\"",
-                        c::ELASTIC,
-                        t.total(),
-                        c::REPLICAS
-                    ),
-                );
-            }
-        }
+    };
+    if framework.is_some_and(|f| !f.elastic()) {
+        v.push(
+            Rule::ElasticNotSupported,
+            format!(
+                "annotation {} is only for {} jobs: remove it",
+                c::ELASTIC,
+                frameworks::elastic_names()
+            ),
+        );
     }
-    let ordered_start = match meta.annotation(c::ORDERED_START) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
+    if let Some(t) = topology {
+        if t.total() < e.min || t.total() > e.max {
             v.push(
                 Rule::InvalidValue,
                 format!(
-                    "{} \"{other}\" must be \"true\" or \"false\"",
-                    c::ORDERED_START
+                    "{} \"{e}\" does not include the {} replicas of {} \"{t}\"",
+                    c::ELASTIC,
+                    t.total(),
+                    c::REPLICAS
                 ),
             );
-            false
         }
-    };
-    let ssh_path = match meta.annotation(c::SSH_PATH) {
+    }
+    Some(e)
+}
+
+/// `dljob.dev/ssh-path`, without a trailing '/'.
+fn ssh_path(meta: &Meta<'_>, v: &mut Violations) -> String {
+    match meta.annotation(c::SSH_PATH) {
         None => DEFAULT_SSH_PATH.to_owned(),
         Some(p) if p.starts_with('/') && p.len() > 1 => p.trim_end_matches('/').to_owned(),
         Some(p) => {
@@ -612,78 +702,64 @@ pub fn parse(
             );
             DEFAULT_SSH_PATH.to_owned()
         }
-    };
-    let container = meta.annotation(c::CONTAINER).map(str::to_owned);
-    if let Some(name) = &container {
-        let spec = at(object, kind.pod_path()).and_then(|p| p.get("spec"));
-        let names: Vec<&str> = spec
-            .map(object::containers)
-            .unwrap_or(&[])
-            .iter()
-            .map(object::name_of)
-            .collect();
-        if !names.contains(&name.as_str()) {
-            v.push(
-                Rule::UnknownContainer,
-                format!(
-                    "{} \"{name}\" names no container of this {}; containers are {}",
-                    c::CONTAINER,
-                    kind.as_str(),
-                    names.join(", ")
-                ),
-            );
-        }
     }
-
-    if !v.is_empty() {
-        return Err(v);
-    }
-    // Everything below was checked above.
-    let (Some(framework), Some(role), Some(topology)) = (framework, role, topology) else {
-        unreachable!("missing pieces are violations");
-    };
-    let port = port_annotation
-        .unwrap_or_else(|| config.port_for(framework.name(), framework.default_port()));
-    let namespace = str_at(object, &["metadata", "namespace"])
-        .filter(|s| !s.is_empty())
-        .or(namespace)
-        .unwrap_or("default");
-    let member = MemberSpec {
-        kind,
-        name: str_at(object, &["metadata", "name"])
-            .unwrap_or("")
-            .to_owned(),
-        namespace: namespace.to_owned(),
-        job: job.to_owned(),
-        role: role.to_owned(),
-        framework,
-        topology,
-        topology_inferred: inferred,
-        index,
-        owner,
-        size,
-        port,
-        slots,
-        elastic,
-        policies,
-        container,
-        ordered_start,
-        ssh_path,
-    };
-    slots_warning(&member, object, &mut warnings);
-    container_warning(&member, object, &mut warnings);
-    Ok(Some(Parsed { member, warnings }))
 }
 
-fn size_mismatch(kind: Kind, n: u32, role: &str, count: u32, t: &Topology) -> String {
-    let field = if kind == Kind::Job {
+/// `dljob.dev/ordered-start`.
+fn ordered_start(meta: &Meta<'_>, v: &mut Violations) -> bool {
+    match meta.annotation(c::ORDERED_START) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{other}\" must be \"true\" or \"false\"",
+                    c::ORDERED_START
+                ),
+            );
+            false
+        }
+    }
+}
+
+/// `dljob.dev/container`, which must name a container of the pod.
+fn container(kind: Kind, object: &Value, meta: &Meta<'_>, v: &mut Violations) -> Option<String> {
+    let name = meta.annotation(c::CONTAINER)?;
+    let spec = at(object, kind.pod_path()).and_then(|p| p.get("spec"));
+    let names: Vec<&str> = spec
+        .map(object::containers)
+        .unwrap_or(&[])
+        .iter()
+        .map(object::name_of)
+        .collect();
+    if !names.contains(&name) {
+        v.push(
+            Rule::UnknownContainer,
+            format!(
+                "{} \"{name}\" names no container of this {}; containers are {}",
+                c::CONTAINER,
+                kind.as_str(),
+                names.join(", ")
+            ),
+        );
+    }
+    Some(name.to_owned())
+}
+
+fn size_field(kind: Kind) -> &'static str {
+    if kind == Kind::Job {
         "completions"
     } else {
         "replicas"
-    };
+    }
+}
+
+fn size_mismatch(kind: Kind, n: u32, role: &str, count: u32, t: &Topology) -> String {
     format!(
-        "{} {field} is {n} but {} \"{t}\" declares {role}={count}; make them equal (change the topology on every member of the job)",
+        "{} {} is {n} but {} \"{t}\" declares {role}={count}; make them equal (change the topology on every member of the job)",
         kind.as_str(),
+        size_field(kind),
         c::REPLICAS
     )
 }
@@ -696,8 +772,29 @@ fn owner_name(owner: PodOwner) -> &'static str {
     }
 }
 
-/// StatefulSet `replicas` (default 1) or Job `completions`; Job shape checks.
-fn workload_size(kind: Kind, object: &Value, v: &mut Violations) -> Option<u32> {
+/// StatefulSet `replicas` (default 1) or Job `completions`; Job shape
+/// checks; no `dljob.dev/index` on a workload.
+fn workload_size(kind: Kind, object: &Value, meta: &Meta<'_>, v: &mut Violations) -> Option<u32> {
+    let size = size_of(kind, object, v);
+    if kind != Kind::Pod && meta.annotation(c::INDEX).is_some() {
+        v.push(
+            Rule::IndexOnWorkload,
+            format!(
+                "annotation {} is for plain Pods; a {}'s pods take their index from the {}: remove it",
+                c::INDEX,
+                kind.as_str(),
+                if kind == Kind::Job {
+                    "completion index"
+                } else {
+                    "ordinal"
+                }
+            ),
+        );
+    }
+    size
+}
+
+fn size_of(kind: Kind, object: &Value, v: &mut Violations) -> Option<u32> {
     let num = |path: &[&str]| {
         at(object, path)
             .and_then(Value::as_u64)
@@ -1052,11 +1149,11 @@ fn slots_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>) {
         return;
     };
     let gpus = object::gpu_count(&object::containers(&pod["spec"])[i]).unwrap_or(0);
-    if gpus > 0 && gpus != m.slots {
+    if gpus > 0 && gpus != m.spec.slots {
         warnings.push(format!(
             "the worker's framework container requests {gpus} GPUs but the hostfile gives each worker {} slot{}; set {}: \"{gpus}\" on every member",
-            m.slots,
-            if m.slots == 1 { "" } else { "s" },
+            m.spec.slots,
+            if m.spec.slots == 1 { "" } else { "s" },
             c::SLOTS
         ));
     }
@@ -1069,34 +1166,15 @@ impl MemberSpec {
             name: &self.job,
             namespace: &self.namespace,
             cluster_domain: &config.cluster_domain,
-            topology: &self.topology,
-            port: self.port,
-            slots: self.slots,
-            elastic: self.elastic,
+            topology: &self.spec.replicas,
+            port: self.spec.port,
+            slots: self.spec.slots,
+            elastic: self.spec.elastic,
         }
     }
 
-    /// What every member of the job must agree on, for cross-member checks:
-    /// (what, this member's value) pairs.
-    pub fn agreement(&self) -> [(&'static str, String); 5] {
-        let p = &self.policies;
-        [
-            (c::FRAMEWORK, self.framework.name().to_owned()),
-            (c::REPLICAS, self.topology.to_string()),
-            (c::PORT, self.port.to_string()),
-            (c::SLOTS, self.slots.to_string()),
-            (
-                "policies",
-                format!(
-                    "restart-policy={} backoff-limit={} clean-pod-policy={} ttl-seconds-after-finished={} active-deadline-seconds={} elastic={}",
-                    p.restart.as_str(),
-                    p.backoff_limit,
-                    p.clean_pod.as_str(),
-                    p.ttl_seconds_after_finished.map_or("none".into(), |n| n.to_string()),
-                    p.active_deadline_seconds.map_or("none".into(), |n| n.to_string()),
-                    self.elastic.map_or("none".into(), |e| e.to_string()),
-                ),
-            ),
-        ]
+    /// Where the SSH Secret is mounted (mpi/chainer).
+    pub fn ssh_path(&self) -> &str {
+        self.spec.ssh_path.as_deref().unwrap_or(DEFAULT_SSH_PATH)
     }
 }

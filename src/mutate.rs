@@ -116,7 +116,7 @@ fn mutate_workload(m: &MemberSpec, obj: &mut Value, op: Operation, warnings: &mu
             obj,
             &["metadata", "annotations"],
             c::REPLICAS,
-            &m.topology.to_string(),
+            &m.spec.replicas.to_string(),
         );
     }
     let template_mutable = m.kind == Kind::StatefulSet || op == Operation::Create;
@@ -133,9 +133,7 @@ fn mutate_workload(m: &MemberSpec, obj: &mut Value, op: Operation, warnings: &mu
                 set_missing_at(obj, tpl, "labels", key, v);
             }
         }
-        let propagated = c::JOB_WIDE_ANNOTATIONS
-            .iter()
-            .chain(&[c::CONTAINER, c::SSH_PATH]);
+        let propagated = c::JOB_WIDE_ANNOTATIONS.iter().chain(&[c::CONTAINER]);
         for key in propagated {
             if let Some(Value::String(v)) = own_annotations.get(*key) {
                 set_missing_at(obj, tpl, "annotations", key, v);
@@ -147,7 +145,7 @@ fn mutate_workload(m: &MemberSpec, obj: &mut Value, op: Operation, warnings: &mu
                 tpl,
                 "annotations",
                 c::REPLICAS,
-                &m.topology.to_string(),
+                &m.spec.replicas.to_string(),
             );
         }
     }
@@ -243,7 +241,7 @@ pub fn size_violations(m: &MemberSpec, object: &Value, config: &Config) -> Vec<S
     };
     let index = m
         .index
-        .unwrap_or_else(|| m.topology.count_or_zero(&m.role).saturating_sub(1));
+        .unwrap_or_else(|| m.spec.replicas.count_or_zero(&m.role).saturating_sub(1));
     let Some(plan) = plan_pod_at(m, pod, config, index) else {
         return Vec::new();
     };
@@ -333,7 +331,7 @@ fn pod_patch(m: &MemberSpec, pod: &Value, config: &Config, warnings: &mut Vec<St
                 "name": SSH_VOLUME,
                 "secret": {"secretName": ssh_secret_name(&m.job), "defaultMode": SSH_MODE}
             }),
-            json!({"name": SSH_VOLUME, "mountPath": m.ssh_path, "readOnly": true}),
+            json!({"name": SSH_VOLUME, "mountPath": m.ssh_path(), "readOnly": true}),
         ));
     }
 
@@ -348,7 +346,7 @@ fn pod_patch(m: &MemberSpec, pod: &Value, config: &Config, warnings: &mut Vec<St
         plan.env.iter().map(|(n, v)| (n.as_str(), v.as_str())),
         warnings,
     );
-    merge_port(&mut edits, fc, fc_name, m.port, warnings);
+    merge_port(&mut edits, fc, fc_name, m.spec.port, warnings);
     let mut wanted: Vec<Value> = Vec::with_capacity(4);
     for (volume, mount) in volumes {
         if merge_mount(&mut edits, fc, fc_name, mount, warnings) {

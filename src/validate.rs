@@ -75,13 +75,13 @@ fn immutable_keys(
     // single-role workload counts as a change too.
     let effective = |o: &Value| -> Option<Topology> {
         match member::parse(kind, o, namespace, config) {
-            Ok(Some(p)) => Some(p.member.topology),
+            Ok(Some(p)) => Some(p.member.spec.replicas),
             _ => annotation(o, c::REPLICAS).and_then(|t| Topology::parse(&t).ok()),
         }
     };
     let (before, after) = (effective(old), effective(new));
     let same = match (&before, &after) {
-        (Some(a), Some(b)) => a.same_as(b),
+        (Some(a), Some(b)) => a == b,
         (None, None) => annotation(old, c::REPLICAS) == annotation(new, c::REPLICAS),
         _ => false,
     };
@@ -114,7 +114,6 @@ fn changed(key: &str, before: Option<&str>, after: Option<&str>) -> String {
 /// Every member of a job agrees on framework, topology and policies, and no
 /// two pods claim the same (role, index).
 fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
-    let mine = m.agreement();
     for peer in peers {
         if peer.job != m.job || peer.namespace != m.namespace {
             continue;
@@ -123,18 +122,11 @@ fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
             continue; // the same object
         }
         let who = format!("{} \"{}\"", peer.kind.as_str(), peer.name);
-        for ((what, value), (_, theirs)) in mine.iter().zip(peer.agreement().iter()) {
-            let agree = if *what == c::REPLICAS {
-                m.topology.same_as(&peer.topology)
-            } else {
-                value == theirs
-            };
-            if !agree {
-                v.push(Rule::PeerDisagrees, format!(
-                    "{what} is {value} here but {theirs} on {who} of job \"{}\"; every member of a job must agree",
-                    m.job
-                ));
-            }
+        for (what, value, theirs) in m.spec.differences(&peer.spec) {
+            v.push(Rule::PeerDisagrees, format!(
+                "{what} is {value} here but {theirs} on {who} of job \"{}\"; every member of a job must agree",
+                m.job
+            ));
         }
         if m.kind == Kind::Pod
             && peer.kind == Kind::Pod

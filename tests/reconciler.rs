@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dljob::config::Config;
-use dljob::crd::{DLJob, DLJobSpec, JobCleanPodPolicy, JobRestartPolicy};
+use dljob::contract::Topology;
+use dljob::crd::{DLJob, JobSpec};
 use dljob::reconciler::controller::{self, Context, Stores};
 use dljob::reconciler::metrics::Metrics;
 use dljob::reconciler::observe::{self, MemberIndex, MemberObject};
@@ -160,17 +161,7 @@ fn owned_pod(
 fn dljob(framework: &str, replicas: &str) -> DLJob {
     let mut j = DLJob::new(
         "mnist",
-        DLJobSpec {
-            framework: framework.into(),
-            replicas: replicas.into(),
-            port: 23456,
-            restart_policy: JobRestartPolicy::ExitCode,
-            backoff_limit: 3,
-            clean_pod_policy: JobCleanPodPolicy::Running,
-            ttl_seconds_after_finished: None,
-            active_deadline_seconds: None,
-            ssh_path: None,
-        },
+        JobSpec::new(framework, Topology::parse(replicas).unwrap(), 23456),
     );
     j.metadata.namespace = Some(NS.into());
     j.metadata.uid = Some("job-uid".into());
@@ -903,7 +894,8 @@ async fn first_sight_of_a_member_creates_its_dljob_once() {
                     b["spec"],
                     json!({
                         "framework": "pytorch", "replicas": "master=1,worker=1", "port": 23456,
-                        "restartPolicy": "ExitCode", "backoffLimit": 3, "cleanPodPolicy": "Running"
+                        "slots": 1, "restartPolicy": "ExitCode", "backoffLimit": 3,
+                        "cleanPodPolicy": "Running"
                     })
                 );
             },

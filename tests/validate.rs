@@ -488,7 +488,20 @@ fn members_must_agree_with_their_peers() {
     // Different policy.
     assert_eq!(
         problems_with(Kind::Pod, &tf_pod("worker", json!({"dljob.dev/backoff-limit": "5"})), None, &peers),
-        vec!["policies is restart-policy=ExitCode backoff-limit=5 clean-pod-policy=Running ttl-seconds-after-finished=none active-deadline-seconds=none elastic=none here but restart-policy=ExitCode backoff-limit=3 clean-pod-policy=Running ttl-seconds-after-finished=none active-deadline-seconds=none elastic=none on Pod \"chief\" of job \"mnist\"; every member of a job must agree"]
+        vec!["dljob.dev/backoff-limit is 5 here but 3 on Pod \"chief\" of job \"mnist\"; every member of a job must agree"]
+    );
+    // Every key that differs is named, with both values.
+    assert_eq!(
+        problems_with(
+            Kind::Pod,
+            &tf_pod("worker", json!({"dljob.dev/port": "2300", "dljob.dev/ttl-seconds-after-finished": "60"})),
+            None,
+            &peers
+        ),
+        vec![
+            "dljob.dev/port is 2300 here but 2222 on Pod \"chief\" of job \"mnist\"; every member of a job must agree",
+            "dljob.dev/ttl-seconds-after-finished is 60 here but unset on Pod \"chief\" of job \"mnist\"; every member of a job must agree",
+        ]
     );
     // Two pods claiming the same replica.
     let mut w1 = tf_pod("worker", json!({}));
@@ -502,6 +515,36 @@ fn members_must_agree_with_their_peers() {
     );
     // The object itself (UPDATE) is not its own peer.
     assert!(problems_with(Kind::Pod, &w1, None, &peers).is_empty());
+}
+
+/// A generic job's ranks follow the declared order of its roles, so two
+/// members that order them differently would both have a rank 0: they
+/// disagree. A framework with fixed roles ranks them its own way, and any
+/// order agrees (the tensorflow case above).
+#[test]
+fn generic_members_must_declare_roles_in_the_same_order() {
+    let cfg = Config::default();
+    let generic = |role: &str, name: &str, replicas: &str| {
+        let mut p = pod(
+            json!({"dljob.dev/job": "sim", "dljob.dev/role": role}),
+            json!({"dljob.dev/framework": "generic", "dljob.dev/replicas": replicas, "dljob.dev/index": "0"}),
+        );
+        p["metadata"]["name"] = json!(name);
+        p
+    };
+    let trainer = generic("trainer", "t0", "trainer=1,reader=1");
+    let peers = peers_of([(Kind::Pod, &trainer)], Some("ml"), &cfg);
+    assert!(problems_with(
+        Kind::Pod,
+        &generic("reader", "r0", "trainer=1,reader=1"),
+        None,
+        &peers
+    )
+    .is_empty());
+    assert_eq!(
+        problems_with(Kind::Pod, &generic("reader", "r0", "reader=1,trainer=1"), None, &peers),
+        vec!["dljob.dev/replicas is reader=1,trainer=1 here but trainer=1,reader=1 on Pod \"t0\" of job \"sim\"; every member of a job must agree"]
+    );
 }
 
 #[test]

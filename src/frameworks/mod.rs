@@ -191,6 +191,13 @@ pub fn rank_order<'t, F: Framework + ?Sized>(
     }
 }
 
+/// `topology` in rank order: equal for any two members whose topologies
+/// give every replica the same rank (declared order only matters where the
+/// framework leaves roles free).
+pub fn in_rank_order<F: Framework + ?Sized>(framework: &F, topology: &Topology) -> Topology {
+    topology.ordered_by(&rank_order(framework, topology))
+}
+
 /// Global rank of (role, index): replicas of earlier roles come first.
 pub fn rank<F: Framework + ?Sized>(
     framework: &F,

@@ -23,9 +23,8 @@ use super::observe::{self, MemberIndex};
 use super::resources;
 use super::status::{self, Action, JobPlan, Observed};
 use crate::config::Config;
-use crate::contract::{self as c, Topology};
+use crate::contract as c;
 use crate::crd::DLJob;
-use crate::frameworks;
 use crate::object::Kind;
 
 /// The field manager of every write.
@@ -90,13 +89,14 @@ pub fn plan_of(job: &DLJob) -> Result<JobPlan, Error> {
         job: job.name_any(),
         reason,
     };
-    let framework = frameworks::by_name(&job.spec.framework)
+    let framework = job
+        .spec
+        .framework()
         .ok_or_else(|| bad(format!("unknown framework {:?}", job.spec.framework)))?;
-    let topology = Topology::parse(&job.spec.replicas).map_err(|e| bad(e.to_string()))?;
     Ok(JobPlan {
         framework,
-        topology,
-        policies: job.spec.policies(),
+        topology: job.spec.replicas.clone(),
+        policies: job.spec.policies.clone(),
     })
 }
 

@@ -9,7 +9,7 @@ use kube::api::ObjectMeta;
 use kube::Resource;
 
 use crate::contract as c;
-use crate::crd::{DLJob, DLJobSpec, JobCleanPodPolicy, JobRestartPolicy};
+use crate::crd::DLJob;
 use crate::frameworks;
 use crate::member::MemberSpec;
 use crate::mutate;
@@ -21,19 +21,7 @@ pub fn uses_ssh(framework: &str) -> bool {
 
 /// The DLJob for the job `member` belongs to, from its annotations.
 pub fn dljob_for(member: &MemberSpec) -> DLJob {
-    let mut spec = DLJobSpec {
-        framework: member.framework.name().to_owned(),
-        replicas: member.topology.to_string(),
-        port: member.port,
-        restart_policy: JobRestartPolicy::ExitCode,
-        backoff_limit: 0,
-        clean_pod_policy: JobCleanPodPolicy::Running,
-        ttl_seconds_after_finished: None,
-        active_deadline_seconds: None,
-        ssh_path: member.framework.uses_ssh().then(|| member.ssh_path.clone()),
-    };
-    spec.set_policies(&member.policies);
-    let mut job = DLJob::new(&member.job, spec);
+    let mut job = DLJob::new(&member.job, member.spec.clone());
     job.metadata.namespace = Some(member.namespace.clone());
     job.metadata.labels = Some(BTreeMap::from([(c::JOB.to_owned(), member.job.clone())]));
     job
@@ -81,14 +69,14 @@ pub fn generate_key() -> Result<ssh_key::PrivateKey, ssh_key::Error> {
 /// The ssh client config: every host of the topology, no host key checks
 /// (the hosts' keys are generated at pod start and unknown in advance).
 pub fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> Option<String> {
-    let topology = c::Topology::parse(&job.spec.replicas).ok()?;
+    let topology = &job.spec.replicas;
     let name = job.metadata.name.as_deref()?;
     let namespace = job.metadata.namespace.as_deref()?;
     let view = frameworks::Job {
         name,
         namespace,
         cluster_domain,
-        topology: &topology,
+        topology,
         port: job.spec.port,
         slots: 1,
         elastic: None,
@@ -139,21 +127,13 @@ pub fn ssh_secret(job: &DLJob, key: &ssh_key::PrivateKey, cluster_domain: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::Topology;
+    use crate::crd::JobSpec;
 
     fn job(framework: &str, replicas: &str, port: u16) -> DLJob {
         let mut j = DLJob::new(
             "mnist",
-            DLJobSpec {
-                framework: framework.into(),
-                replicas: replicas.into(),
-                port,
-                restart_policy: JobRestartPolicy::ExitCode,
-                backoff_limit: 3,
-                clean_pod_policy: JobCleanPodPolicy::Running,
-                ttl_seconds_after_finished: None,
-                active_deadline_seconds: None,
-                ssh_path: None,
-            },
+            JobSpec::new(framework, Topology::parse(replicas).unwrap(), port),
         );
         j.metadata.namespace = Some("ml".into());
         j.metadata.uid = Some("u1".into());
