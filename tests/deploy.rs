@@ -520,7 +520,7 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
         (("apps", "statefulsets"), &["list", "patch", "watch"]),
         (("apps", "statefulsets/scale"), &["patch"]),
         (("batch", "jobs"), &["list", "patch", "watch"]),
-        (("", "services"), &["create", "list", "watch"]),
+        (("", "services"), &["create", "list", "patch", "watch"]),
         // Create only: no cluster-wide read of every Secret.
         (("", "secrets"), &["create"]),
         (("events.k8s.io", "events"), &["create", "patch"]),

@@ -19,7 +19,6 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
@@ -185,7 +184,7 @@ struct World {
     pods: Vec<Pod>,
     statefulsets: Vec<StatefulSet>,
     jobs: Vec<Job>,
-    services: Vec<&'static str>,
+    services: Vec<Service>,
 }
 
 fn fill<K>(
@@ -208,20 +207,32 @@ where
     store
 }
 
-fn meta_store<K>(names: &[&str]) -> kube::runtime::reflector::Store<PartialObjectMeta<K>>
-where
-    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
+/// The job's Service as a real API server holds it once dljob created
+/// it: the captured `tf-ps` Service (`../shared/fixtures/cluster`), renamed
+/// to this suite's job, with its port.
+fn served(port: u16) -> Service {
+    let list: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/fixtures/cluster/services.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let text = serde_json::to_string(&list["items"][0])
+        .unwrap()
+        .replace("tf-ps", "mnist")
+        .replace("capture-397557", NS)
+        .replace("55041422-aea7-49a9-8c94-f34a36d0b255", "job-uid")
+        .replace("2222", &port.to_string());
+    serde_json::from_str(&text).unwrap()
+}
+
+fn service_store(services: Vec<Service>) -> kube::runtime::reflector::Store<Service> {
     let mut writer = Writer::default();
     let store = writer.as_reader();
-    for n in names {
-        let o = kube::api::ObjectMeta {
-            name: Some((*n).into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        }
-        .into_request_partial::<K>();
-        writer.apply_watcher_event(&watcher::Event::Apply(o));
+    for svc in services {
+        writer.apply_watcher_event(&watcher::Event::Apply(svc));
     }
     store
 }
@@ -234,7 +245,8 @@ fn context(world: World, dljobs: Vec<DLJob>) -> (Arc<Context>, Handle) {
         pods: fill(world.pods, observe::trim_pod, &index),
         statefulsets: fill(world.statefulsets, observe::trim_statefulset, &index),
         jobs: fill(world.jobs, observe::trim_job, &index),
-        services: meta_store::<Service>(&world.services),
+        services: service_store(world.services),
+        owned_changed: tokio::sync::broadcast::channel(1).0,
     };
     let mut writer = Writer::default();
     let dljob_store = writer.as_reader();
@@ -386,9 +398,11 @@ async fn new_job_gets_its_service_a_status_and_an_event() {
         handle,
         vec![
             call(
-                "POST",
-                format!("/api/v1/namespaces/{NS}/services?&fieldManager=dljob"),
+                "PATCH",
+                format!("/api/v1/namespaces/{NS}/services/mnist?&force=true&fieldManager=dljob"),
                 |b| {
+                    // A server-side apply body names its type.
+                    assert_eq!((&b["apiVersion"], &b["kind"]), (&json!("v1"), &json!("Service")));
                     assert_eq!(b["metadata"]["name"], "mnist");
                     assert_eq!(b["metadata"]["ownerReferences"][0]["uid"], "job-uid");
                     assert_eq!(b["metadata"]["ownerReferences"][0]["controller"], true);
@@ -461,7 +475,7 @@ async fn unchanged_job_is_reconciled_without_any_call() {
     let (ctx, handle) = context(
         World {
             pods: pods.clone(),
-            services: vec!["mnist"],
+            services: vec![served(23456)],
             ..World::default()
         },
         vec![],
@@ -504,7 +518,7 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
                     terminated(137, "OOMKilled"),
                 ),
             ],
-            services: vec!["mnist"],
+            services: vec![served(23456)],
             ..World::default()
         },
         vec![],
@@ -604,7 +618,7 @@ async fn coordinator_success_stops_statefulsets_and_suspends_jobs() {
             ],
             statefulsets: vec![sts.clone()],
             jobs: vec![chief.clone()],
-            services: vec!["mnist"],
+            services: vec![served(23456)],
         },
         vec![],
     );
@@ -665,7 +679,7 @@ fn mpi_world() -> World {
             0,
             json!({"waiting": {}}),
         )],
-        services: vec!["mnist"],
+        services: vec![served(22)],
         ..World::default()
     }
 }
@@ -771,7 +785,7 @@ fn scaled_world(size: u32) -> World {
         }))
         .collect(),
         statefulsets: vec![statefulset("mnist", "pytorch", TOPOLOGY, "worker", size)],
-        services: vec!["mnist"],
+        services: vec![served(23456)],
         ..World::default()
     }
 }
@@ -869,6 +883,47 @@ async fn a_statefulset_scaled_beyond_its_role_gets_a_condition_and_one_event() {
             },
             with_status(&jj, &json!({"status": {"phase": "Running"}})),
         )],
+    )
+    .await;
+}
+
+/// A Service someone edited (its selector no longer selects the job's
+/// pods) is applied again; one the API server merely defaulted is not
+/// (every other scenario here has one, and expects no Service call).
+#[tokio::test]
+async fn a_drifted_service_is_applied_again() {
+    let job = dljob("pytorch", PYTORCH);
+    let mut edited = served(23456);
+    edited.spec.as_mut().unwrap().selector = Some([("app".to_owned(), "other".to_owned())].into());
+    let world = World {
+        pods: vec![
+            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
+        ],
+        services: vec![edited],
+        ..World::default()
+    };
+    let (ctx, handle) = context(world, vec![job.clone()]);
+    let jj = job.clone();
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                format!("/api/v1/namespaces/{NS}/services/mnist?&force=true&fieldManager=dljob"),
+                |b| assert_eq!(b["spec"]["selector"], json!({"dljob.dev/job": "mnist"})),
+                Value::Null,
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                |_| {},
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            call("POST", events_uri(), |_| {}, Value::Null),
+        ],
     )
     .await;
 }
@@ -1052,6 +1107,7 @@ async fn first_write_after_an_outage(down_for: Duration) -> (String, Duration) {
         statefulsets: Writer::default().as_reader(),
         jobs: Writer::default().as_reader(),
         services: Writer::default().as_reader(),
+        owned_changed: tokio::sync::broadcast::channel(1).0,
     };
     let (_tx, config) = tokio::sync::watch::channel(Config::default());
     let metrics = Arc::new(Metrics::default());
@@ -1119,7 +1175,10 @@ async fn a_reconcile_follows_within_seconds_after_the_api_server_is_back() {
     for down_for in [Duration::from_secs(120), Duration::from_secs(5)] {
         let (write, after) = first_write_after_an_outage(down_for).await;
         // The reconcile's first call: the job's headless Service.
-        assert_eq!(write, format!("POST /api/v1/namespaces/{NS}/services"));
+        assert_eq!(
+            write,
+            format!("PATCH /api/v1/namespaces/{NS}/services/mnist")
+        );
         // Each watch retries at most WATCH_BACKOFF_MAX after its last
         // failure; the controller's debounce adds one second.
         assert!(

@@ -7,11 +7,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{
-    Api, DeleteParams, PartialObjectMeta, Patch, PatchParams, PostParams, Preconditions,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -20,7 +18,7 @@ use serde_json::json;
 
 use super::metrics::Metrics;
 use super::observe::{self, MemberIndex};
-use super::resources;
+use super::resources::{self, Keep, Owned};
 use super::status::{self, Action, JobPlan, Observed};
 use crate::config::Config;
 use crate::contract as c;
@@ -62,7 +60,11 @@ pub struct Stores {
     pub pods: Store<Pod>,
     pub statefulsets: Store<StatefulSet>,
     pub jobs: Store<Job>,
-    pub services: Store<PartialObjectMeta<Service>>,
+    /// The owned Services (full objects: their drift is repaired).
+    pub services: Store<Service>,
+    /// Owned objects that changed, as their jobs: the controller
+    /// reconciles them (only the leader listens).
+    pub owned_changed: tokio::sync::broadcast::Sender<ObjectRef<DLJob>>,
 }
 
 /// What every reconcile shares.
@@ -110,6 +112,69 @@ fn tolerate(result: Result<(), kube::Error>, codes: &[u16]) -> Result<(), kube::
 const NOT_FOUND: u16 = 404;
 const CONFLICT: u16 = 409;
 
+/// What the reflectors hold of an owned object.
+pub enum Current {
+    Absent,
+    Present(serde_json::Value),
+    /// A kind no reflector watches: assume it drifted.
+    Unwatched,
+}
+
+impl Stores {
+    /// The cluster's copy of `owned`, as far as the reflectors know it.
+    pub fn current(&self, owned: &Owned) -> Current {
+        let namespace = owned
+            .object
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or_default();
+        let key = ObjectRef::new(owned.name()).within(namespace);
+        match owned.resource.kind.as_str() {
+            "Service" => self.services.get(&key).map_or(Current::Absent, |svc| {
+                Current::Present(serde_json::to_value(&*svc).unwrap_or_default())
+            }),
+            _ => Current::Unwatched,
+        }
+    }
+}
+
+/// Keeps one owned object as its [`Keep`] says: applies it when the
+/// cluster's copy is missing or lacks what it declares (force: dljob owns
+/// those fields), creates a create-once object (AlreadyExists is success).
+/// Returns whether it wrote.
+async fn keep(
+    client: &Client,
+    namespace: &str,
+    owned: &Owned,
+    current: Current,
+) -> Result<bool, kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &owned.resource);
+    match owned.keep {
+        Keep::CreateOnce => {
+            create_if_absent(api, &owned.object).await?;
+            Ok(true)
+        }
+        Keep::Apply => {
+            if let Current::Present(ref value) = current {
+                let desired =
+                    serde_json::to_value(&owned.object).map_err(kube::Error::SerdeError)?;
+                if resources::satisfies(value, &desired) {
+                    return Ok(false);
+                }
+                tracing::info!(object = %owned.describe(), %namespace, "repairing drift");
+            }
+            api.patch(
+                owned.name(),
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&owned.object),
+            )
+            .await?;
+            Ok(true)
+        }
+    }
+}
+
 /// Creates `object` unless it exists (AlreadyExists is success).
 async fn create_if_absent<K>(api: Api<K>, object: &K) -> Result<(), kube::Error>
 where
@@ -154,39 +219,12 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     let plan = plan_of(job)?;
     let client = &ctx.client;
 
-    let here = |n: &str| (n.to_owned(), namespace.clone());
-    let has_service = {
-        let (n, ns) = here(&name);
-        ctx.stores
-            .services
-            .get(&ObjectRef::new(&n).within(&ns))
-            .is_some()
-    };
-    if !has_service {
-        if let Some(svc) = resources::service(job) {
-            create_if_absent(Api::<Service>::namespaced(client.clone(), &namespace), &svc).await?;
-        }
-    }
-    // The SSH Secret is created once and recorded in the status: the
-    // reconciler neither watches nor reads Secrets (RBAC: create only).
+    let domain = ctx.config.borrow().cluster_domain.clone();
     let mut created_secret = None;
-    if resources::uses_ssh(&job.spec.framework) {
-        let secret_name = crate::mutate::ssh_secret_name(&name);
-        let recorded =
-            job.status.as_ref().and_then(|s| s.ssh_secret.as_deref()) == Some(secret_name.as_str());
-        if !recorded {
-            let key = resources::generate_key()?;
-            let domain = ctx.config.borrow().cluster_domain.clone();
-            if let Some(secret) = resources::ssh_secret(job, &key, &domain) {
-                // AlreadyExists: created by an earlier reconcile whose status
-                // write did not happen; it is the job's Secret all the same.
-                create_if_absent(
-                    Api::<Secret>::namespaced(client.clone(), &namespace),
-                    &secret,
-                )
-                .await?;
-                created_secret = Some(secret_name);
-            }
+    for owned in resources::owned(job, &domain, resources::generate_key)? {
+        let wrote = keep(client, &namespace, &owned, ctx.stores.current(&owned)).await?;
+        if wrote && owned.keep == Keep::CreateOnce {
+            created_secret = Some(owned.name().to_owned());
         }
     }
 

@@ -4,7 +4,8 @@
 //!   status, now) → (status, actions).
 //! - [`observe`]: trimming watched objects, the member index (the
 //!   validating webhook's peers, from memory) and the observations.
-//! - [`resources`]: the DLJob, Service and SSH Secret as values.
+//! - [`resources`]: the DLJob from a member, and the objects a job owns
+//!   (Service, SSH Secret) declared as data with how each is kept.
 //! - [`controller`]: the I/O: reconcile one DLJob, execute the actions,
 //!   create the DLJob on first sight of a member.
 //!
@@ -25,14 +26,14 @@ use futures::{future, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, PartialObjectMeta};
+use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use self::controller::{Context, Stores};
 use self::metrics::Metrics;
@@ -112,7 +113,8 @@ pub async fn start(
     );
     let (jobs, job_task) =
         watch_members::<Job>(&client, &members, &index, &config, observe::trim_job);
-    let (services, svc_task) = watch_metadata::<Service>(&client, &members);
+    let owned_changed = broadcast::channel(OWNED_CHANGES).0;
+    let (services, svc_task) = watch_owned::<Service>(&client, &members, owned_changed.clone());
     // The webhook is ready once the member caches its peer checks read
     // have listed (`/readyz` answers 503 until then).
     let synced = {
@@ -140,6 +142,7 @@ pub async fn start(
         statefulsets,
         jobs,
         services,
+        owned_changed,
     };
 
     let lead = lead(client, index.clone(), stores, metrics, config);
@@ -189,31 +192,58 @@ where
     (store, stream)
 }
 
-/// A metadata-only reflector (the owned Service: whether it exists is all
-/// the reconciler reads).
-fn watch_metadata<K>(
+/// How many owned-object changes wait for the controller before the
+/// oldest are dropped (their jobs are reconciled at the next resync).
+const OWNED_CHANGES: usize = 1024;
+
+/// A reflector over the objects the reconciler owns (labelled with their
+/// job), whole so that their drift can be seen. Every change is announced
+/// on `changed` as the owning job, for the controller to repair it: a
+/// deleted Service comes back within a second, not at the next resync.
+fn watch_owned<K>(
     client: &Client,
     cfg: &watcher::Config,
-) -> (
-    Store<PartialObjectMeta<K>>,
-    impl std::future::Future<Output = ()>,
-)
+    changed: broadcast::Sender<ObjectRef<DLJob>>,
+) -> (Store<K>, impl std::future::Future<Output = ()>)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = watcher(
-        Api::<PartialObjectMeta<K>>::all(client.clone()),
-        cfg.clone(),
-    )
-    .backoff(WatchBackoff::default())
-    .modify(|o: &mut PartialObjectMeta<K>| {
-        o.managed_fields_mut().clear();
-        o.annotations_mut().clear();
-    })
-    .reflect(writer)
-    .for_each(|_| future::ready(()));
+    let stream = watcher(Api::<K>::all(client.clone()), cfg.clone())
+        .backoff(WatchBackoff::default())
+        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .touched_objects()
+        .for_each(move |o| {
+            if let Ok(o) = o {
+                if let Some(job) = o.labels().get(c::JOB) {
+                    let owner = ObjectRef::new(job).within(&o.namespace().unwrap_or_default());
+                    let _ = changed.send(owner); // no receiver: not the leader
+                }
+            }
+            future::ready(())
+        });
     (store, stream)
+}
+
+/// The owned-object changes as a controller trigger.
+fn owned_trigger(
+    changed: &broadcast::Sender<ObjectRef<DLJob>>,
+) -> impl futures::Stream<Item = ObjectRef<DLJob>> + Send + 'static {
+    futures::stream::unfold(changed.subscribe(), |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(job) => return Some((job, rx)),
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::debug!(
+                        dropped = n,
+                        "owned-object changes dropped; the resync covers them"
+                    );
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
 }
 
 /// This replica's name in the Lease and in Events.
@@ -298,6 +328,7 @@ pub async fn run_controller(
         .watches_stream(member_trigger::<Pod>(client, &members), job_of)
         .watches_stream(member_trigger::<StatefulSet>(client, &members), job_of)
         .watches_stream(member_trigger::<Job>(client, &members), job_of)
+        .reconcile_on(owned_trigger(&stores.owned_changed))
         .graceful_shutdown_on(stopped(stop_rx.clone()));
     let ctx = Arc::new(Context {
         client: client.clone(),

@@ -1,12 +1,15 @@
-//! The objects the reconciler owns, built as plain values: the DLJob from a
-//! member, the headless Service and the mpi/chainer SSH Secret.
+//! The objects the reconciler owns, declared as data by pure functions of
+//! the job: the DLJob from a member, and [`owned`] — the headless Service
+//! and the mpi/chainer SSH Secret, each with how it is kept ([`Keep`]). The
+//! controller applies them all with one generic step.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::ObjectMeta;
+use kube::api::{ApiResource, DynamicObject, ObjectMeta};
 use kube::Resource;
+use serde_json::Value;
 
 use crate::contract as c;
 use crate::crd::DLJob;
@@ -14,9 +17,88 @@ use crate::frameworks;
 use crate::member::MemberSpec;
 use crate::mutate;
 
-/// Whether the named framework's pods reach each other over SSH.
-pub fn uses_ssh(framework: &str) -> bool {
-    frameworks::by_name(framework).is_some_and(|f| f.uses_ssh())
+/// How the reconciler keeps an object it owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Server-side applied whenever the cluster's copy lacks what it
+    /// declares (missing, or changed by another writer): drift is repaired.
+    Apply,
+    /// Created once, then never read or rewritten: regenerating it would
+    /// break what already uses it (the SSH key the pods have mounted). The
+    /// DLJob status records it.
+    CreateOnce,
+}
+
+/// An object the reconciler keeps for a job, as data.
+#[derive(Clone, Debug)]
+pub struct Owned {
+    pub resource: ApiResource,
+    pub object: DynamicObject,
+    pub keep: Keep,
+}
+
+impl Owned {
+    fn of<K>(object: &K, keep: Keep) -> Self
+    where
+        K: Resource<DynamicType = ()> + serde::Serialize,
+    {
+        let value = serde_json::to_value(object).expect("a Kubernetes object serializes");
+        Self {
+            resource: ApiResource::erase::<K>(&()),
+            object: serde_json::from_value(value).expect("a Kubernetes object is a DynamicObject"),
+            keep,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.object.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// `Kind/name`, for logs and errors.
+    pub fn describe(&self) -> String {
+        format!("{}/{}", self.resource.kind, self.name())
+    }
+}
+
+/// Everything the reconciler keeps for `job`: the headless Service, and
+/// for frameworks that use SSH the Secret (its key drawn by `new_key`)
+/// unless the status records it already. Empty until the DLJob has a uid
+/// (an owner reference needs it).
+pub fn owned(
+    job: &DLJob,
+    cluster_domain: &str,
+    new_key: impl FnOnce() -> Result<ssh_key::PrivateKey, ssh_key::Error>,
+) -> Result<Vec<Owned>, ssh_key::Error> {
+    let mut out = Vec::new();
+    let Some(svc) = service(job) else {
+        return Ok(out);
+    };
+    out.push(Owned::of(&svc, Keep::Apply));
+    let uses_ssh = job.spec.framework().is_some_and(|f| f.uses_ssh());
+    let secret_name = mutate::ssh_secret_name(&job.metadata.name.clone().unwrap_or_default());
+    let recorded = job.status.as_ref().and_then(|s| s.ssh_secret.as_deref()) == Some(&secret_name);
+    if uses_ssh && !recorded {
+        if let Some(secret) = ssh_secret(job, &new_key()?, cluster_domain) {
+            out.push(Owned::of(&secret, Keep::CreateOnce));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the cluster's copy of an object (`current`) holds everything
+/// `desired` declares: every field of an object, and for a list every
+/// element in some element of the current list. What the API server
+/// defaults or another writer adds beside it is not drift.
+pub fn satisfies(current: &Value, desired: &Value) -> bool {
+    match (current, desired) {
+        (Value::Object(c), Value::Object(d)) => d
+            .iter()
+            .all(|(k, dv)| c.get(k).is_some_and(|cv| satisfies(cv, dv))),
+        (Value::Array(c), Value::Array(d)) => {
+            d.iter().all(|dv| c.iter().any(|cv| satisfies(cv, dv)))
+        }
+        (c, d) => c == d,
+    }
 }
 
 /// The DLJob for the job `member` belongs to, from its annotations.
@@ -162,6 +244,82 @@ mod tests {
                 }
             })
         );
+    }
+
+    /// The captured Service a real API server held for `tf-ps`: dljob's
+    /// fields plus the server's defaults (clusterIPs, targetPort, …).
+    fn captured_service() -> Value {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/fixtures/cluster/services.json"
+        );
+        let list: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        list["items"][0].clone()
+    }
+
+    fn tf_ps() -> DLJob {
+        let mut j = job("tensorflow", "chief=1,worker=2,ps=1", 2222);
+        j.metadata.name = Some("tf-ps".into());
+        j.metadata.namespace = Some("capture-397557".into());
+        j.metadata.uid = Some("55041422-aea7-49a9-8c94-f34a36d0b255".into());
+        j
+    }
+
+    #[test]
+    fn a_defaulted_service_satisfies_the_declared_one_and_an_edited_one_does_not() {
+        let desired = serde_json::to_value(service(&tf_ps()).unwrap()).unwrap();
+        let current = captured_service();
+        assert!(satisfies(&current, &desired));
+        // A label another writer added is not drift.
+        let mut labelled = current.clone();
+        labelled["metadata"]["labels"]["team"] = "vision".into();
+        assert!(satisfies(&labelled, &desired));
+        // A changed selector, a removed owner, another port are.
+        let mut selector = current.clone();
+        selector["spec"]["selector"] = serde_json::json!({"app": "x"});
+        assert!(!satisfies(&selector, &desired));
+        let mut orphaned = current.clone();
+        orphaned["metadata"]["ownerReferences"] = serde_json::json!([]);
+        assert!(!satisfies(&orphaned, &desired));
+        let mut port = current;
+        port["spec"]["ports"][0]["port"] = 2300.into();
+        assert!(!satisfies(&port, &desired));
+    }
+
+    #[test]
+    fn owned_objects_are_the_service_and_for_ssh_frameworks_the_secret_once() {
+        let key = || {
+            Ok(ssh_key::PrivateKey::from(
+                ssh_key::private::Ed25519Keypair::from_seed(&[7; 32]),
+            ))
+        };
+        let kinds = |owned: &[Owned]| -> Vec<(String, Keep)> {
+            owned.iter().map(|o| (o.describe(), o.keep)).collect()
+        };
+        let tf = owned(&tf_ps(), "", key).unwrap();
+        assert_eq!(kinds(&tf), [("Service/tf-ps".to_owned(), Keep::Apply)]);
+        assert_eq!(tf[0].resource.plural, "services");
+        let mut mpi = job("mpi", "launcher=1,worker=2", 22);
+        assert_eq!(
+            kinds(&owned(&mpi, "", key).unwrap()),
+            [
+                ("Service/mnist".to_owned(), Keep::Apply),
+                ("Secret/mnist-ssh".to_owned(), Keep::CreateOnce)
+            ]
+        );
+        // Recorded in the status: never generated again.
+        mpi.status = Some(crate::crd::DLJobStatus {
+            ssh_secret: Some("mnist-ssh".into()),
+            ..Default::default()
+        });
+        let never = || -> Result<ssh_key::PrivateKey, ssh_key::Error> { panic!("a key was drawn") };
+        assert_eq!(
+            kinds(&owned(&mpi, "", never).unwrap()),
+            [("Service/mnist".to_owned(), Keep::Apply)]
+        );
+        // No uid yet: nothing can be owned.
+        mpi.metadata.uid = None;
+        assert!(owned(&mpi, "", never).unwrap().is_empty());
     }
 
     #[test]
