@@ -101,6 +101,7 @@ fn pod(
             last,
         }),
         manifest: None,
+        gated: false,
         name,
     }
 }

@@ -29,6 +29,9 @@ pub const ELASTIC: &str = "dljob.dev/elastic";
 pub const ORDERED_START: &str = "dljob.dev/ordered-start";
 /// Annotation (mpi/chainer): where the SSH Secret is mounted.
 pub const SSH_PATH: &str = "dljob.dev/ssh-path";
+/// The scheduling gate dljob puts on a launcher pod at admission and the
+/// reconciler removes once every other member runs.
+pub const WORKERS_READY_GATE: &str = "dljob.dev/workers-ready";
 /// Annotation written by dljob on pods: the hostfile content.
 pub const HOSTFILE: &str = "dljob.dev/hostfile";
 /// Annotation written by the reconciler on stopped StatefulSets.

@@ -18,6 +18,7 @@ pub enum List {
     Ports(usize),
     Mounts(usize),
     Volumes,
+    SchedulingGates,
 }
 
 impl List {
@@ -27,6 +28,7 @@ impl List {
             List::Ports(i) => (Some(i), "ports"),
             List::Mounts(i) => (Some(i), "volumeMounts"),
             List::Volumes => (None, "volumes"),
+            List::SchedulingGates => (None, "schedulingGates"),
         }
     }
 

@@ -380,6 +380,16 @@ fn pod_patch(m: &MemberSpec, pod: &Value, config: &Config, warnings: &mut Vec<St
     for volume in wanted {
         merge_volume(&mut edits, volume, warnings);
     }
+    if m.framework.gated_role() == Some(m.role.as_str())
+        && !edits
+            .items(List::SchedulingGates)
+            .any(|g| object::name_of(g) == c::WORKERS_READY_GATE)
+    {
+        edits.append(
+            List::SchedulingGates,
+            json!({"name": c::WORKERS_READY_GATE}),
+        );
+    }
     edits.into_patch()
 }
 

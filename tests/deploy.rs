@@ -516,7 +516,10 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
             &["create", "delete", "list", "watch"][..],
         ),
         (("dljob.dev", "dljobs/status"), &["patch"]),
-        (("", "pods"), &["create", "delete", "list", "watch"]),
+        (
+            ("", "pods"),
+            &["create", "delete", "list", "patch", "watch"],
+        ),
         (("apps", "statefulsets"), &["list", "patch", "watch"]),
         (("apps", "statefulsets/scale"), &["patch"]),
         (("batch", "jobs"), &["list", "patch", "watch"]),

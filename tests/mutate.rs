@@ -512,6 +512,51 @@ fn mpi_worker_gets_ssh_secret_and_a_slots_warning_and_the_launcher_the_hostfile(
     );
 }
 
+/// The mpi launcher and the chainer master wait for their workers: each
+/// gets dljob's scheduling gate (kept beside the user's own), the workers
+/// none, and a second mutation adds nothing.
+#[test]
+fn launchers_get_the_workers_ready_gate_and_workers_do_not() {
+    let mut launcher = pod("hvd", "launcher", "mpi", "launcher=1,worker=2", json!({}));
+    let m = create(Kind::Pod, &launcher, &Config::default());
+    assert_eq!(
+        m.object["spec"]["schedulingGates"],
+        json!([{"name": "dljob.dev/workers-ready"}])
+    );
+    assert_idempotent(Kind::Pod, &m.object, &Config::default());
+    launcher["spec"]["schedulingGates"] = json!([{"name": "example.com/quota"}]);
+    let m = create(Kind::Pod, &launcher, &Config::default());
+    assert_eq!(
+        m.object["spec"]["schedulingGates"],
+        json!([{"name": "example.com/quota"}, {"name": "dljob.dev/workers-ready"}])
+    );
+    let master = pod("cmn", "master", "chainer", "master=1,worker=2", json!({}));
+    let m = create(Kind::Pod, &master, &Config::default());
+    assert_eq!(
+        m.object["spec"]["schedulingGates"],
+        json!([{"name": "dljob.dev/workers-ready"}])
+    );
+    for (framework, replicas) in [
+        ("mpi", "launcher=1,worker=2"),
+        ("chainer", "master=1,worker=2"),
+    ] {
+        let worker = pod(
+            "j",
+            "worker",
+            framework,
+            replicas,
+            json!({"dljob.dev/index": "1"}),
+        );
+        let m = create(Kind::Pod, &worker, &Config::default());
+        assert_eq!(m.object["spec"].get("schedulingGates"), None, "{framework}");
+    }
+    let tf = pod("tf", "chief", "tensorflow", "chief=1,worker=1", json!({}));
+    assert_eq!(
+        create(Kind::Pod, &tf, &Config::default()).object["spec"].get("schedulingGates"),
+        None
+    );
+}
+
 #[test]
 fn framework_container_is_chosen_by_annotation_default_container_name_then_first() {
     let mut p = pod("j", "worker", "jax", "worker=1", json!({}));

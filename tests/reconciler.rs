@@ -751,6 +751,72 @@ async fn mpi_job_gets_an_ssh_secret_once() {
     reconcile_expecting(job, ctx, handle, vec![]).await;
 }
 
+/// Once the worker runs, the launcher's scheduling gate is removed by a
+/// strategic-merge patch that deletes dljob's gate only, guarded by the
+/// pod's uid; the status says the launcher no longer waits.
+#[tokio::test]
+async fn the_launcher_gate_is_removed_once_the_worker_runs() {
+    let mut launcher = bare_pod("mnist", "mpi", MPI, "launcher", 0, json!({"waiting": {}}));
+    launcher.spec.as_mut().unwrap().scheduling_gates =
+        Some(vec![k8s_openapi::api::core::v1::PodSchedulingGate {
+            name: "dljob.dev/workers-ready".into(),
+        }]);
+    let uid = launcher.metadata.uid.clone().unwrap();
+    let world = World {
+        pods: vec![
+            launcher,
+            bare_pod("mnist", "mpi", MPI, "worker", 0, running()),
+        ],
+        services: vec![served(22)],
+        ..World::default()
+    };
+    let mut job = dljob("mpi", MPI);
+    job.spec.port = 22;
+    job.status = Some(dljob::crd::DLJobStatus {
+        ssh_secret: Some("mnist-ssh".into()),
+        ..status_of(&job, World::default())
+    });
+    let (ctx, handle) = context(world, vec![]);
+    let jj = job.clone();
+    let launcher_uri = format!("/api/v1/namespaces/{NS}/pods/launcher-0?&fieldManager=dljob");
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    let gated = b["status"]["conditions"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|c| c["type"] == "LauncherGated")
+                        .unwrap();
+                    assert_eq!((&gated["status"], &gated["reason"]), (&json!("False"), &json!("WorkersRunning")));
+                },
+                with_status(&jj, &json!({"status": {"phase": "Pending"}})),
+            ),
+            call(
+                "PATCH",
+                launcher_uri,
+                move |b| {
+                    assert_eq!(
+                        b,
+                        &json!({
+                            "metadata": {"uid": uid},
+                            "spec": {"schedulingGates": [{"$patch": "delete", "name": "dljob.dev/workers-ready"}]}
+                        })
+                    );
+                },
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn an_ssh_secret_that_already_exists_counts_as_created() {
     let conflict = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",

@@ -43,6 +43,9 @@ impl Framework for Chainer {
     fn uses_ssh(&self) -> bool {
         true
     }
+    fn gated_role(&self) -> Option<&'static str> {
+        Some("master")
+    }
 }
 
 #[cfg(test)]

@@ -161,6 +161,14 @@ pub trait Framework: Sync {
     fn elastic(&self) -> bool {
         false
     }
+    /// The role whose pods must not start before every other member runs
+    /// (mpi's launcher, chainer's master: their `mpirun` reaches every
+    /// worker's sshd at once). Its pods get the scheduling gate
+    /// [`crate::contract::WORKERS_READY_GATE`] at admission, which the
+    /// reconciler removes once the other members run.
+    fn gated_role(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// "pytorch" — the frameworks that take `dljob.dev/elastic`, for messages.

@@ -50,6 +50,9 @@ impl Framework for Mpi {
     fn uses_ssh(&self) -> bool {
         true
     }
+    fn gated_role(&self) -> Option<&'static str> {
+        Some("launcher")
+    }
 }
 
 /// OpenMPI settings shared by mpi and chainer: every member learns its role;

@@ -348,6 +348,22 @@ pub async fn execute(
                 &[NOT_FOUND, CONFLICT],
             )
         }
+        Action::RemoveSchedulingGate { name, uid } => {
+            // Strategic merge: schedulingGates merge by name, so this
+            // removes dljob's gate and nothing else; the uid test makes it
+            // a no-op on a recreated pod of the same name.
+            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            let patch = json!({
+                "metadata": {"uid": uid},
+                "spec": {"schedulingGates": [{"$patch": "delete", "name": c::WORKERS_READY_GATE}]}
+            });
+            tolerate(
+                pods.patch(name, &merge, &Patch::Strategic(&patch))
+                    .await
+                    .map(drop),
+                &[NOT_FOUND, CONFLICT],
+            )
+        }
         Action::CreatePod { manifest, .. } => {
             let pod: Pod =
                 serde_json::from_value(manifest.clone()).map_err(kube::Error::SerdeError)?;

@@ -47,9 +47,16 @@ fn names_only(spec: &mut PodSpec) {
         };
     }
     let restart_policy = spec.restart_policy.take();
+    let gates = spec.scheduling_gates.take().map(|gates| {
+        gates
+            .into_iter()
+            .filter(|g| g.name == c::WORKERS_READY_GATE)
+            .collect::<Vec<_>>()
+    });
     *spec = PodSpec {
         containers: std::mem::take(&mut spec.containers),
         restart_policy,
+        scheduling_gates: gates.filter(|g| !g.is_empty()),
         ..PodSpec::default()
     };
 }
@@ -535,6 +542,11 @@ pub fn observe_pod(entry: &Entry, pod: &Pod) -> Option<ObservedPod> {
         deleting: pod.metadata.deletion_timestamp.is_some(),
         container,
         manifest: (entry.member.owner == PodOwner::None).then(|| recreate_manifest(pod)),
+        gated: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|gates| gates.iter().any(|g| g.name == c::WORKERS_READY_GATE)),
     })
 }
 

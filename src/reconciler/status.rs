@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
-use crate::contract::{CleanPodPolicy, Policies, RestartPolicy, Topology};
+use crate::contract::{self as c, CleanPodPolicy, Policies, RestartPolicy, Topology};
 use crate::crd::{CoordinatorStatus, DLJobStatus, PendingRecreate, Phase, RoleStatus};
 use crate::frameworks::Framework;
 use crate::member::PodOwner;
@@ -94,6 +94,8 @@ pub struct ObservedPod {
     pub container: Option<FrameworkContainer>,
     /// Bare pods: what to recreate it from (metadata and spec).
     pub manifest: Option<Value>,
+    /// Still held by dljob's scheduling gate ([`c::WORKERS_READY_GATE`]).
+    pub gated: bool,
 }
 
 /// A member workload, for the clean-pod policy and the size check.
@@ -135,6 +137,9 @@ pub enum Action {
     SuspendJob { name: String },
     /// ttl-seconds-after-finished: delete the DLJob.
     DeleteDLJob,
+    /// Remove dljob's scheduling gate from the pod if it still has this uid:
+    /// the members it waits for run.
+    RemoveSchedulingGate { name: String, uid: String },
 }
 
 /// A Kubernetes Event about the job: a phase change, or a member
@@ -359,6 +364,9 @@ pub fn next(
         &size_mismatches(&plan.topology, &observed.workloads),
         now,
     ));
+    if !verdict.phase.is_finished() {
+        release_gated(plan, &pods, &mut status.conditions, &mut actions, now);
+    }
     Outcome {
         status,
         actions,
@@ -787,6 +795,74 @@ fn set_size_condition(
     })
 }
 
+/// The condition saying why a launcher waits (frameworks with a gated role).
+pub const LAUNCHER_GATED: &str = "LauncherGated";
+
+/// The gated role's pods (mpi's launcher, chainer's master) start once every
+/// other member's framework container runs: until then the condition says
+/// what they wait for; then their scheduling gates are removed.
+fn release_gated(
+    plan: &JobPlan,
+    pods: &[&ObservedPod],
+    conditions: &mut Vec<Condition>,
+    actions: &mut Vec<Action>,
+    now: Timestamp,
+) {
+    let Some(gated_role) = plan.framework.gated_role() else {
+        return;
+    };
+    let others = plan.topology.total() - plan.topology.count_or_zero(gated_role);
+    let running = pods
+        .iter()
+        .filter(|p| {
+            p.role != gated_role
+                && p.container
+                    .as_ref()
+                    .is_some_and(|c| c.state == ContainerState::Running)
+        })
+        .count() as u32;
+    let gated: Vec<&&ObservedPod> = pods.iter().filter(|p| p.gated).collect();
+    if gated.is_empty() {
+        if conditions
+            .iter()
+            .any(|c| c.type_ == LAUNCHER_GATED && c.status == "True")
+        {
+            set_condition(
+                conditions,
+                now,
+                [
+                    LAUNCHER_GATED,
+                    "False",
+                    "WorkersRunning",
+                    &format!("every other member ran; the {gated_role} started"),
+                ],
+            );
+        }
+        return;
+    }
+    if running >= others {
+        actions.extend(gated.iter().map(|p| Action::RemoveSchedulingGate {
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+        }));
+        set_condition(
+            conditions,
+            now,
+            [LAUNCHER_GATED, "False", "WorkersRunning", &format!("all {others} other members run: the {gated_role}'s scheduling gate {} is removed", c::WORKERS_READY_GATE)],
+        );
+    } else {
+        let names: Vec<String> = gated
+            .iter()
+            .map(|p| format!("{}-{}", p.role, p.index))
+            .collect();
+        set_condition(
+            conditions,
+            now,
+            [LAUNCHER_GATED, "True", "WaitingForWorkers", &format!("{} waits (scheduling gate {}) until every other member runs: {running} of {others} run", names.join(", "), c::WORKERS_READY_GATE)],
+        );
+    }
+}
+
 /// Sets one condition: [type, status, reason, message].
 fn set_condition(
     conditions: &mut Vec<Condition>,
@@ -861,6 +937,7 @@ mod tests {
             .to_owned(),
             reason: None,
             deleting: false,
+            gated: false,
             container: Some(FrameworkContainer {
                 state,
                 last: None,
@@ -911,6 +988,97 @@ mod tests {
     }
 
     const CREATED_MSG: &str = "the DLJob was created from its members' annotations";
+
+    /// mpi: the launcher's scheduling gate stays while a worker does not
+    /// run, and the condition says so; once both run it is removed, once.
+    #[test]
+    fn the_launcher_is_released_when_every_worker_runs() {
+        let p = plan("mpi", "launcher=1,worker=2");
+        let gated_launcher = || ObservedPod {
+            gated: true,
+            ..pod("launcher", 0, PodOwner::None, ContainerState::Waiting)
+        };
+        let waiting = next(
+            &p,
+            &observed(vec![
+                gated_launcher(),
+                running("worker", 0),
+                pod("worker", 1, PodOwner::StatefulSet, ContainerState::Waiting),
+            ]),
+            None,
+            Some(1),
+            t(0),
+        );
+        assert!(waiting.actions.is_empty(), "{:?}", waiting.actions);
+        let gate = |out: &Outcome| {
+            out.status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == LAUNCHER_GATED)
+                .cloned()
+        };
+        assert_eq!(
+            gate(&waiting),
+            Some(condition(
+                LAUNCHER_GATED,
+                "True",
+                "WaitingForWorkers",
+                "launcher-0 waits (scheduling gate dljob.dev/workers-ready) until every other member runs: 1 of 2 run",
+                t(0)
+            ))
+        );
+        let released = next(
+            &p,
+            &observed(vec![
+                gated_launcher(),
+                running("worker", 0),
+                running("worker", 1),
+            ]),
+            Some(&waiting.status),
+            Some(1),
+            t(5),
+        );
+        assert_eq!(
+            released.actions,
+            vec![Action::RemoveSchedulingGate {
+                name: "launcher-0".into(),
+                uid: "uid-launcher-0".into()
+            }]
+        );
+        assert_eq!(
+            gate(&released),
+            Some(condition(
+                LAUNCHER_GATED,
+                "False",
+                "WorkersRunning",
+                "all 2 other members run: the launcher's scheduling gate dljob.dev/workers-ready is removed",
+                t(5)
+            ))
+        );
+        // The gate is gone: nothing more to do, the condition stays.
+        let started = next(
+            &p,
+            &observed(vec![
+                running("launcher", 0),
+                running("worker", 0),
+                running("worker", 1),
+            ]),
+            Some(&released.status),
+            Some(1),
+            t(9),
+        );
+        assert!(started.actions.is_empty(), "{:?}", started.actions);
+        assert_eq!(gate(&started).unwrap().last_transition_time, Time(t(5)));
+        // Frameworks without a gated role never get the condition.
+        let py = next(
+            &plan("pytorch", "master=1,worker=1"),
+            &observed(vec![running("master", 0), running("worker", 0)]),
+            None,
+            Some(1),
+            t(0),
+        );
+        assert_eq!(gate(&py), None);
+    }
 
     #[test]
     fn first_sight_with_pods_starting_is_pending() {
