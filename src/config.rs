@@ -17,6 +17,15 @@ pub struct Config {
     /// Framework name → port, overriding the framework's default.
     #[serde(default)]
     pub ports: BTreeMap<String, u16>,
+    /// The gang scheduler of jobs that do not set `dljob.dev/gang`
+    /// (default `none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<String>,
+    /// Gang scheduler → the `schedulerName` its pods get, overriding the
+    /// integration's (`volcano`, `scheduler-plugins-scheduler`); an empty
+    /// name leaves `schedulerName` alone (the default scheduler runs it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scheduler_names: BTreeMap<String, String>,
 }
 
 /// Host libraries and env for containers that request one resource.
@@ -85,6 +94,14 @@ impl Config {
                 return Err(ConfigError::Invalid(format!(
                     "ports: unknown framework \"{name}\"; frameworks are {}",
                     crate::frameworks::names()
+                )));
+            }
+        }
+        for name in self.gang.iter().chain(self.scheduler_names.keys()) {
+            if crate::gang::by_name(name).is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "unknown gang scheduler \"{name}\"; gang schedulers are {}",
+                    crate::gang::names()
                 )));
             }
         }
@@ -182,5 +199,12 @@ ports: {tensorflow: 2223}
         )
         .unwrap_err();
         assert!(e.to_string().contains("absolute"), "{e}");
+        for bad in ["gang: slurm\n", "schedulerNames: {slurm: x}\n"] {
+            let e = Config::from_yaml(bad).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "config: unknown gang scheduler \"slurm\"; gang schedulers are none, kueue, volcano, coscheduling"
+            );
+        }
     }
 }

@@ -42,6 +42,11 @@ pub const BACKOFF_LIMIT: &str = "dljob.dev/backoff-limit";
 pub const CLEAN_POD_POLICY: &str = "dljob.dev/clean-pod-policy";
 pub const TTL_SECONDS_AFTER_FINISHED: &str = "dljob.dev/ttl-seconds-after-finished";
 pub const ACTIVE_DEADLINE_SECONDS: &str = "dljob.dev/active-deadline-seconds";
+/// Annotation: the gang scheduler (`none`, `kueue`, `volcano`,
+/// `coscheduling`).
+pub const GANG: &str = "dljob.dev/gang";
+/// Annotation: the gang scheduler's queue (Kueue LocalQueue, Volcano Queue).
+pub const QUEUE: &str = "dljob.dev/queue";
 
 /// Kubernetes-owned keys dljob reads.
 pub const K8S_DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
@@ -62,6 +67,8 @@ pub const JOB_WIDE_ANNOTATIONS: &[&str] = &[
     TTL_SECONDS_AFTER_FINISHED,
     ACTIVE_DEADLINE_SECONDS,
     SSH_PATH,
+    GANG,
+    QUEUE,
 ];
 
 /// Annotations a user may set on a member that are not job-wide.

@@ -61,6 +61,16 @@ pub struct JobSpec {
     /// mpi/chainer: where the SSH Secret is mounted (`dljob.dev/ssh-path`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_path: Option<String>,
+    /// The gang scheduler (`dljob.dev/gang`, else the config's `gang`).
+    #[serde(default = "default_gang")]
+    pub gang: String,
+    /// The gang scheduler's queue (`dljob.dev/queue`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+}
+
+fn default_gang() -> String {
+    crate::gang::NONE.to_owned()
 }
 
 fn default_slots() -> u32 {
@@ -79,7 +89,14 @@ impl JobSpec {
             elastic: None,
             policies: Policies::default(),
             ssh_path: None,
+            gang: default_gang(),
+            queue: None,
         }
+    }
+
+    /// The gang scheduler, when the name is one dljob knows.
+    pub fn scheduler(&self) -> Option<&'static dyn crate::gang::Scheduler> {
+        crate::gang::by_name(&self.gang)
     }
 
     /// The framework, when the name is one dljob knows.
@@ -318,7 +335,7 @@ mod tests {
             serde_json::json!({
                 "framework": "tensorflow", "replicas": "chief=1,worker=2", "port": 2222,
                 "slots": 1, "elastic": "2:4", "restartPolicy": "ExitCode", "backoffLimit": 3,
-                "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 60
+                "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 60, "gang": "none"
             })
         );
         assert_eq!(serde_json::from_value::<JobSpec>(v).unwrap(), s);
@@ -360,6 +377,7 @@ mod tests {
         s.policies.ttl_seconds_after_finished = Some(1);
         s.policies.active_deadline_seconds = Some(1);
         s.ssh_path = Some("/x".into());
+        s.queue = Some("q".into());
         let Value::Object(fields) = serde_json::to_value(&s).unwrap() else {
             unreachable!()
         };

@@ -57,6 +57,7 @@ impl List {
 /// Pending edits to one pod.
 pub struct PodEdits<'o> {
     pod: &'o Value,
+    labels: Vec<(&'static str, Value)>,
     annotations: Vec<(&'static str, Value)>,
     spec: Vec<(&'static str, Value)>,
     appends: Vec<(List, Vec<Value>)>,
@@ -66,6 +67,7 @@ impl<'o> PodEdits<'o> {
     pub fn new(pod: &'o Value) -> Self {
         Self {
             pod,
+            labels: Vec::new(),
             annotations: Vec::new(),
             spec: Vec::new(),
             appends: Vec::with_capacity(6),
@@ -75,6 +77,11 @@ impl<'o> PodEdits<'o> {
     /// The original pod.
     pub fn pod(&self) -> &'o Value {
         self.pod
+    }
+
+    /// Sets `metadata.labels[key]`.
+    pub fn set_label(&mut self, key: &'static str, value: Value) {
+        self.labels.push((key, value));
     }
 
     /// Sets `metadata.annotations[key]`.
@@ -111,6 +118,12 @@ impl<'o> PodEdits<'o> {
     pub fn into_patch(self) -> Patch {
         let mut ops = Vec::new();
         let meta = self.pod.get("metadata");
+        set_keys(
+            &mut ops,
+            &["metadata", "labels"],
+            meta.and_then(|m| m.get("labels")),
+            self.labels,
+        );
         set_keys(
             &mut ops,
             &["metadata", "annotations"],

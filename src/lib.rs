@@ -1,6 +1,6 @@
 //! dljob: distributed deep-learning training on plain Kubernetes workloads.
 //!
-//! The pure core — [`contract`], [`frameworks`], [`member`], [`mutate`],
+//! The pure core — [`contract`], [`frameworks`], [`gang`], [`member`], [`mutate`],
 //! [`validate`] — turns one object plus the [`config::Config`] into a mutated
 //! object with warnings, or violations that name the fix. It does no I/O;
 //! the webhook server, the reconciler and the CLI only translate between the
@@ -13,6 +13,7 @@ pub mod contract;
 pub mod crd;
 pub mod edits;
 pub mod frameworks;
+pub mod gang;
 pub mod install;
 pub mod label;
 pub mod manifest;

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::contract::{self as c, CleanPodPolicy, Elastic, Policies, RestartPolicy, Topology};
 use crate::crd::JobSpec;
 use crate::frameworks::{self, Framework};
+use crate::gang;
 use crate::object::{self, at, str_at, Kind};
 
 /// Problems that make an object unacceptable; each message names the fix.
@@ -63,6 +64,8 @@ pub enum Rule {
     DuplicateReplica,
     /// What the pods would get is more than Linux or the API server accepts.
     TooLarge,
+    /// A member the chosen gang scheduler would not group with the others.
+    GangConflict,
 }
 
 impl Rule {
@@ -96,6 +99,7 @@ impl Rule {
             Rule::PeerDisagrees => "PeerDisagrees",
             Rule::DuplicateReplica => "DuplicateReplica",
             Rule::TooLarge => "TooLarge",
+            Rule::GangConflict => "GangConflict",
         }
     }
 }
@@ -396,6 +400,9 @@ pub fn parse(
         _ => (None, PodOwner::None),
     };
     let spec = job_spec(&meta, framework, topology, config, &mut v);
+    if let Some(spec) = &spec {
+        check_gang(kind, &meta, spec, &mut v);
+    }
     let ordered_start = ordered_start(&meta, &mut v);
     let container = container(kind, object, &meta, &mut v);
 
@@ -634,6 +641,8 @@ fn job_spec(
     .unwrap_or(DEFAULT_SLOTS);
     let elastic = elastic(meta, framework, topology, v);
     let ssh_path = ssh_path(meta, v);
+    let gang = gang(meta, config, v);
+    let queue = meta.annotation(c::QUEUE).map(str::to_owned);
     let (framework, topology) = (framework?, topology?);
     Some(JobSpec {
         framework: framework.name().to_owned(),
@@ -643,7 +652,62 @@ fn job_spec(
         elastic,
         policies,
         ssh_path: framework.uses_ssh().then_some(ssh_path),
+        gang,
+        queue,
     })
+}
+
+/// `dljob.dev/gang`, else the config's `gang`, else `none`.
+fn gang(meta: &Meta<'_>, config: &Config, v: &mut Violations) -> String {
+    let name = meta
+        .annotation(c::GANG)
+        .or(config.gang.as_deref())
+        .unwrap_or(gang::NONE);
+    if gang::by_name(name).is_none() {
+        v.push(
+            Rule::InvalidValue,
+            format!(
+                "{} \"{name}\" is not a gang scheduler; use one of {}",
+                c::GANG,
+                gang::names()
+            ),
+        );
+    }
+    name.to_owned()
+}
+
+/// What the chosen gang scheduler cannot work with.
+fn check_gang(kind: Kind, meta: &Meta<'_>, spec: &JobSpec, v: &mut Violations) {
+    let Some(scheduler) = spec.scheduler() else {
+        return;
+    };
+    if let Some(queue) = &spec.queue {
+        if !scheduler.queues() {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{queue}\" is for the kueue and volcano gang schedulers; {} is \"{}\"",
+                    c::QUEUE,
+                    c::GANG,
+                    spec.gang
+                ),
+            );
+        }
+    }
+    // Kueue admits a StatefulSet or Job carrying its queue label as a
+    // workload of its own and leaves its pods out of any pod group.
+    let own_queue = meta.labels[0].and_then(|l| l.get(gang::kueue::QUEUE_NAME));
+    if spec.gang == "kueue" && kind != Kind::Pod && own_queue.is_some() {
+        v.push(
+            Rule::GangConflict,
+            format!(
+                "label {} on the {} itself makes Kueue admit it as a workload of its own, outside the job's pod group: remove it and set {} (or put the label on the pod template)",
+                gang::kueue::QUEUE_NAME,
+                kind.as_str(),
+                c::QUEUE
+            ),
+        );
+    }
 }
 
 /// `dljob.dev/elastic`, for frameworks with elastic training, covering the

@@ -8,6 +8,7 @@ use crate::config::Config;
 use crate::contract as c;
 use crate::edits::{List, PodEdits};
 use crate::frameworks::{self, Env, Member};
+use crate::gang;
 use crate::member::{self, MemberSpec, Parsed, PodOwner, Violations};
 use crate::object::{self, Kind};
 
@@ -380,6 +381,7 @@ fn pod_patch(m: &MemberSpec, pod: &Value, config: &Config, warnings: &mut Vec<St
     for volume in wanted {
         merge_volume(&mut edits, volume, warnings);
     }
+    gang_marks(m, &mut edits, config, warnings);
     if m.framework.gated_role() == Some(m.role.as_str())
         && !edits
             .items(List::SchedulingGates)
@@ -391,6 +393,60 @@ fn pod_patch(m: &MemberSpec, pod: &Value, config: &Config, warnings: &mut Vec<St
         );
     }
     edits.into_patch()
+}
+
+/// What the job's gang scheduler reads on each pod: its labels and
+/// annotations (a different value the user set is kept, with a warning)
+/// and its scheduler name (replacing the API server's `default-scheduler`,
+/// not a name the user chose).
+fn gang_marks(
+    m: &MemberSpec,
+    edits: &mut PodEdits<'_>,
+    config: &Config,
+    warnings: &mut Vec<String>,
+) {
+    let Some(scheduler) = m.spec.scheduler() else {
+        return;
+    };
+    let marks = scheduler.pod(&gang::Group::of(&m.job, &m.spec, m.framework));
+    let pod = edits.pod();
+    for (which, keys) in [("labels", marks.labels), ("annotations", marks.annotations)] {
+        for (key, value) in keys {
+            match object::meta_str(pod, &[], which, key) {
+                None => {
+                    if which == "labels" {
+                        edits.set_label(key, Value::String(value));
+                    } else {
+                        edits.set_annotation(key, Value::String(value));
+                    }
+                }
+                Some(theirs) if theirs != value => warnings.push(format!(
+                    "{} {key} \"{theirs}\" is set by the user and kept; the {} gang would set \"{value}\"",
+                    &which[..which.len() - 1],
+                    scheduler.name()
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    let name = config
+        .scheduler_names
+        .get(scheduler.name())
+        .map(String::as_str)
+        .or(marks.scheduler_name)
+        .filter(|n| !n.is_empty());
+    if let Some(name) = name {
+        match pod["spec"].get("schedulerName").and_then(Value::as_str) {
+            None | Some("default-scheduler") => {
+                edits.set_spec("schedulerName", Value::String(name.to_owned()))
+            }
+            Some(theirs) if theirs != name => warnings.push(format!(
+                "spec.schedulerName \"{theirs}\" is set by the user and kept; the {} gang schedules with \"{name}\", so this pod is not gang-scheduled",
+                scheduler.name()
+            )),
+            Some(_) => {}
+        }
+    }
 }
 
 /// Adds each var unless the container sets it; a different user value is

@@ -526,6 +526,8 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
         (("", "services"), &["create", "list", "patch", "watch"]),
         // Create only: no cluster-wide read of every Secret.
         (("", "secrets"), &["create"]),
+        (("scheduling.volcano.sh", "podgroups"), &["create", "patch"]),
+        (("scheduling.x-k8s.io", "podgroups"), &["create", "patch"]),
         (("events.k8s.io", "events"), &["create", "patch"]),
     ]
     .into_iter()

@@ -842,3 +842,105 @@ fn every_captured_mutating_create_review_is_idempotent() {
     // chief, ps, worker-0, worker-1, ddp, the StatefulSet and the Job.
     assert_eq!(checked, 7);
 }
+
+/// Kueue: every pod names the group, its total size and its LocalQueue
+/// (from dljob.dev/queue); no scheduler name, nothing of Kueue's own.
+#[test]
+fn kueue_pods_declare_one_plain_pod_group() {
+    let p = pod(
+        "bert",
+        "worker",
+        "pytorch",
+        "master=1,worker=3",
+        json!({"dljob.dev/index": "2", "dljob.dev/gang": "kueue", "dljob.dev/queue": "team-a"}),
+    );
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert_eq!(
+        m.object["metadata"]["labels"],
+        json!({
+            "dljob.dev/job": "bert", "dljob.dev/role": "worker",
+            "kueue.x-k8s.io/pod-group-name": "bert", "kueue.x-k8s.io/queue-name": "team-a"
+        })
+    );
+    assert_eq!(
+        m.object["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"],
+        "4"
+    );
+    assert_eq!(m.object["spec"].get("schedulerName"), None);
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    assert_idempotent(Kind::Pod, &m.object, &Config::default());
+}
+
+/// Volcano: the group annotation and the `volcano` scheduler, replacing
+/// the API server's default; a scheduler the user chose is kept, with a
+/// warning. The config picks the gang of jobs that do not say, and can
+/// rename the scheduler.
+#[test]
+fn volcano_pods_name_their_group_and_scheduler() {
+    let mut p = pod(
+        "resnet",
+        "worker",
+        "tensorflow",
+        "chief=1,worker=2",
+        json!({"dljob.dev/index": "0"}),
+    );
+    p["spec"]["schedulerName"] = json!("default-scheduler");
+    let config = Config::from_yaml("gang: volcano\n").unwrap();
+    let m = create(Kind::Pod, &p, &config);
+    assert_eq!(
+        m.object["metadata"]["annotations"]["scheduling.k8s.io/group-name"],
+        "resnet"
+    );
+    assert_eq!(m.object["spec"]["schedulerName"], "volcano");
+    assert_idempotent(Kind::Pod, &m.object, &config);
+    // Without the config's default: no gang at all.
+    let plain = create(Kind::Pod, &p, &Config::default());
+    assert_eq!(plain.object["spec"]["schedulerName"], "default-scheduler");
+    assert_eq!(
+        plain.object["metadata"]["annotations"].get("scheduling.k8s.io/group-name"),
+        None
+    );
+    // The user's own scheduler is kept and named.
+    p["spec"]["schedulerName"] = json!("my-scheduler");
+    let m = create(Kind::Pod, &p, &config);
+    assert_eq!(m.object["spec"]["schedulerName"], "my-scheduler");
+    assert_eq!(
+        m.warnings,
+        vec!["spec.schedulerName \"my-scheduler\" is set by the user and kept; the volcano gang schedules with \"volcano\", so this pod is not gang-scheduled"]
+    );
+    // Renamed in the config.
+    p["spec"]["schedulerName"] = json!("default-scheduler");
+    let renamed =
+        Config::from_yaml("gang: volcano\nschedulerNames: {volcano: vc-scheduler}\n").unwrap();
+    assert_eq!(
+        create(Kind::Pod, &p, &renamed).object["spec"]["schedulerName"],
+        "vc-scheduler"
+    );
+}
+
+/// coscheduling: the PodGroup label and the plugin's second scheduler,
+/// unless the config says the default scheduler runs the plugin.
+#[test]
+fn coscheduling_pods_carry_the_pod_group_label() {
+    let p = pod(
+        "hvd",
+        "worker",
+        "mpi",
+        "launcher=1,worker=2",
+        json!({"dljob.dev/index": "1", "dljob.dev/gang": "coscheduling"}),
+    );
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert_eq!(
+        m.object["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"],
+        "hvd"
+    );
+    assert_eq!(
+        m.object["spec"]["schedulerName"],
+        "scheduler-plugins-scheduler"
+    );
+    let in_default = Config::from_yaml("schedulerNames: {coscheduling: \"\"}\n").unwrap();
+    assert_eq!(
+        create(Kind::Pod, &p, &in_default).object["spec"].get("schedulerName"),
+        None
+    );
+}

@@ -994,6 +994,106 @@ async fn a_drifted_service_is_applied_again() {
     .await;
 }
 
+/// A volcano job: the Service exists, the PodGroup is applied (owned by
+/// the DLJob, minMember = every pod); where the cluster does not serve
+/// Volcano's PodGroup the job gets a condition and one Event naming what to
+/// install, and the reconcile does not fail.
+async fn volcano_reconcile(pod_group_answer: Value, served_kind: bool) -> Vec<Value> {
+    let mut job = dljob("pytorch", PYTORCH);
+    job.spec.gang = "volcano".into();
+    job.spec.queue = Some("research".into());
+    let world = World {
+        pods: vec![
+            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
+        ],
+        services: vec![served(23456)],
+        ..World::default()
+    };
+    let (ctx, handle) = context(world, vec![job.clone()]);
+    let jj = job.clone();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (status_seen, events_seen) = (seen.clone(), seen.clone());
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                format!("/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups/mnist?&force=true&fieldManager=dljob"),
+                |b| {
+                    assert_eq!(
+                        b,
+                        &json!({
+                            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                            "metadata": {
+                                "name": "mnist", "namespace": NS,
+                                "labels": {"dljob.dev/job": "mnist"},
+                                "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist", "uid": "job-uid", "controller": true}]
+                            },
+                            "spec": {"minMember": 2, "queue": "research"}
+                        })
+                    );
+                },
+                pod_group_answer,
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                move |b| status_seen.lock().unwrap().push(b["status"]["conditions"].clone()),
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            call("POST", events_uri(), |b| assert_eq!(b["reason"], "Running"), Value::Null),
+        ]
+        .into_iter()
+        .chain((!served_kind).then(|| {
+            call("POST", events_uri(), move |b| events_seen.lock().unwrap().push(b.clone()), Value::Null)
+        }))
+        .collect(),
+    )
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    seen
+}
+
+#[tokio::test]
+async fn a_volcano_job_gets_its_pod_group_or_says_volcano_is_missing() {
+    let not_found = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "the server could not find the requested resource", "reason": "NotFound", "code": 404});
+    // Served: applied, and no condition about it.
+    let seen = volcano_reconcile(Value::Null, true).await;
+    assert!(!seen[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "GangUnavailable"));
+    let seen = volcano_reconcile(not_found, false).await;
+    let conditions = seen[0].as_array().unwrap();
+    let gang = conditions
+        .iter()
+        .find(|c| c["type"] == "GangUnavailable")
+        .unwrap();
+    const MESSAGE: &str = "the cluster does not serve scheduling.volcano.sh/v1beta1 PodGroup (PodGroup/mnist): install Volcano (https://volcano.sh/en/docs/installation/), or set dljob.dev/gang to another scheduler on every member";
+    assert_eq!(
+        (&gang["status"], &gang["reason"], &gang["message"]),
+        (
+            &json!("True"),
+            &json!("PodGroupKindNotServed"),
+            &json!(MESSAGE)
+        )
+    );
+    let event = &seen[1];
+    assert_eq!(
+        (&event["type"], &event["reason"], &event["note"]),
+        (
+            &json!("Warning"),
+            &json!("GangUnavailable"),
+            &json!(MESSAGE)
+        )
+    );
+}
+
 #[tokio::test]
 async fn first_sight_of_a_member_creates_its_dljob_once() {
     let pod = bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running());
@@ -1016,7 +1116,7 @@ async fn first_sight_of_a_member_creates_its_dljob_once() {
                     json!({
                         "framework": "pytorch", "replicas": "master=1,worker=1", "port": 23456,
                         "slots": 1, "restartPolicy": "ExitCode", "backoffLimit": 3,
-                        "cleanPodPolicy": "Running"
+                        "cleanPodPolicy": "Running", "gang": "none"
                     })
                 );
             },

@@ -627,3 +627,53 @@ fn every_refusal_names_its_rule() {
     let got = rules(Kind::StatefulSet, &changed, old.as_ref());
     assert_eq!(got[0], "ImmutableKey", "{got:?}");
 }
+
+#[test]
+fn gang_values_are_checked() {
+    assert_eq!(
+        problems(Kind::Pod, &tf_pod("chief", json!({"dljob.dev/gang": "yunikorn"}))),
+        vec!["dljob.dev/gang \"yunikorn\" is not a gang scheduler; use one of none, kueue, volcano, coscheduling"]
+    );
+    assert_eq!(
+        problems(Kind::Pod, &tf_pod("chief", json!({"dljob.dev/gang": "coscheduling", "dljob.dev/queue": "q"}))),
+        vec!["dljob.dev/queue \"q\" is for the kueue and volcano gang schedulers; dljob.dev/gang is \"coscheduling\""]
+    );
+    accepted(
+        Kind::Pod,
+        &tf_pod(
+            "chief",
+            json!({"dljob.dev/gang": "volcano", "dljob.dev/queue": "q"}),
+        ),
+    );
+}
+
+/// Kueue would admit a StatefulSet carrying its queue label as a workload
+/// of its own: the job's pod group would never be whole.
+#[test]
+fn a_kueue_queue_label_on_a_workload_itself_is_refused() {
+    let mut s = sts(
+        2,
+        json!({"dljob.dev/framework": "pytorch", "dljob.dev/gang": "kueue"}),
+    );
+    accepted(Kind::StatefulSet, &s);
+    s["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("team-a");
+    assert_eq!(
+        problems(Kind::StatefulSet, &s),
+        vec!["label kueue.x-k8s.io/queue-name on the StatefulSet itself makes Kueue admit it as a workload of its own, outside the job's pod group: remove it and set dljob.dev/queue (or put the label on the pod template)"]
+    );
+    // Without the kueue gang it is Kueue's business, not dljob's.
+    s["metadata"]["annotations"]["dljob.dev/gang"] = json!("none");
+    accepted(Kind::StatefulSet, &s);
+}
+
+#[test]
+fn members_must_agree_on_the_gang() {
+    let cfg = Config::default();
+    let mut chief = tf_pod("chief", json!({"dljob.dev/gang": "volcano"}));
+    chief["metadata"]["name"] = json!("chief");
+    let peers = peers_of([(Kind::Pod, &chief)], Some("ml"), &cfg);
+    assert_eq!(
+        problems_with(Kind::Pod, &tf_pod("worker", json!({})), None, &peers),
+        vec!["dljob.dev/gang is none here but volcano on Pod \"chief\" of job \"mnist\"; every member of a job must agree"]
+    );
+}

@@ -139,38 +139,55 @@ impl Stores {
     }
 }
 
+/// What keeping one owned object did.
+#[derive(Debug, PartialEq, Eq)]
+enum Kept {
+    Unchanged,
+    Written,
+    /// The cluster does not serve its kind (a scheduler not installed).
+    NotServed,
+}
+
 /// Keeps one owned object as its [`Keep`] says: applies it when the
 /// cluster's copy is missing or lacks what it declares (force: dljob owns
 /// those fields), creates a create-once object (AlreadyExists is success).
-/// Returns whether it wrote.
+/// A kind the cluster does not serve is reported, not retried as an error.
 async fn keep(
     client: &Client,
     namespace: &str,
     owned: &Owned,
     current: Current,
-) -> Result<bool, kube::Error> {
+) -> Result<Kept, kube::Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &owned.resource);
     match owned.keep {
         Keep::CreateOnce => {
             create_if_absent(api, &owned.object).await?;
-            Ok(true)
+            Ok(Kept::Written)
         }
         Keep::Apply => {
             if let Current::Present(ref value) = current {
                 let desired =
                     serde_json::to_value(&owned.object).map_err(kube::Error::SerdeError)?;
                 if resources::satisfies(value, &desired) {
-                    return Ok(false);
+                    return Ok(Kept::Unchanged);
                 }
                 tracing::info!(object = %owned.describe(), %namespace, "repairing drift");
             }
-            api.patch(
-                owned.name(),
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&owned.object),
-            )
-            .await?;
-            Ok(true)
+            let applied = api
+                .patch(
+                    owned.name(),
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&owned.object),
+                )
+                .await;
+            match applied {
+                Ok(_) => Ok(Kept::Written),
+                Err(kube::Error::Api(s)) if s.code == NOT_FOUND && owned.install_hint.is_some() => {
+                    tracing::warn!(object = %owned.describe(), kind = %owned.kind(), "the cluster does not serve this kind");
+                    Ok(Kept::NotServed)
+                }
+                Err(e) => Err(e),
+            }
         }
     }
 }
@@ -221,10 +238,19 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
 
     let domain = ctx.config.borrow().cluster_domain.clone();
     let mut created_secret = None;
+    let mut not_served = Vec::new();
     for owned in resources::owned(job, &domain, resources::generate_key)? {
-        let wrote = keep(client, &namespace, &owned, ctx.stores.current(&owned)).await?;
-        if wrote && owned.keep == Keep::CreateOnce {
-            created_secret = Some(owned.name().to_owned());
+        match keep(client, &namespace, &owned, ctx.stores.current(&owned)).await? {
+            Kept::Written if owned.keep == Keep::CreateOnce => {
+                created_secret = Some(owned.name().to_owned());
+            }
+            Kept::NotServed => not_served.push(format!(
+                "the cluster does not serve {} ({}): {}",
+                owned.kind(),
+                owned.describe(),
+                owned.install_hint.unwrap_or_default()
+            )),
+            _ => {}
         }
     }
 
@@ -239,6 +265,11 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     if created_secret.is_some() {
         out.status.ssh_secret = created_secret;
     }
+    out.events.extend(status::set_owned_condition(
+        &mut out.status.conditions,
+        &not_served,
+        (ctx.now)(),
+    ));
 
     let jobs: Api<DLJob> = Api::namespaced(client.clone(), &namespace);
     if job.status.as_ref() != Some(&out.status) {

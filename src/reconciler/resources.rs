@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::contract as c;
 use crate::crd::DLJob;
 use crate::frameworks;
+use crate::gang;
 use crate::member::MemberSpec;
 use crate::mutate;
 
@@ -35,6 +36,9 @@ pub struct Owned {
     pub resource: ApiResource,
     pub object: DynamicObject,
     pub keep: Keep,
+    /// For a kind the cluster may not serve (a scheduler's PodGroup): what
+    /// to install, for the condition and Event that say it is missing.
+    pub install_hint: Option<&'static str>,
 }
 
 impl Owned {
@@ -47,7 +51,13 @@ impl Owned {
             resource: ApiResource::erase::<K>(&()),
             object: serde_json::from_value(value).expect("a Kubernetes object is a DynamicObject"),
             keep,
+            install_hint: None,
         }
+    }
+
+    /// `apiVersion/kind` — what the cluster must serve.
+    pub fn kind(&self) -> String {
+        format!("{} {}", self.resource.api_version, self.resource.kind)
     }
 
     pub fn name(&self) -> &str {
@@ -74,6 +84,7 @@ pub fn owned(
         return Ok(out);
     };
     out.push(Owned::of(&svc, Keep::Apply));
+    out.extend(pod_group(job));
     let uses_ssh = job.spec.framework().is_some_and(|f| f.uses_ssh());
     let secret_name = mutate::ssh_secret_name(&job.metadata.name.clone().unwrap_or_default());
     let recorded = job.status.as_ref().and_then(|s| s.ssh_secret.as_deref()) == Some(&secret_name);
@@ -83,6 +94,38 @@ pub fn owned(
         }
     }
     Ok(out)
+}
+
+/// The gang scheduler's PodGroup, for schedulers that read one: owned by
+/// the DLJob, `minMember` from the topology (see [`gang::Group`]).
+pub fn pod_group(job: &DLJob) -> Option<Owned> {
+    let scheduler = job.spec.scheduler()?;
+    let kind = scheduler.pod_group_kind()?;
+    let framework = job.spec.framework()?;
+    let owner = job.controller_owner_ref(&())?;
+    let name = job.metadata.name.clone()?;
+    let group = gang::Group::of(&name, &job.spec, framework);
+    let api_version = format!("{}/{}", kind.group, kind.version);
+    let object = DynamicObject {
+        types: Some(kube::api::TypeMeta {
+            api_version: api_version.clone(),
+            kind: kind.kind.to_owned(),
+        }),
+        metadata: owned_meta(job, name.clone(), owner),
+        data: serde_json::json!({"spec": scheduler.pod_group_spec(&group, None)}),
+    };
+    Some(Owned {
+        resource: ApiResource {
+            group: kind.group.to_owned(),
+            version: kind.version.to_owned(),
+            api_version,
+            kind: kind.kind.to_owned(),
+            plural: kind.plural.to_owned(),
+        },
+        object,
+        keep: Keep::Apply,
+        install_hint: Some(scheduler.install_hint()),
+    })
 }
 
 /// Whether the cluster's copy of an object (`current`) holds everything

@@ -753,44 +753,97 @@ pub fn size_mismatches(topology: &Topology, workloads: &[Workload]) -> Vec<Strin
     out
 }
 
-/// Sets [`SIZE_MISMATCH`] True with `mismatches` as its message, or False
-/// once they are gone (only if it was ever set). Returns the Warning Event
-/// to publish: once when the mismatch appears or changes, not on every
-/// reconcile.
+/// Sets [`SIZE_MISMATCH`] from the workloads whose size differs from
+/// their role's count; see [`set_problem_condition`].
 fn set_size_condition(
     conditions: &mut Vec<Condition>,
     mismatches: &[String],
     now: Timestamp,
 ) -> Option<JobEvent> {
+    set_problem_condition(
+        conditions,
+        Problem {
+            type_: SIZE_MISMATCH,
+            reason: "SizeDiffersFromTopology",
+            cleared_reason: "SizesMatchTopology",
+            cleared_message: "every member StatefulSet and Job has its role's size",
+        },
+        mismatches,
+        now,
+    )
+}
+
+/// The condition saying an owned object's kind is not served.
+pub const OWNED_UNAVAILABLE: &str = "GangUnavailable";
+
+/// Sets [`OWNED_UNAVAILABLE`] from the owned objects the cluster does not
+/// serve (each a message naming what to install); see
+/// [`set_problem_condition`].
+pub fn set_owned_condition(
+    conditions: &mut Vec<Condition>,
+    not_served: &[String],
+    now: Timestamp,
+) -> Option<JobEvent> {
+    set_problem_condition(
+        conditions,
+        Problem {
+            type_: OWNED_UNAVAILABLE,
+            reason: "PodGroupKindNotServed",
+            cleared_reason: "PodGroupServed",
+            cleared_message: "the gang scheduler's PodGroup is kept",
+        },
+        not_served,
+        now,
+    )
+}
+
+/// A condition that reports problems while there are any.
+struct Problem {
+    type_: &'static str,
+    reason: &'static str,
+    cleared_reason: &'static str,
+    cleared_message: &'static str,
+}
+
+/// Sets `problem`'s condition True with `problems` as its message, or False
+/// once they are gone (only if it was ever set). Returns the Warning Event
+/// to publish: once when the problems appear or change, not on every
+/// reconcile.
+fn set_problem_condition(
+    conditions: &mut Vec<Condition>,
+    problem: Problem,
+    problems: &[String],
+    now: Timestamp,
+) -> Option<JobEvent> {
     let before = conditions
         .iter()
-        .find(|c| c.type_ == SIZE_MISMATCH)
+        .find(|c| c.type_ == problem.type_)
         .map(|c| (c.status == "True", c.message.clone()));
-    if mismatches.is_empty() {
+    if problems.is_empty() {
         if before.is_some_and(|(on, _)| on) {
             set_condition(
                 conditions,
                 now,
                 [
-                    SIZE_MISMATCH,
+                    problem.type_,
                     "False",
-                    "SizesMatchTopology",
-                    "every member StatefulSet and Job has its role's size",
+                    problem.cleared_reason,
+                    problem.cleared_message,
                 ],
             );
         }
         return None;
     }
-    let message = mismatches.join("; ");
+    let message = problems.join("; ");
     set_condition(
         conditions,
         now,
-        [SIZE_MISMATCH, "True", "SizeDiffersFromTopology", &message],
+        [problem.type_, "True", problem.reason, &message],
     );
     let unchanged = before.is_some_and(|(on, m)| on && m == message);
     (!unchanged).then(|| JobEvent {
         warning: true,
-        reason: SIZE_MISMATCH.to_owned(),
+        reason: problem.type_.to_owned(),
         note: message,
     })
 }

@@ -1,0 +1,62 @@
+//! Kueue's plain-pod groups (kueue.x-k8s.io, pod integration): every member
+//! pod carries the group's name and its total size; Kueue builds one
+//! Workload from them (one PodSet per distinct pod spec), admits it whole,
+//! and ungates the pods itself. Kueue adds its own `managed` label,
+//! finalizer and `kueue.x-k8s.io/admission` gate: dljob adds none of them.
+
+use super::{Group, PodMarks, Scheduler};
+
+/// The label naming a pod's group.
+pub const GROUP_NAME: &str = "kueue.x-k8s.io/pod-group-name";
+/// The annotation giving the group's size.
+pub const TOTAL_COUNT: &str = "kueue.x-k8s.io/pod-group-total-count";
+/// The label naming the LocalQueue.
+pub const QUEUE_NAME: &str = "kueue.x-k8s.io/queue-name";
+
+pub struct Kueue;
+
+impl Scheduler for Kueue {
+    fn name(&self) -> &'static str {
+        "kueue"
+    }
+    /// The total count is every pod of the job, not the elastic minimum:
+    /// Kueue waits until that many pods exist before it admits the group,
+    /// and deletes pods beyond it as excess.
+    fn pod(&self, group: &Group<'_>) -> PodMarks {
+        let mut labels = vec![(GROUP_NAME, group.name.to_owned())];
+        if let Some(queue) = group.queue {
+            labels.push((QUEUE_NAME, queue.to_owned()));
+        }
+        PodMarks {
+            labels,
+            annotations: vec![(TOTAL_COUNT, group.total.to_string())],
+            scheduler_name: None,
+        }
+    }
+    fn queues(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gang::test_support::group;
+
+    #[test]
+    fn pods_carry_the_group_name_the_total_and_the_queue() {
+        assert_eq!(
+            Kueue.pod(&group(2, 9, Some("team-a"))),
+            PodMarks {
+                labels: vec![
+                    ("kueue.x-k8s.io/pod-group-name", "mnist".into()),
+                    ("kueue.x-k8s.io/queue-name", "team-a".into())
+                ],
+                annotations: vec![("kueue.x-k8s.io/pod-group-total-count", "9".into())],
+                scheduler_name: None,
+            }
+        );
+        assert_eq!(Kueue.pod(&group(9, 9, None)).labels.len(), 1);
+        assert!(Kueue.pod_group_kind().is_none());
+    }
+}

@@ -1,0 +1,169 @@
+//! Gang scheduling (`dljob.dev/gang`): how each scheduler integration wants
+//! one job's pods declared as one group. Pure, like `frameworks/`: every
+//! scheduler is one file behind [`Scheduler`], registered in [`ALL`]. What
+//! a scheduler needs is derived from the job's spec alone, so admission
+//! (the pods' labels and annotations) and the reconciler (the PodGroup
+//! object) agree without talking to each other.
+
+pub mod coscheduling;
+pub mod kueue;
+pub mod volcano;
+
+use serde_json::Value;
+
+use crate::crd::JobSpec;
+use crate::frameworks::Framework;
+
+/// The default: no gang, pods are scheduled one by one.
+pub const NONE: &str = "none";
+
+/// Every scheduler integration.
+pub static ALL: &[&dyn Scheduler] = &[
+    &Unscheduled,
+    &kueue::Kueue,
+    &volcano::Volcano,
+    &coscheduling::Coscheduling,
+];
+
+/// Looks a scheduler up by its `dljob.dev/gang` name.
+pub fn by_name(name: &str) -> Option<&'static dyn Scheduler> {
+    ALL.iter().copied().find(|s| s.name() == name)
+}
+
+/// "none, kueue, …" for messages.
+pub fn names() -> String {
+    ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// One job as a gang.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Group<'a> {
+    /// The group's name: the job's.
+    pub name: &'a str,
+    /// Every pod of the job.
+    pub total: u32,
+    /// Pods that must be placed together for the job to make progress: the
+    /// elastic minimum where elastic, else every pod — less the gated role's
+    /// pods (mpi's launcher), which start only after the others run and so
+    /// cannot be in the gang.
+    pub min_member: u32,
+    /// `dljob.dev/queue`.
+    pub queue: Option<&'a str>,
+}
+
+impl<'a> Group<'a> {
+    pub fn of(job: &'a str, spec: &'a JobSpec, framework: &dyn Framework) -> Self {
+        let total = spec.replicas.total();
+        let gated = framework
+            .gated_role()
+            .map_or(0, |r| spec.replicas.count_or_zero(r));
+        let wanted = spec.elastic.map_or(total, |e| e.min.min(total));
+        Self {
+            name: job,
+            total,
+            min_member: wanted.saturating_sub(gated).max(1),
+            queue: spec.queue.as_deref(),
+        }
+    }
+}
+
+/// What one member pod gets so that its scheduler sees the group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodMarks {
+    pub labels: Vec<(&'static str, String)>,
+    pub annotations: Vec<(&'static str, String)>,
+    /// `spec.schedulerName`, where the scheduler runs under its own name.
+    pub scheduler_name: Option<&'static str>,
+}
+
+/// The group object a scheduler reads, kept by the reconciler.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodGroupKind {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+}
+
+/// A gang scheduler integration.
+pub trait Scheduler: Sync {
+    /// The `dljob.dev/gang` value.
+    fn name(&self) -> &'static str;
+    /// Labels, annotations and scheduler name of every member pod.
+    fn pod(&self, group: &Group<'_>) -> PodMarks;
+    /// The PodGroup kind the scheduler reads, if it needs one made for it.
+    fn pod_group_kind(&self) -> Option<PodGroupKind> {
+        None
+    }
+    /// The PodGroup's `spec`; `min_resources` is the sum of the requests
+    /// of the `min_member` pods (resource name → quantity).
+    fn pod_group_spec(&self, _group: &Group<'_>, _min_resources: Option<&Value>) -> Value {
+        Value::Null
+    }
+    /// What to install when the cluster does not serve the PodGroup kind.
+    fn install_hint(&self) -> &'static str {
+        ""
+    }
+    /// Whether `dljob.dev/queue` means something to this scheduler.
+    fn queues(&self) -> bool {
+        false
+    }
+}
+
+/// `none`: nothing is declared.
+struct Unscheduled;
+
+impl Scheduler for Unscheduled {
+    fn name(&self) -> &'static str {
+        NONE
+    }
+    fn pod(&self, _group: &Group<'_>) -> PodMarks {
+        PodMarks::default()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::Group;
+
+    pub fn group(min_member: u32, total: u32, queue: Option<&'static str>) -> Group<'static> {
+        Group {
+            name: "mnist",
+            total,
+            min_member,
+            queue,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::{Elastic, Topology};
+
+    fn spec(framework: &str, replicas: &str) -> JobSpec {
+        JobSpec::new(framework, Topology::parse(replicas).unwrap(), 1)
+    }
+
+    #[test]
+    fn the_gang_is_every_pod_the_elastic_minimum_and_never_the_gated_launcher() {
+        let f = |n| crate::frameworks::by_name(n).unwrap();
+        let tf = spec("tensorflow", "chief=1,worker=4,ps=2");
+        assert_eq!(Group::of("j", &tf, f("tensorflow")).min_member, 7);
+        let mpi = spec("mpi", "launcher=1,worker=8");
+        let g = Group::of("j", &mpi, f("mpi"));
+        assert_eq!((g.total, g.min_member), (9, 8));
+        let mut elastic = spec("pytorch", "worker=6");
+        elastic.elastic = Some(Elastic { min: 2, max: 8 });
+        assert_eq!(Group::of("j", &elastic, f("pytorch")).min_member, 2);
+    }
+
+    #[test]
+    fn every_scheduler_is_found_by_its_name() {
+        for s in ALL {
+            assert_eq!(by_name(s.name()).unwrap().name(), s.name());
+        }
+        assert_eq!(names(), "none, kueue, volcano, coscheduling");
+        assert!(by_name("yunikorn").is_none());
+    }
+}
