@@ -13,6 +13,7 @@ pub mod contract;
 pub mod crd;
 pub mod edits;
 pub mod frameworks;
+pub mod inspect;
 pub mod install;
 pub mod label;
 pub mod manifest;
