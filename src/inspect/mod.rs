@@ -4,10 +4,16 @@
 //! - [`replica`]: which replica a pod is and which container is its
 //!   framework container (pure; the rules are [`crate::member`]'s).
 //! - [`table`]: aligned columns and ages (pure).
+//! - [`logs`]: log lines prefixed by replica, as text or JSON (pure), and
+//!   every pod's log fetched once (I/O).
+//! - [`follow`]: `logs -f` — which streams to open as pods come, restart
+//!   and go (pure), and the watch and streams (I/O).
 //!
 //! The I/O takes a [`kube::Client`] (from [`crate::process::connect`] on the
 //! command line, kube's mocked client in tests) and the writers to print to.
 
+pub mod follow;
+pub mod logs;
 pub mod replica;
 pub mod table;
 
