@@ -71,6 +71,22 @@ pub enum Command {
     /// cluster or the job is not there.
     #[command(after_help = LOGS_EXAMPLES)]
     Logs(LogsArgs),
+    /// Show a job on one screen: its DLJob's phase, conditions, per-role
+    /// counts and coordinator, every member pod and the recent Events.
+    ///
+    /// Reads the DLJob JOB, the pods labelled dljob.dev/job=JOB, the member
+    /// StatefulSets and Jobs, and the namespace's Events: the framework,
+    /// topology and policies; the phase, restarts against the backoff limit,
+    /// start and completion; each condition with its reason, message and
+    /// age; the pending/active/succeeded/failed/restarts counts of each role;
+    /// the coordinator and its exit; every member pod with its role, index,
+    /// node, phase, restarts and last exit of its framework container, by
+    /// role then index; and the last 15 Events about the DLJob, its pods and
+    /// its workloads. When the pods exist but the DLJob does not, says so
+    /// (the reconciler creates it) and still lists the pods. Exit status 2
+    /// when the cluster or the job is not there.
+    #[command(after_help = DESCRIBE_EXAMPLES)]
+    Describe(DescribeArgs),
 }
 
 const LOGS_EXAMPLES: &str = "Examples:
@@ -78,6 +94,10 @@ const LOGS_EXAMPLES: &str = "Examples:
   dljob logs mnist -f --tail 20         the last 20 lines of each, then follow
   dljob logs mnist --role worker --since 10m
   dljob logs mnist -o json | jq 'select(.index == 0)'";
+
+const DESCRIBE_EXAMPLES: &str = "Examples:
+  dljob describe mnist
+  dljob describe tf-ps -n research";
 
 /// What `dljob logs` prints for each line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -115,6 +135,15 @@ pub struct LogsArgs {
     /// one role with --role, or raise it).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_streams: u16,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DescribeArgs {
+    /// The job: its DLJob's name, the value of its pods' dljob.dev/job label.
+    pub job: String,
+    /// Namespace of the job (default: the kubeconfig context's).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
 }
 
 /// Log line format.

@@ -8,10 +8,13 @@
 //!   every pod's log fetched once (I/O).
 //! - [`follow`]: `logs -f` — which streams to open as pods come, restart
 //!   and go (pure), and the watch and streams (I/O).
+//! - [`describe`]: one screen from a DLJob, its pods and their Events
+//!   (pure), and the three reads that gather them (I/O).
 //!
 //! The I/O takes a [`kube::Client`] (from [`crate::process::connect`] on the
 //! command line, kube's mocked client in tests) and the writers to print to.
 
+pub mod describe;
 pub mod follow;
 pub mod logs;
 pub mod replica;
