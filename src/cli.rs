@@ -49,6 +49,101 @@ pub enum Command {
     /// Print Mutating/ValidatingWebhookConfigurations that point at a URL,
     /// for running `dljob serve` outside the cluster during development.
     WebhookConfig(WebhookConfigArgs),
+    /// Print the logs of every replica of a job, each line prefixed with
+    /// the replica that wrote it (`worker-1 | …`).
+    ///
+    /// Reads the framework container of every pod labelled
+    /// dljob.dev/job=JOB (the container admission wired:
+    /// dljob.dev/container, else kubectl.kubernetes.io/default-container,
+    /// else the one named after the framework, else the only one requesting
+    /// an accelerator, else the first). Without -f, each pod's log is printed
+    /// whole, pods in role order (the topology's) then index, up to
+    /// --max-streams read at a time. With -f, lines are printed as they
+    /// arrive, and pods that start later, are recreated (same role-index,
+    /// new pod) or whose container restarts are followed too, until Ctrl-C.
+    /// A pod whose container has not started yet is reported on standard
+    /// error (e.g. `worker-1: pod train-worker-1 is Pending
+    /// (ContainerCreating); no logs yet`) and does not fail the command.
+    ///
+    /// Prefixes are coloured on a terminal (one colour per replica) and
+    /// plain when piped or when NO_COLOR is set. Exit status: 0, 1 when a
+    /// pod's log could not be read (the others are printed), 2 when the
+    /// cluster or the job is not there.
+    #[command(after_help = LOGS_EXAMPLES)]
+    Logs(LogsArgs),
+    /// Show a job on one screen: its DLJob's phase, conditions, per-role
+    /// counts and coordinator, every member pod and the recent Events.
+    ///
+    /// Reads the DLJob JOB, the pods labelled dljob.dev/job=JOB, the member
+    /// StatefulSets and Jobs, and the namespace's Events: the framework,
+    /// topology and policies; the phase, restarts against the backoff limit,
+    /// start and completion; each condition with its reason, message and
+    /// age; the pending/active/succeeded/failed/restarts counts of each role;
+    /// the coordinator and its exit; every member pod with its role, index,
+    /// node, phase, restarts and last exit of its framework container, by
+    /// role then index; and the last 15 Events about the DLJob, its pods and
+    /// its workloads. When the pods exist but the DLJob does not, says so
+    /// (the reconciler creates it) and still lists the pods. Exit status 2
+    /// when the cluster or the job is not there.
+    #[command(after_help = DESCRIBE_EXAMPLES)]
+    Describe(DescribeArgs),
+}
+
+const LOGS_EXAMPLES: &str = "Examples:
+  dljob logs mnist                      every replica's log, replica by replica
+  dljob logs mnist -f --tail 20         the last 20 lines of each, then follow
+  dljob logs mnist --role worker --since 10m
+  dljob logs mnist -o json | jq 'select(.index == 0)'";
+
+const DESCRIBE_EXAMPLES: &str = "Examples:
+  dljob describe mnist
+  dljob describe tf-ps -n research";
+
+/// What `dljob logs` prints for each line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogsOutput {
+    /// `role-index | line`.
+    Text,
+    /// One JSON object per line: job, role, index, pod, container, line.
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LogsArgs {
+    /// The job: its DLJob's name, the value of its pods' dljob.dev/job label.
+    pub job: String,
+    /// Namespace of the job (default: the kubeconfig context's).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Keep following the logs, of new and restarted pods too, until Ctrl-C.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// Only the pods of this role (dljob.dev/role), e.g. worker.
+    #[arg(long)]
+    pub role: Option<String>,
+    /// Only lines written in this last while, e.g. 10s, 5m, 2h, 1h30m.
+    #[arg(long, value_name = "DURATION", value_parser = crate::inspect::logs::parse_duration)]
+    pub since: Option<std::time::Duration>,
+    /// Only the last N lines of each pod's log (with -f: before following).
+    #[arg(long, value_name = "N")]
+    pub tail: Option<u64>,
+    /// Line format.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: LogsOutput,
+    /// Log streams open at once. Without -f, the pods beyond it wait for a
+    /// free one; with -f, a job with more pods than this is refused (follow
+    /// one role with --role, or raise it).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_streams: u16,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DescribeArgs {
+    /// The job: its DLJob's name, the value of its pods' dljob.dev/job label.
+    pub job: String,
+    /// Namespace of the job (default: the kubeconfig context's).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
 }
 
 /// Log line format.

@@ -14,6 +14,7 @@ pub mod crd;
 pub mod edits;
 pub mod frameworks;
 pub mod gang;
+pub mod inspect;
 pub mod install;
 pub mod label;
 pub mod manifest;

@@ -24,6 +24,8 @@ fn main() -> ExitCode {
         Command::Crd => dljob::crd::print(),
         Command::Certs(args) => dljob::install::certs(args),
         Command::WebhookConfig(args) => dljob::install::webhook_config(args),
+        Command::Logs(args) => dljob::inspect::logs::run(args),
+        Command::Describe(args) => dljob::inspect::describe::run(args),
     };
     // Errors print their cause chain, never a backtrace: they are meant for
     // the user, whatever RUST_BACKTRACE says.

@@ -41,7 +41,19 @@ pub fn repo() -> &'static Path {
 /// Runs `dljob args…` from the repository root with `stdin` (if any),
 /// killing it if it outlives [`DEADLINE`].
 pub fn dljob(args: &[&str], stdin: Option<&str>) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dljob"))
+    dljob_with_env(args, stdin, &[])
+}
+
+/// [`dljob`] with environment variables set (`Some`) or removed (`None`).
+pub fn dljob_with_env(args: &[&str], stdin: Option<&str>, env: &[(&str, Option<&str>)]) -> Run {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dljob"));
+    for (key, value) in env {
+        match value {
+            Some(v) => command.env(key, v),
+            None => command.env_remove(key),
+        };
+    }
+    let mut child = command
         .args(args)
         .current_dir(repo())
         // Errors are for users: no backtrace even when one is asked for.
