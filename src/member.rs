@@ -7,7 +7,9 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::config::Config;
-use crate::contract::{self as c, CleanPodPolicy, Elastic, Policies, RestartPolicy, Topology};
+use crate::contract::{
+    self as c, CleanPodPolicy, Elastic, Policies, RestartPolicy, RestartScope, Topology,
+};
 use crate::crd::JobSpec;
 use crate::frameworks::{self, Framework};
 use crate::gang;
@@ -627,7 +629,7 @@ fn job_spec(
     config: &Config,
     v: &mut Violations,
 ) -> Option<JobSpec> {
-    let policies = parse_policies(meta, v);
+    let mut policies = parse_policies(meta, v);
     let port =
         parse_number(meta, c::PORT, 1, 65535, "a port number (1-65535)", v).map(|p| p as u16);
     let slots = parse_number(
@@ -644,6 +646,9 @@ fn job_spec(
     let gang = gang(meta, config, v);
     let queue = meta.annotation(c::QUEUE).map(str::to_owned);
     let (framework, topology) = (framework?, topology?);
+    if meta.annotation(c::RESTART_SCOPE).is_none() {
+        policies.restart_scope = framework.default_restart_scope();
+    }
     Some(JobSpec {
         framework: framework.name().to_owned(),
         replicas: frameworks::in_rank_order(framework, topology),
@@ -1054,6 +1059,19 @@ fn parse_policies(meta: &Meta<'_>, v: &mut Violations) -> Policies {
                     "{} \"{s}\" is not a restart policy; use one of {}",
                     c::RESTART_POLICY,
                     RestartPolicy::VALUES
+                ),
+            ),
+        }
+    }
+    if let Some(s) = meta.annotation(c::RESTART_SCOPE) {
+        match RestartScope::parse(s) {
+            Some(r) => p.restart_scope = r,
+            None => v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{s}\" is not a restart scope; use one of {}",
+                    c::RESTART_SCOPE,
+                    RestartScope::VALUES
                 ),
             ),
         }
