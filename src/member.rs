@@ -194,6 +194,10 @@ pub struct MemberSpec {
     pub container: Option<String>,
     /// `dljob.dev/ordered-start`.
     pub ordered_start: bool,
+    /// What one pod of this member requests, (resource, quantity) per
+    /// container (requests, else limits) — kept for a workload or a plain
+    /// pod when the gang scheduler's PodGroup wants `minResources`.
+    pub pod_requests: Vec<(String, String)>,
 }
 
 impl fmt::Debug for MemberSpec {
@@ -421,6 +425,14 @@ pub fn parse(
         .filter(|s| !s.is_empty())
         .or(namespace)
         .unwrap_or("default");
+    let wants_resources = spec
+        .scheduler()
+        .is_some_and(|s| s.pod_group_kind().is_some());
+    let pod_requests = if wants_resources && owner == PodOwner::None {
+        pod_requests(kind, object)
+    } else {
+        Vec::new()
+    };
     let member = MemberSpec {
         kind,
         name: str_at(object, &["metadata", "name"])
@@ -437,6 +449,7 @@ pub fn parse(
         size,
         container,
         ordered_start,
+        pod_requests,
     };
     slots_warning(&member, object, &mut warnings);
     container_warning(&member, object, &mut warnings);
@@ -814,6 +827,44 @@ fn container(kind: Kind, object: &Value, meta: &Meta<'_>, v: &mut Violations) ->
         );
     }
     Some(name.to_owned())
+}
+
+/// What one pod of a workload (its template) or a plain pod requests:
+/// every container's requests, else its limits (the API server makes
+/// requests of limits where only those are set).
+fn pod_requests(kind: Kind, object: &Value) -> Vec<(String, String)> {
+    let Some(spec) = at(object, kind.pod_path()).and_then(|p| p.get("spec")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for container in object::containers(spec) {
+        let resources = container.get("resources");
+        let requests = resources
+            .and_then(|r| r.get("requests"))
+            .and_then(Value::as_object);
+        let limits = resources
+            .and_then(|r| r.get("limits"))
+            .and_then(Value::as_object);
+        let mut names: Vec<&String> = requests
+            .into_iter()
+            .chain(limits)
+            .flat_map(|m| m.keys())
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let quantity = requests
+                .and_then(|m| m.get(name))
+                .or_else(|| limits.and_then(|m| m.get(name)));
+            let text = match quantity {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => continue,
+            };
+            out.push((name.clone(), text));
+        }
+    }
+    out
 }
 
 fn size_field(kind: Kind) -> &'static str {

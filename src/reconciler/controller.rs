@@ -239,7 +239,16 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     let domain = ctx.config.borrow().cluster_domain.clone();
     let mut created_secret = None;
     let mut not_served = Vec::new();
-    for owned in resources::owned(job, &domain, resources::generate_key)? {
+    // Only a PodGroup wants the members' requests.
+    let min_resources = job
+        .spec
+        .scheduler()
+        .and_then(|s| s.pod_group_kind())
+        .and_then(|_| {
+            let members = ctx.index.members(&namespace, &name);
+            resources::min_resources(&job.spec, members.iter().map(|e| &e.member))
+        });
+    for owned in resources::owned(job, &domain, min_resources, resources::generate_key)? {
         match keep(client, &namespace, &owned, ctx.stores.current(&owned)).await? {
             Kept::Written if owned.keep == Keep::CreateOnce => {
                 created_secret = Some(owned.name().to_owned());

@@ -40,9 +40,24 @@ fn trim_meta(meta: &mut ObjectMeta) {
 
 /// Only the container names (to find the framework container).
 fn names_only(spec: &mut PodSpec) {
+    names_and(spec, false);
+}
+
+/// A workload's pod template: the container names and, where a gang
+/// scheduler's PodGroup wants `minResources`, their resources.
+fn template_trim(spec: &mut PodSpec) {
+    names_and(spec, true);
+}
+
+fn names_and(spec: &mut PodSpec, resources: bool) {
     for container in &mut spec.containers {
         *container = Container {
             name: std::mem::take(&mut container.name),
+            resources: if resources {
+                container.resources.take()
+            } else {
+                None
+            },
             ..Container::default()
         };
     }
@@ -169,7 +184,7 @@ pub fn trim_statefulset(sts: &mut StatefulSet) {
         trim_meta(m);
     }
     if let Some(s) = spec.template.spec.as_mut() {
-        names_only(s);
+        template_trim(s);
     }
     spec.volume_claim_templates = None;
 }
@@ -183,7 +198,7 @@ pub fn trim_job(job: &mut Job) {
             trim_meta(m);
         }
         if let Some(s) = spec.template.spec.as_mut() {
-            names_only(s);
+            template_trim(s);
         }
     }
     if let Some(status) = job.status.take() {
