@@ -153,11 +153,13 @@ fn pytorch_1000() -> (JobPlan, Observed) {
             name: "mnist-master".into(),
             role: "master".into(),
             replicas: 1,
+            offset: None,
         },
         Workload::StatefulSet {
             name: "mnist-worker".into(),
             role: "worker".into(),
             replicas: 999,
+            offset: None,
         },
     ];
     (plan, Observed { pods, workloads })
@@ -225,11 +227,13 @@ fn tensorflow_1000(chief_done: bool) -> (JobPlan, Observed) {
             suspended: false,
             completions: Some(1),
             parallelism: 1,
+            offset: None,
         },
         Workload::StatefulSet {
             name: "mnist-ps".into(),
             role: "ps".into(),
             replicas: 50,
+            offset: None,
         },
         Workload::Job {
             name: "mnist-worker".into(),
@@ -237,6 +241,7 @@ fn tensorflow_1000(chief_done: bool) -> (JobPlan, Observed) {
             suspended: false,
             completions: Some(949),
             parallelism: 949,
+            offset: None,
         },
     ];
     (plan, Observed { pods, workloads })

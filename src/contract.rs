@@ -17,6 +17,10 @@ pub const FRAMEWORK: &str = "dljob.dev/framework";
 pub const REPLICAS: &str = "dljob.dev/replicas";
 /// Annotation (plain Pods): replica index within the role.
 pub const INDEX: &str = "dljob.dev/index";
+/// Annotation (StatefulSets, Indexed Jobs): the member is one of several
+/// sets of its role, covering the role's indexes from this one on
+/// (pod index = offset + ordinal or completion index).
+pub const INDEX_OFFSET: &str = "dljob.dev/index-offset";
 /// Annotation: override of the framework's default port.
 pub const PORT: &str = "dljob.dev/port";
 /// Annotation: the name of the framework container.
@@ -75,7 +79,7 @@ pub const JOB_WIDE_ANNOTATIONS: &[&str] = &[
 ];
 
 /// Annotations a user may set on a member that are not job-wide.
-pub const MEMBER_ANNOTATIONS: &[&str] = &[INDEX, CONTAINER, ORDERED_START];
+pub const MEMBER_ANNOTATIONS: &[&str] = &[INDEX, CONTAINER, ORDERED_START, INDEX_OFFSET];
 
 /// Annotations dljob itself writes.
 pub const OWN_ANNOTATIONS: &[&str] = &[HOSTFILE, SCALED_FROM];

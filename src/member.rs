@@ -194,6 +194,9 @@ pub struct MemberSpec {
     pub container: Option<String>,
     /// `dljob.dev/ordered-start`.
     pub ordered_start: bool,
+    /// `dljob.dev/index-offset`: a workload (or its pod) that is one of
+    /// several sets of its role, covering indexes `offset..offset + size`.
+    pub index_offset: Option<u32>,
     /// What one pod of this member requests, (resource, quantity) per
     /// container (requests, else limits) — kept for a workload or a plain
     /// pod when the gang scheduler's PodGroup wants `minResources`.
@@ -396,13 +399,14 @@ pub fn parse(
     let role = role(&meta, &mut v);
     let framework = framework(&meta, role, &mut v);
     let size = workload_size(kind, object, &meta, &mut v);
-    let declared = topology(kind, object, &meta, role, size, &mut v);
+    let index_offset = index_offset(kind, object, &meta, &mut v);
+    let declared = topology(kind, object, &meta, role, size, index_offset, &mut v);
     if let Some(d) = &declared {
-        check_topology(job, kind, framework, role, size, d, &mut v);
+        check_topology(job, kind, framework, role, (size, index_offset), d, &mut v);
     }
     let topology = declared.as_ref().map(|d| &d.topology);
     let (index, owner) = match kind {
-        Kind::Pod => pod_index(object, &meta, role, topology, &mut v),
+        Kind::Pod => pod_index(object, &meta, role, topology, index_offset, &mut v),
         _ => (None, PodOwner::None),
     };
     let spec = job_spec(&meta, framework, topology, config, &mut v);
@@ -449,6 +453,7 @@ pub fn parse(
         size,
         container,
         ordered_start,
+        index_offset,
         pod_requests,
     };
     slots_warning(&member, object, &mut warnings);
@@ -535,6 +540,7 @@ fn topology(
     meta: &Meta<'_>,
     role: Option<&str>,
     size: Option<u32>,
+    index_offset: Option<u32>,
     v: &mut Violations,
 ) -> Option<Declared> {
     if let Some(text) = meta.annotation(c::REPLICAS) {
@@ -560,6 +566,14 @@ fn topology(
                     c::MAX_REPLICAS
                 ),
             );
+            None
+        }
+        (Kind::StatefulSet | Kind::Job, Some(_), Some(_)) if index_offset.is_some() => {
+            v.push(Rule::MissingTopology, format!(
+                "annotation {} is missing: a member with {} is one of several sets of its role, so the role's count must be written, e.g. \"worker=6\"",
+                c::REPLICAS,
+                c::INDEX_OFFSET
+            ));
             None
         }
         (Kind::StatefulSet | Kind::Job, Some(r), Some(n)) if n > 0 => Some(Declared {
@@ -592,7 +606,7 @@ fn check_topology(
     kind: Kind,
     framework: Option<&'static dyn Framework>,
     role: Option<&str>,
-    size: Option<u32>,
+    (size, index_offset): (Option<u32>, Option<u32>),
     declared: &Declared,
     v: &mut Violations,
 ) {
@@ -612,13 +626,25 @@ fn check_topology(
                     c::ROLE
                 ),
             ),
-            Some(count) => {
-                if let (Some(n), false) = (size, declared.inferred) {
-                    if n != count {
-                        v.push(Rule::SizeMismatch, size_mismatch(kind, n, r, count, t));
-                    }
+            Some(count) => match (size, index_offset) {
+                (Some(n), Some(offset))
+                    if kind != Kind::Pod && offset.saturating_add(n) > count =>
+                {
+                    v.push(Rule::SizeMismatch, format!(
+                        "{} {} {n} from {} {offset} covers {r} indexes {offset} to {} but {} \"{t}\" declares {r}={count} (indexes 0 to {}); make the sets of role {r} add up to {count}",
+                        kind.as_str(),
+                        size_field(kind),
+                        c::INDEX_OFFSET,
+                        offset.saturating_add(n) - 1,
+                        c::REPLICAS,
+                        count - 1
+                    ));
                 }
-            }
+                (Some(n), None) if !declared.inferred && n != count => {
+                    v.push(Rule::SizeMismatch, size_mismatch(kind, n, r, count, t));
+                }
+                _ => {}
+            },
         }
     }
     let digits = (t.roles().map(|(_, n)| n).max().unwrap_or(1) - 1)
@@ -829,6 +855,37 @@ fn container(kind: Kind, object: &Value, meta: &Meta<'_>, v: &mut Violations) ->
     Some(name.to_owned())
 }
 
+/// `dljob.dev/index-offset`: on a StatefulSet or Indexed Job (and the pods
+/// they make), never on a plain pod (whose `dljob.dev/index` says it all).
+fn index_offset(kind: Kind, object: &Value, meta: &Meta<'_>, v: &mut Violations) -> Option<u32> {
+    let s = meta.annotation(c::INDEX_OFFSET)?;
+    if kind == Kind::Pod && pod_owner(object) == PodOwner::None {
+        v.push(
+            Rule::IndexOnWorkload,
+            format!(
+                "annotation {} is for StatefulSets and Indexed Jobs that are one of several sets of a role; a plain pod gives its own {}: remove it",
+                c::INDEX_OFFSET,
+                c::INDEX
+            ),
+        );
+        return None;
+    }
+    match s.trim().parse::<u32>() {
+        Ok(n) if n < c::MAX_REPLICAS => Some(n),
+        _ => {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{s}\" is not an index (0 to {})",
+                    c::INDEX_OFFSET,
+                    c::MAX_REPLICAS - 1
+                ),
+            );
+            None
+        }
+    }
+}
+
 /// What one pod of a workload (its template) or a plain pod requests:
 /// every container's requests, else its limits (the API server makes
 /// requests of limits where only those are set).
@@ -990,6 +1047,7 @@ fn pod_index(
     meta: &Meta<'_>,
     role: Option<&str>,
     topology: Option<&Topology>,
+    index_offset: Option<u32>,
     v: &mut Violations,
 ) -> (Option<u32>, PodOwner) {
     let owner = pod_owner(object);
@@ -1055,6 +1113,11 @@ fn pod_index(
                 None => None,
             },
         },
+    };
+    // A set's pods start at its offset.
+    let index = match owner {
+        PodOwner::None => index,
+        _ => index.map(|i| i.saturating_add(index_offset.unwrap_or(0))),
     };
     if let (Some(i), Some(n)) = (index, count) {
         if i >= n {

@@ -134,7 +134,9 @@ fn mutate_workload(m: &MemberSpec, obj: &mut Value, op: Operation, warnings: &mu
                 set_missing_at(obj, tpl, "labels", key, v);
             }
         }
-        let propagated = c::JOB_WIDE_ANNOTATIONS.iter().chain(&[c::CONTAINER]);
+        let propagated = c::JOB_WIDE_ANNOTATIONS
+            .iter()
+            .chain(&[c::CONTAINER, c::INDEX_OFFSET]);
         for key in propagated {
             if let Some(Value::String(v)) = own_annotations.get(*key) {
                 set_missing_at(obj, tpl, "annotations", key, v);

@@ -144,16 +144,71 @@ fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
                 ),
             );
         }
-        if m.kind != Kind::Pod && peer.kind != Kind::Pod && peer.role == m.role {
-            v.push(
-                Rule::DuplicateReplica,
-                format!(
-                    "{who} already runs role \"{}\" of job \"{}\"; a role is one workload",
-                    m.role, m.job
-                ),
-            );
+        if peer.role == m.role {
+            if let Some(message) = overlap(m, peer, &who) {
+                v.push(Rule::DuplicateReplica, message);
+            }
         }
     }
+}
+
+/// The indexes of its role a member covers: a plain pod its own, a
+/// workload `offset..offset + size` (a workload without
+/// `dljob.dev/index-offset` is the whole role).
+fn covers(m: &MemberSpec) -> Option<(u32, u32)> {
+    match m.kind {
+        Kind::Pod if m.owner == member::PodOwner::None => m.index.map(|i| (i, i + 1)),
+        Kind::Pod => None, // a workload's pod: its workload covers it
+        _ => {
+            let offset = m.index_offset.unwrap_or(0);
+            let size = m.size.unwrap_or(0);
+            let end = if m.index_offset.is_some() {
+                offset.saturating_add(size)
+            } else {
+                m.spec.replicas.count_or_zero(&m.role)
+            };
+            Some((offset, end))
+        }
+    }
+}
+
+/// Two members of one role that claim the same index, named with both
+/// ranges. Two plain pods claiming one index are caught by the pods' check.
+fn overlap(m: &MemberSpec, peer: &MemberSpec, who: &str) -> Option<String> {
+    if m.kind == Kind::Pod && peer.kind == Kind::Pod {
+        return None;
+    }
+    let ((a0, a1), (b0, b1)) = (covers(m)?, covers(peer)?);
+    if a0 >= b1 || b0 >= a1 {
+        return None;
+    }
+    let show = |(s, e): (u32, u32)| {
+        if e == s + 1 {
+            format!("{} {s}", m.role)
+        } else {
+            format!("{} {s} to {}", m.role, e.saturating_sub(1))
+        }
+    };
+    let whole = |x: &MemberSpec| x.kind != Kind::Pod && x.index_offset.is_none();
+    let fix = if m.kind == Kind::Pod {
+        format!("give this pod another {}", c::INDEX)
+    } else if peer.kind == Kind::Pod {
+        format!("move this set's range ({}) past it", c::INDEX_OFFSET)
+    } else if whole(m) || whole(peer) {
+        format!(
+            "a role split over several workloads needs {} on each (the first index it covers)",
+            c::INDEX_OFFSET
+        )
+    } else {
+        format!("give each set its own range with {}", c::INDEX_OFFSET)
+    };
+    Some(format!(
+        "this {} covers {} but {who} of job \"{}\" already covers {}: {fix}",
+        m.kind.as_str(),
+        show((a0, a1)),
+        m.job,
+        show((b0, b1))
+    ))
 }
 
 /// Parses the peers among `objects` (e.g. the documents of one file),

@@ -731,3 +731,67 @@ fn restart_scope_defaults_per_framework_and_is_checked() {
         vec!["dljob.dev/restart-scope \"job\" is not a restart scope; use one of Pod, Job"]
     );
 }
+
+/// A ChainerMN job whose 6 workers are two StatefulSets: 2 from index 0
+/// and 4 from index 2 (`dljob.dev/index-offset`).
+fn worker_set(name: &str, replicas: u32, offset: Option<u32>) -> Value {
+    let mut annotations =
+        json!({"dljob.dev/framework": "chainer", "dljob.dev/replicas": "master=1,worker=6"});
+    if let Some(o) = offset {
+        annotations["dljob.dev/index-offset"] = json!(o.to_string());
+    }
+    let mut s = sts(replicas, annotations);
+    s["metadata"]["name"] = json!(name);
+    s["metadata"]["labels"]["dljob.dev/job"] = json!("cmn");
+    s
+}
+
+#[test]
+fn a_role_split_over_sets_is_checked_range_by_range() {
+    let cfg = Config::default();
+    let a = worker_set("gpu8", 2, Some(0));
+    let b = worker_set("gpu4", 4, Some(2));
+    accepted(Kind::StatefulSet, &a);
+    accepted(Kind::StatefulSet, &b);
+    let peers = peers_of([(Kind::StatefulSet, &a)], Some("ml"), &cfg);
+    assert!(problems_with(Kind::StatefulSet, &b, None, &peers).is_empty());
+    // Overlapping ranges name both members.
+    let overlapping = worker_set("gpu4", 4, Some(1));
+    assert_eq!(
+        problems_with(Kind::StatefulSet, &overlapping, None, &peers),
+        vec!["this StatefulSet covers worker 1 to 4 but StatefulSet \"gpu8\" of job \"cmn\" already covers worker 0 to 1: give each set its own range with dljob.dev/index-offset"]
+    );
+    // A set without an offset is the whole role.
+    assert_eq!(
+        problems_with(Kind::StatefulSet, &worker_set("all", 6, None), None, &peers),
+        vec!["this StatefulSet covers worker 0 to 5 but StatefulSet \"gpu8\" of job \"cmn\" already covers worker 0 to 1: a role split over several workloads needs dljob.dev/index-offset on each (the first index it covers)"]
+    );
+    // Past the role's count.
+    assert_eq!(
+        problems(Kind::StatefulSet, &worker_set("gpu4", 4, Some(3))),
+        vec!["StatefulSet replicas 4 from dljob.dev/index-offset 3 covers worker indexes 3 to 6 but dljob.dev/replicas \"master=1,worker=6\" declares worker=6 (indexes 0 to 5); make the sets of role worker add up to 6"]
+    );
+    // A plain pod in a set's range.
+    let mut pod = tf_pod("worker", json!({}));
+    pod["metadata"]["labels"]["dljob.dev/job"] = json!("cmn");
+    pod["metadata"]["annotations"] = json!({"dljob.dev/framework": "chainer", "dljob.dev/replicas": "master=1,worker=6", "dljob.dev/index": "1"});
+    assert_eq!(
+        problems_with(Kind::Pod, &pod, None, &peers),
+        vec!["this Pod covers worker 1 but StatefulSet \"gpu8\" of job \"cmn\" already covers worker 0 to 1: give this pod another dljob.dev/index"]
+    );
+    // Not on a plain pod; a number.
+    pod["metadata"]["annotations"]["dljob.dev/index-offset"] = json!("2");
+    assert_eq!(
+        problems(Kind::Pod, &pod),
+        vec!["annotation dljob.dev/index-offset is for StatefulSets and Indexed Jobs that are one of several sets of a role; a plain pod gives its own dljob.dev/index: remove it"]
+    );
+    let mut bad = worker_set("x", 2, None);
+    bad["metadata"]["annotations"]["dljob.dev/index-offset"] = json!("two");
+    assert_eq!(
+        problems(Kind::StatefulSet, &bad),
+        vec![
+            "dljob.dev/index-offset \"two\" is not an index (0 to 9999)",
+            "StatefulSet replicas is 2 but dljob.dev/replicas \"master=1,worker=6\" declares worker=6; make them equal (change the topology on every member of the job)"
+        ]
+    );
+}

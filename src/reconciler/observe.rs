@@ -576,6 +576,7 @@ pub fn observe_statefulset(role: &str, sts: &StatefulSet) -> Workload {
         name: sts.name_any(),
         role: role.to_owned(),
         replicas: count(sts.spec.replicas).unwrap_or(1),
+        offset: index_offset(&sts.metadata),
     }
 }
 
@@ -588,7 +589,18 @@ pub fn observe_job(role: &str, job: &Job) -> Workload {
         suspended: spec.and_then(|s| s.suspend).unwrap_or(false),
         completions: count(spec.and_then(|s| s.completions)),
         parallelism: count(spec.and_then(|s| s.parallelism)).unwrap_or(1),
+        offset: index_offset(&job.metadata),
     }
+}
+
+/// `dljob.dev/index-offset` of a member workload.
+fn index_offset(meta: &ObjectMeta) -> Option<u32> {
+    meta.annotations
+        .as_ref()?
+        .get(c::INDEX_OFFSET)?
+        .trim()
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]

@@ -105,6 +105,8 @@ pub enum Workload {
         name: String,
         role: String,
         replicas: u32,
+        /// `dljob.dev/index-offset`: one of several sets of its role.
+        offset: Option<u32>,
     },
     Job {
         name: String,
@@ -114,6 +116,8 @@ pub enum Workload {
         completions: Option<u32>,
         /// `spec.parallelism` (1 when not set).
         parallelism: u32,
+        /// `dljob.dev/index-offset`: one of several sets of its role.
+        offset: Option<u32>,
     },
 }
 
@@ -758,52 +762,96 @@ pub fn size_mismatches(topology: &Topology, workloads: &[Workload]) -> Vec<Strin
         format!("{what}, or change dljob.dev/replicas ({topology}) on every member of the job")
     };
     let mut out = Vec::new();
+    // Roles split over several sets: their sizes must add up.
+    let mut sets: BTreeMap<&str, u32> = BTreeMap::new();
     for w in workloads {
-        match w {
+        let (name, role, size, offset, kind) = match w {
             Workload::StatefulSet {
                 name,
                 role,
                 replicas,
-            } => {
-                let Some(count) = topology.count(role) else {
-                    continue;
-                };
-                if *replicas > 0 && *replicas != count {
-                    out.push(format!(
-                        "StatefulSet {name} has {replicas} replicas but role {role} has {count}: {}",
-                        fix(&format!(
-                            "scale it back (kubectl scale statefulset {name} --replicas={count})"
-                        ))
-                    ));
-                }
-            }
+                offset,
+            } => (name, role, *replicas, *offset, "StatefulSet"),
             Workload::Job {
                 name,
                 role,
                 suspended,
                 completions,
                 parallelism,
+                offset,
             } => {
-                let Some(count) = topology.count(role) else {
-                    continue;
-                };
                 if *suspended {
                     continue;
                 }
-                if *completions != Some(count) {
+                // A whole role's Job must have the role's count; a set its
+                // own size, all running at once either way.
+                let want = match offset {
+                    Some(_) => *completions,
+                    None => topology.count(role),
+                };
+                let Some(want) = want else {
+                    if offset.is_none() {
+                        continue; // not a role of the topology
+                    }
+                    out.push(format!(
+                        "Job {name} has no completions: {}",
+                        fix("re-create it with completions")
+                    ));
+                    continue;
+                };
+                if offset.is_none() && *completions != Some(want) {
                     let has = completions
                         .map_or("no completions".to_owned(), |n| format!("completions {n}"));
                     out.push(format!(
-                        "Job {name} has {has} but role {role} has {count}: {}",
-                        fix(&format!("re-create it with completions {count}"))
+                        "Job {name} has {has} but role {role} has {want}: {}",
+                        fix(&format!("re-create it with completions {want}"))
                     ));
-                } else if *parallelism < count {
+                    continue;
+                }
+                if *parallelism < want {
                     out.push(format!(
-                        "Job {name} has parallelism {parallelism} but role {role} has {count} replicas that must all run at once: {}",
-                        fix(&format!("set its parallelism to {count}"))
+                        "Job {name} has parallelism {parallelism} but role {role} has {want} replicas that must all run at once: {}",
+                        fix(&format!("set its parallelism to {want}"))
+                    ));
+                }
+                if offset.is_none() {
+                    continue; // checked in full above
+                }
+                (name, role, want, *offset, "Job")
+            }
+        };
+        let Some(count) = topology.count(role) else {
+            continue;
+        };
+        match offset {
+            Some(offset) => {
+                *sets.entry(role.as_str()).or_default() += size;
+                if size > 0 && offset.saturating_add(size) > count {
+                    out.push(format!(
+                        "{kind} {name} has {size} from {role} index {offset} but role {role} has {count} (indexes 0 to {}): {}",
+                        count - 1,
+                        fix(&format!("make it at most {}", count.saturating_sub(offset)))
                     ));
                 }
             }
+            None if size > 0 && size != count => {
+                out.push(format!(
+                    "StatefulSet {name} has {size} replicas but role {role} has {count}: {}",
+                    fix(&format!(
+                        "scale it back (kubectl scale statefulset {name} --replicas={count})"
+                    ))
+                ));
+            }
+            None => {}
+        }
+    }
+    for (role, covered) in sets {
+        let count = topology.count_or_zero(role);
+        if covered != count && covered > 0 {
+            out.push(format!(
+                "the sets of role {role} have {covered} replicas in all but role {role} has {count}: {}",
+                fix(&format!("resize them to add up to {count}"))
+            ));
         }
     }
     out
@@ -1631,6 +1679,7 @@ mod tests {
                 name: "w".into(),
                 role: "worker".into(),
                 replicas: 2,
+                offset: None,
             }],
         };
         let out = next(&p, &obs, None, None, t(0));
@@ -1656,6 +1705,7 @@ mod tests {
                 name: "train".into(),
                 role: "worker".into(),
                 replicas: 2,
+                offset: None,
             }],
         };
         let out = next(&p, &obs, None, None, t(0));
@@ -1678,6 +1728,7 @@ mod tests {
                 name: "train".into(),
                 role: "worker".into(),
                 replicas: 0,
+                offset: None,
             }],
         };
         assert_eq!(
@@ -1886,16 +1937,19 @@ mod tests {
                     suspended: false,
                     completions: Some(1),
                     parallelism: 1,
+                    offset: None,
                 },
                 Workload::StatefulSet {
                     name: "ps".into(),
                     role: "ps".into(),
                     replicas: 2,
+                    offset: None,
                 },
                 Workload::StatefulSet {
                     name: "worker".into(),
                     role: "worker".into(),
                     replicas: 2,
+                    offset: None,
                 },
             ],
         };
@@ -2019,6 +2073,7 @@ mod tests {
             name: name.into(),
             role: role.into(),
             replicas,
+            offset: None,
         };
         let job = |name: &str, role: &str, suspended, completions, parallelism| Workload::Job {
             name: name.into(),
@@ -2026,6 +2081,7 @@ mod tests {
             suspended,
             completions,
             parallelism,
+            offset: None,
         };
         let fix = "or change dljob.dev/replicas (chief=1,ps=2,worker=4) on every member of the job";
         assert_eq!(
