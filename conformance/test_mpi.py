@@ -49,6 +49,7 @@ REPO = HERE.parent
 SSH = HERE / "bin" / "ssh"
 HOROVOD = REPO / "examples" / "horovod" / "job.yaml"
 CHAINERMN = REPO / "examples" / "chainermn" / "job.yaml"
+CHAINERMN_SETS = REPO / "examples" / "chainermn-heterogeneous" / "job.yaml"
 RUN_TIMEOUT = 60
 
 INSTALLS = {
@@ -234,6 +235,11 @@ def chainermn():
 
 
 @pytest.fixture
+def chainermn_sets():
+    yield from job_of(CHAINERMN_SETS)
+
+
+@pytest.fixture
 def horovod_gpu_launcher(tmp_path):
     """The horovod example with a launcher that requests a GPU: dljob lists
     it first in its own hostfile."""
@@ -293,6 +299,25 @@ def test_chainer_ranks_fill_every_host_master_included(openmpi, chainermn):
     assert_ranks(run, {0: master.hostname, 1: master.hostname, 2: w0.hostname, 3: w0.hostname,
                        4: w1.hostname, 5: w1.hostname})
     assert_launched_by_ssh(run, openmpi, master, [w0.svc_host, w1.svc_host])
+
+
+def test_heterogeneous_worker_sets_get_their_sets_slots(openmpi, chainermn_sets):
+    """examples/chainermn-heterogeneous: two worker StatefulSets (4 GPUs
+    from index 0, 2 GPUs from index 1) and a 2-GPU master. `mpiexec -n
+    $DLJOB_MPI_NP` fills every host with its own set's slots: the master
+    its 2, worker 0 (the 4-GPU set) 4, workers 1 and 2 (the 2-GPU set) 2."""
+    job = chainermn_sets
+    master = job.pod("master")
+    w0, w1, w2 = (job.pod("worker", i) for i in range(3))
+    assert master.env()["DLJOB_MPI_NP"] == "10"
+    # Every "host" here shares this machine's cores: 4 ranks on worker 0
+    # must not be bound one per core (on a real 4-GPU host they would be).
+    unbound = {"OMPI_MCA_hwloc_base_binding_policy": "none",
+               "PRTE_MCA_hwloc_default_binding_policy": "none"}
+    run = run_mpi(job, master, openmpi, extra=unbound, np=int(master.env()["DLJOB_MPI_NP"]))
+    want = [master.hostname] * 2 + [w0.hostname] * 4 + [w1.hostname] * 2 + [w2.hostname] * 2
+    assert_ranks(run, dict(enumerate(want)))
+    assert_launched_by_ssh(run, openmpi, master, [w0.svc_host, w1.svc_host, w2.svc_host])
 
 
 def test_gpu_launcher_runs_its_own_ranks(openmpi, horovod_gpu_launcher):

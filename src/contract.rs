@@ -383,6 +383,129 @@ impl CleanPodPolicy {
     }
 }
 
+/// Hostfile slots (`dljob.dev/slots`, mpi and chainer): one number for
+/// every host (`"4"`), or per range of worker indexes (`"0-1=8,2-5=4"`,
+/// a set's range each) with an optional bare number for every other host
+/// (`"2,0-1=8"`: the chainer master, a GPU launcher, uncovered workers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slots {
+    default: u32,
+    /// (first, last, slots), by first index, not overlapping.
+    ranges: Vec<(u32, u32, u32)>,
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Self::uniform(1)
+    }
+}
+
+impl Slots {
+    pub fn uniform(n: u32) -> Self {
+        Self {
+            default: n,
+            ranges: Vec::new(),
+        }
+    }
+
+    /// Parses the annotation; every count 1 to [`MAX_SLOTS`].
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let bad = |why: &str| {
+            format!(
+                "{SLOTS} \"{s}\" {why}: write a slot count (1-{MAX_SLOTS}), or worker index ranges like \"0-1=8,2-5=4\" with an optional count for the other hosts first"
+            )
+        };
+        let count = |t: &str| match t.trim().parse::<u32>() {
+            Ok(n) if (1..=MAX_SLOTS).contains(&n) => Ok(n),
+            _ => Err(bad(&format!(
+                "has \"{}\" where a slot count goes",
+                t.trim()
+            ))),
+        };
+        let mut out = Self::uniform(1);
+        let mut default_seen = false;
+        for entry in s.split(',') {
+            match entry.split_once('=') {
+                None if !default_seen => {
+                    out.default = count(entry)?;
+                    default_seen = true;
+                }
+                None => return Err(bad("has two counts without a range")),
+                Some((range, n)) => {
+                    let index = |t: &str| {
+                        t.trim()
+                            .parse::<u32>()
+                            .map_err(|_| bad(&format!("has \"{}\" where an index goes", t.trim())))
+                    };
+                    let (first, last) = match range.split_once('-') {
+                        Some((a, b)) => (index(a)?, index(b)?),
+                        None => (index(range)?, index(range)?),
+                    };
+                    if last < first {
+                        return Err(bad(&format!(
+                            "has the range {first}-{last}, which is empty"
+                        )));
+                    }
+                    out.ranges.push((first, last, count(n)?));
+                }
+            }
+        }
+        out.ranges.sort_unstable();
+        if let Some(w) = out.ranges.windows(2).find(|w| w[1].0 <= w[0].1) {
+            return Err(bad(&format!(
+                "gives worker {} two counts (ranges {}-{} and {}-{})",
+                w[1].0, w[0].0, w[0].1, w[1].0, w[1].1
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Slots of worker `index`.
+    pub fn of_worker(&self, index: u32) -> u32 {
+        self.ranges
+            .iter()
+            .find(|(first, last, _)| (*first..=*last).contains(&index))
+            .map_or(self.default, |(_, _, n)| *n)
+    }
+
+    /// Slots of every host no range names.
+    pub fn default_count(&self) -> u32 {
+        self.default
+    }
+
+    /// The last worker index a range names, if any.
+    pub fn last_index(&self) -> Option<u32> {
+        self.ranges.last().map(|(_, last, _)| *last)
+    }
+
+    /// Whether it is one number for every host.
+    pub fn is_uniform(&self) -> bool {
+        self.ranges.is_empty()
+    }
+}
+
+impl fmt::Display for Slots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        if self.ranges.is_empty() || self.default != 1 {
+            write!(f, "{}", self.default)?;
+            first = false;
+        }
+        for (a, b, n) in &self.ranges {
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            if a == b {
+                write!(f, "{a}={n}")?;
+            } else {
+                write!(f, "{a}-{b}={n}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// PyTorch elastic range (`dljob.dev/elastic: "min:max"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Elastic {
@@ -492,6 +615,11 @@ as_annotation_text!(
     })
 );
 as_annotation_text!(
+    Slots,
+    Slots::parse,
+    schemars::json_schema!({"type": "string", "pattern": "^[0-9]+(-[0-9]+=[0-9]+|=[0-9]+)?(,[0-9]+(-[0-9]+)?=[0-9]+)*$"})
+);
+as_annotation_text!(
     Elastic,
     Elastic::parse,
     schemars::json_schema!({"type": "string", "pattern": "^[0-9]+:[0-9]+$"})
@@ -527,6 +655,41 @@ impl fmt::Display for CleanPodPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_are_one_count_or_counts_per_worker_range() {
+        let s = Slots::parse("2,0=4,1-2=2").unwrap();
+        assert_eq!(
+            (
+                s.of_worker(0),
+                s.of_worker(1),
+                s.of_worker(2),
+                s.of_worker(3)
+            ),
+            (4, 2, 2, 2)
+        );
+        assert_eq!(s.default_count(), 2);
+        assert_eq!(s.last_index(), Some(2));
+        assert_eq!(s.to_string(), "2,0=4,1-2=2");
+        // Without a bare count the other hosts get 1; ranges in any order.
+        let s = Slots::parse("3-5=4,0-2=8").unwrap();
+        assert_eq!(
+            (s.of_worker(1), s.of_worker(4), s.default_count()),
+            (8, 4, 1)
+        );
+        assert_eq!(s.to_string(), "0-2=8,3-5=4");
+        assert_eq!(Slots::parse("4").unwrap(), Slots::uniform(4));
+        assert_eq!(Slots::uniform(4).to_string(), "4");
+        let err = |t: &str| Slots::parse(t).unwrap_err();
+        assert_eq!(
+            err("0-3=8,2-5=4"),
+            "dljob.dev/slots \"0-3=8,2-5=4\" gives worker 2 two counts (ranges 0-3 and 2-5): write a slot count (1-1024), or worker index ranges like \"0-1=8,2-5=4\" with an optional count for the other hosts first"
+        );
+        assert!(err("2,3").contains("has two counts without a range"));
+        assert!(err("0-1=0").contains("has \"0\" where a slot count goes"));
+        assert!(err("3-1=2").contains("has the range 3-1, which is empty"));
+        assert!(err("a-1=2").contains("has \"a\" where an index goes"));
+    }
 
     #[test]
     fn topology_keeps_declared_order_and_counts() {

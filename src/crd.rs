@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::{Elastic, Policies, Topology};
+use crate::contract::{Elastic, Policies, Slots, Topology};
 use crate::frameworks::{self, Framework};
 
 // Two members agree when their `JobSpec`s are equal, and the DLJob's spec
@@ -49,9 +49,9 @@ pub struct JobSpec {
     /// The framework port (`dljob.dev/port`, else the config's, else the
     /// framework's default); the headless Service exposes it.
     pub port: u16,
-    /// mpi/chainer: hostfile slots per worker (`dljob.dev/slots`).
-    #[serde(default = "default_slots")]
-    pub slots: u32,
+    /// mpi/chainer: hostfile slots per host (`dljob.dev/slots`).
+    #[serde(default)]
+    pub slots: Slots,
     /// pytorch: the elastic range (`dljob.dev/elastic`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elastic: Option<Elastic>,
@@ -73,10 +73,6 @@ fn default_gang() -> String {
     crate::gang::NONE.to_owned()
 }
 
-fn default_slots() -> u32 {
-    crate::member::DEFAULT_SLOTS
-}
-
 impl JobSpec {
     /// A job that sets only its framework, topology and port: every other
     /// key at its default.
@@ -85,7 +81,7 @@ impl JobSpec {
             framework: framework.to_owned(),
             replicas,
             port,
-            slots: default_slots(),
+            slots: Slots::default(),
             elastic: None,
             policies: Policies::default(),
             ssh_path: None,
@@ -349,7 +345,7 @@ mod tests {
             v,
             serde_json::json!({
                 "framework": "tensorflow", "replicas": "chief=1,worker=2", "port": 2222,
-                "slots": 1, "elastic": "2:4", "restartPolicy": "ExitCode", "restartScope": "Pod", "backoffLimit": 3,
+                "slots": "1", "elastic": "2:4", "restartPolicy": "ExitCode", "restartScope": "Pod", "backoffLimit": 3,
                 "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 60, "gang": "none"
             })
         );
@@ -364,7 +360,7 @@ mod tests {
             "sshPath": "/home/mpi/.ssh"
         });
         let s: JobSpec = serde_json::from_value(old).unwrap();
-        assert_eq!(s.slots, 1);
+        assert_eq!(s.slots, Slots::uniform(1));
         assert_eq!(s.elastic, None);
         assert_eq!(s.policies.restart, crate::contract::RestartPolicy::Never);
         assert_eq!(s.ssh_path.as_deref(), Some("/home/mpi/.ssh"));

@@ -278,8 +278,72 @@ pub fn label(
         }
     }
 
+    // A role split over several workloads (sets): each covers the next
+    // range of the role's indexes, in document order (dljob.dev/index-
+    // offset); offsets already written are kept.
+    let mut offsets: Vec<Option<String>> = vec![None; members.len()];
+    let mut covered: Vec<(String, u32, u32)> = Vec::new(); // role, first, end
+    for (role, _) in computed.roles() {
+        let of_role: Vec<usize> = (0..members.len())
+            .filter(|&i| members[i].role.as_deref() == Some(role))
+            .collect();
+        let sets: Vec<usize> = of_role
+            .iter()
+            .copied()
+            .filter(|&i| members[i].kind != Kind::Pod)
+            .collect();
+        if of_role.len() < 2 || sets.is_empty() {
+            continue;
+        }
+        let mut cursor = 0u32;
+        for i in sets {
+            let size = size_of(&members[i], &mut problems).unwrap_or(0);
+            let written = members[i]
+                .own("annotations", c::INDEX_OFFSET)
+                .and_then(|s| s.trim().parse::<u32>().ok());
+            let first = written.unwrap_or(cursor);
+            if written.is_none() {
+                offsets[i] = Some(first.to_string());
+            }
+            cursor = cursor.max(first.saturating_add(size));
+            covered.push((role.to_owned(), first, first.saturating_add(size)));
+        }
+    }
+
+    // mpi/chainer with worker sets and no slots given: each set's range
+    // gets the GPUs its framework container requests, every other host
+    // the launcher's (or 1).
+    let worker_sets: Vec<(u32, u32, u32)> = covered
+        .iter()
+        .filter(|(r, _, _)| r == "worker")
+        .zip(
+            members
+                .iter()
+                .filter(|m| m.kind != Kind::Pod && m.role.as_deref() == Some("worker")),
+        )
+        .map(|((_, first, end), m)| (*first, *end, gpus_of(m, framework).max(1)))
+        .collect();
+    if framework.uses_slots()
+        && worker_sets.len() > 1
+        && !policies.iter().any(|(k, _)| *k == c::SLOTS)
+    {
+        let others = framework
+            .gated_role()
+            .and_then(|r| members.iter().find(|m| m.role.as_deref() == Some(r)))
+            .map_or(1, |m| gpus_of(m, framework).max(1));
+        let mut text = others.to_string();
+        for (first, end, n) in &worker_sets {
+            text.push_str(&format!(",{first}-{}={n}", end.saturating_sub(1)));
+        }
+        match c::Slots::parse(&text) {
+            Ok(slots) => policies.push((c::SLOTS, slots.to_string())),
+            Err(e) => problems.push(e),
+        }
+    }
+
     // Indexes of plain Pods, in document order per role, where the role
-    // has more than one replica; indexes already written are kept.
+    // has more than one replica; indexes already written, and the sets'
+    // ranges, are kept.
     let mut indexes: Vec<Option<String>> = vec![None; members.len()];
     for (role, count) in computed.roles() {
         if count < 2 {
@@ -293,6 +357,9 @@ pub fn label(
             .filter_map(|&i| members[i].own("annotations", c::INDEX))
             .filter_map(|s| s.trim().parse().ok())
             .collect();
+        for (_, first, end) in covered.iter().filter(|(r, _, _)| r == role) {
+            used.extend(*first..*end);
+        }
         for &i in &pods {
             if members[i].own("annotations", c::INDEX).is_some() {
                 continue;
@@ -358,6 +425,9 @@ pub fn label(
         }
         if let Some(index) = &indexes[i] {
             wants.push((false, "annotations", c::INDEX, index.clone()));
+        }
+        if let Some(offset) = &offsets[i] {
+            wants.push((false, "annotations", c::INDEX_OFFSET, offset.clone()));
         }
         for (key, v) in &policies {
             wants.push((false, "annotations", key, v.clone()));
@@ -619,6 +689,32 @@ fn infer_role(
 /// Replicas a member adds to its role: 1 for a plain Pod, a StatefulSet's
 /// `replicas` (default 1; a stopped one's `dljob.dev/scaled-from`), a
 /// Job's `completions`.
+/// GPUs its framework container requests (the webhook's container rule).
+fn gpus_of(m: &Member<'_>, framework: &dyn Framework) -> u32 {
+    let Some(pod) = object::at(m.value, m.kind.pod_path()) else {
+        return 0;
+    };
+    let Some(spec) = pod.get("spec") else {
+        return 0;
+    };
+    let containers = object::containers(spec);
+    let facts: Vec<crate::member::ContainerFacts<'_>> = containers
+        .iter()
+        .map(|c| crate::member::ContainerFacts {
+            name: object::name_of(c),
+            accelerator: object::requests_extended_resource(c),
+        })
+        .collect();
+    crate::member::pick_container(
+        object::meta_str(pod, &[], "annotations", c::CONTAINER),
+        object::meta_str(pod, &[], "annotations", c::K8S_DEFAULT_CONTAINER),
+        framework.name(),
+        &facts,
+    )
+    .and_then(|(i, _)| object::gpu_count(&containers[i]))
+    .unwrap_or(0)
+}
+
 fn size_of(m: &Member<'_>, problems: &mut Vec<String>) -> Option<u32> {
     let num = |path: &[&str]| {
         object::at(m.value, path)

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::config::Config;
 use crate::contract::{
-    self as c, CleanPodPolicy, Elastic, Policies, RestartPolicy, RestartScope, Topology,
+    self as c, CleanPodPolicy, Elastic, Policies, RestartPolicy, RestartScope, Slots, Topology,
 };
 use crate::crd::JobSpec;
 use crate::frameworks::{self, Framework};
@@ -671,15 +671,7 @@ fn job_spec(
     let mut policies = parse_policies(meta, v);
     let port =
         parse_number(meta, c::PORT, 1, 65535, "a port number (1-65535)", v).map(|p| p as u16);
-    let slots = parse_number(
-        meta,
-        c::SLOTS,
-        1,
-        c::MAX_SLOTS,
-        &format!("a slot count (1-{})", c::MAX_SLOTS),
-        v,
-    )
-    .unwrap_or(DEFAULT_SLOTS);
+    let slots = slots(meta, topology, v);
     let elastic = elastic(meta, framework, topology, v);
     let ssh_path = ssh_path(meta, v);
     let gang = gang(meta, config, v);
@@ -752,6 +744,41 @@ fn check_gang(kind: Kind, meta: &Meta<'_>, spec: &JobSpec, v: &mut Violations) {
             ),
         );
     }
+}
+
+/// `dljob.dev/slots`: one count, or counts per range of worker indexes
+/// (each within the topology's workers).
+fn slots(meta: &Meta<'_>, topology: Option<&Topology>, v: &mut Violations) -> Slots {
+    let Some(text) = meta.annotation(c::SLOTS) else {
+        return Slots::uniform(DEFAULT_SLOTS);
+    };
+    if !text.contains('=') {
+        let what = format!("a slot count (1-{})", c::MAX_SLOTS);
+        return parse_number(meta, c::SLOTS, 1, c::MAX_SLOTS, &what, v)
+            .map_or_else(|| Slots::uniform(DEFAULT_SLOTS), Slots::uniform);
+    }
+    let slots = match Slots::parse(text) {
+        Ok(s) => s,
+        Err(e) => {
+            v.push(Rule::InvalidValue, e);
+            return Slots::uniform(DEFAULT_SLOTS);
+        }
+    };
+    let workers = topology.map(|t| t.count_or_zero("worker"));
+    if let (Some(last), Some(n)) = (slots.last_index(), workers) {
+        if last >= n {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{text}\" names worker {last}, but the job has {n} worker{} (0 to {})",
+                    c::SLOTS,
+                    if n == 1 { "" } else { "s" },
+                    n.saturating_sub(1)
+                ),
+            );
+        }
+    }
+    slots
 }
 
 /// `dljob.dev/elastic`, for frameworks with elastic training, covering the
@@ -1345,12 +1372,34 @@ fn slots_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>) {
         return;
     };
     let gpus = object::gpu_count(&object::containers(&pod["spec"])[i]).unwrap_or(0);
-    if gpus > 0 && gpus != m.spec.slots {
+    if gpus == 0 {
+        return;
+    }
+    let slots = &m.spec.slots;
+    if slots.is_uniform() {
+        let n = slots.default_count();
+        if gpus != n {
+            warnings.push(format!(
+                "the worker's framework container requests {gpus} GPUs but the hostfile gives each worker {n} slot{}; set {}: \"{gpus}\" on every member",
+                if n == 1 { "" } else { "s" },
+                c::SLOTS
+            ));
+        }
+        return;
+    }
+    // Per range: the indexes this member's pods are.
+    let (first, end) = match (m.index, m.index_offset, m.size) {
+        (Some(i), _, _) => (i, i + 1),
+        (None, Some(offset), Some(size)) => (offset, offset.saturating_add(size)),
+        _ => (0, m.spec.replicas.count_or_zero("worker")),
+    };
+    if let Some(i) = (first..end).find(|i| slots.of_worker(*i) != gpus) {
         warnings.push(format!(
-            "the worker's framework container requests {gpus} GPUs but the hostfile gives each worker {} slot{}; set {}: \"{gpus}\" on every member",
-            m.spec.slots,
-            if m.spec.slots == 1 { "" } else { "s" },
-            c::SLOTS
+            "the worker's framework container requests {gpus} GPUs but {} \"{slots}\" gives worker {i} {} slot{}; give the range {first}-{} {gpus} slots on every member",
+            c::SLOTS,
+            slots.of_worker(i),
+            if slots.of_worker(i) == 1 { "" } else { "s" },
+            end.saturating_sub(1)
         ));
     }
 }
@@ -1364,7 +1413,7 @@ impl MemberSpec {
             cluster_domain: &config.cluster_domain,
             topology: &self.spec.replicas,
             port: self.spec.port,
-            slots: self.spec.slots,
+            slots: &self.spec.slots,
             elastic: self.spec.elastic,
         }
     }

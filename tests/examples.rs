@@ -286,8 +286,13 @@ fn workload_pods_get_the_hostname_and_index_of_their_ordinal() {
             let role = value["metadata"]["labels"]["dljob.dev/role"]
                 .as_str()
                 .expect("role label");
-            for (i, pod) in controller_pods(kind, &workload) {
-                let context = format!("{} {}[{i}]", ex.name(), manifest::describe(value));
+            // One of several sets of its role: its pods start at its offset.
+            let offset: u32 = value["metadata"]["annotations"]["dljob.dev/index-offset"]
+                .as_str()
+                .map_or(0, |s| s.parse().expect("a numeric offset"));
+            for (ordinal, pod) in controller_pods(kind, &workload) {
+                let context = format!("{} {}[{ordinal}]", ex.name(), manifest::describe(value));
+                let i = offset + ordinal;
                 let mutated = mutate_clean(Kind::Pod, &pod, &ex.config, &context);
                 assert_eq!(
                     mutated["spec"]["hostname"],

@@ -126,6 +126,13 @@ fn extra_roles(example: &str) -> &'static [&'static str] {
             "--role",
             "Pod/paddle-check-1=worker",
         ],
+        // The sets are named for their GPUs, not their role.
+        "chainermn-heterogeneous" => &[
+            "--role",
+            "StatefulSet/cmn-het-gpu4=worker",
+            "--role",
+            "StatefulSet/cmn-het-gpu2=worker",
+        ],
         _ => &[],
     }
 }
@@ -138,7 +145,7 @@ fn every_example_stripped_and_relabelled_gets_its_keys_back() {
         .filter(|p| p.join("job.yaml").is_file())
         .collect();
     examples.sort();
-    assert_eq!(examples.len(), 13, "{examples:?}");
+    assert_eq!(examples.len(), 14, "{examples:?}");
     let policies = [
         "dljob.dev/port",
         "dljob.dev/slots",
@@ -536,5 +543,54 @@ fn plain_pods_of_a_role_get_indexes_in_document_order() {
             || run.stdout.contains("    dljob.dev/index: '0'\n"),
         "{}",
         run.stdout
+    );
+}
+
+/// Worker sets of a chainer job, stripped of every dljob key: label gives
+/// each set the next range of worker indexes (document order) and, with no
+/// slots given, the hostfile slots of its GPUs — the master's GPUs for
+/// every other host — exactly as the example has them.
+#[test]
+fn worker_sets_get_their_offsets_and_slots_from_their_gpus() {
+    let path = repo().join("examples/chainermn-heterogeneous/job.yaml");
+    let original = values(&std::fs::read_to_string(&path).unwrap());
+    let stripped: String = original
+        .iter()
+        .map(|v| serde_saphyr::to_string(&strip(v)).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n");
+    let run = dljob(
+        &[
+            "label",
+            "-f",
+            "-",
+            "--job",
+            "cmn-het",
+            "--framework",
+            "chainer",
+            "--role",
+            "StatefulSet/cmn-het-gpu4=worker",
+            "--role",
+            "StatefulSet/cmn-het-gpu2=worker",
+        ],
+        Some(&stripped),
+    );
+    assert!(run.success(), "{run:?}");
+    let labelled = values(&run.stdout);
+    for (got, want) in labelled.iter().zip(&original) {
+        assert_eq!(
+            dljob_keys(got),
+            dljob_keys(want),
+            "{}",
+            manifest::describe(want)
+        );
+    }
+    assert_eq!(
+        labelled[2]["metadata"]["annotations"]["dljob.dev/index-offset"],
+        "1"
+    );
+    assert_eq!(
+        labelled[0]["metadata"]["annotations"]["dljob.dev/slots"],
+        "2,0=4,1-2=2"
     );
 }

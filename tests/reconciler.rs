@@ -1205,7 +1205,7 @@ async fn first_sight_of_a_member_creates_its_dljob_once() {
                     b["spec"],
                     json!({
                         "framework": "pytorch", "replicas": "master=1,worker=1", "port": 23456,
-                        "slots": 1, "restartPolicy": "ExitCode", "restartScope": "Job", "backoffLimit": 3,
+                        "slots": "1", "restartPolicy": "ExitCode", "restartScope": "Job", "backoffLimit": 3,
                         "cleanPodPolicy": "Running", "gang": "none"
                     })
                 );

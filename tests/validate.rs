@@ -795,3 +795,32 @@ fn a_role_split_over_sets_is_checked_range_by_range() {
         ]
     );
 }
+
+#[test]
+fn slots_per_worker_range_are_checked_against_the_workers_and_their_gpus() {
+    let mut s = worker_set("gpu4", 4, Some(2));
+    s["metadata"]["annotations"]["dljob.dev/slots"] = json!("0-1=8,2-6=4");
+    assert_eq!(
+        problems(Kind::StatefulSet, &s),
+        vec!["dljob.dev/slots \"0-1=8,2-6=4\" names worker 6, but the job has 6 workers (0 to 5)"]
+    );
+    // A set whose GPUs differ from its range's slots is warned about.
+    s["metadata"]["annotations"]["dljob.dev/slots"] = json!("0-1=8,2-5=2");
+    s["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"nvidia.com/gpu": "4"}});
+    let warnings = validate(
+        Kind::StatefulSet,
+        &s,
+        None,
+        Some("ml"),
+        &Config::default(),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        warnings,
+        vec!["the worker's framework container requests 4 GPUs but dljob.dev/slots \"0-1=8,2-5=2\" gives worker 2 2 slots; give the range 2-5 4 slots on every member"]
+    );
+    s["metadata"]["annotations"]["dljob.dev/slots"] = json!("0-1=8,2-5=4");
+    accepted(Kind::StatefulSet, &s);
+}

@@ -25,7 +25,7 @@ impl Framework for Chainer {
             .map(|(r, _)| (r, 0))
     }
     fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
-        mpi_env(job, member, "master", env);
+        mpi_env(job, member, "master", true, env);
     }
     /// The master's (it runs mpiexec): the workers, then the master.
     fn hostfile(&self, job: &Job<'_>, member: &Member<'_>) -> Option<String> {
@@ -33,8 +33,8 @@ impl Framework for Chainer {
             return None;
         }
         let mut out = String::new();
-        push_hostfile_lines(&mut out, job, "worker", job.slots);
-        push_hostfile_lines(&mut out, job, "master", job.slots);
+        push_hostfile_lines(&mut out, job, "worker");
+        push_hostfile_lines(&mut out, job, "master");
         Some(out)
     }
     fn uses_slots(&self) -> bool {
@@ -63,7 +63,7 @@ mod tests {
             cluster_domain: "",
             topology: &t,
             port: 22,
-            slots: 4,
+            slots: &crate::contract::Slots::uniform(4),
             elastic: None,
         };
         let hf = by_name("chainer").unwrap().hostfile(

@@ -3,7 +3,7 @@
 //! its default port, and the env vars a member gets — all pure functions of
 //! the topology and the member.
 
-use crate::contract::{push_u32, Elastic, RestartScope, Topology};
+use crate::contract::{push_u32, Elastic, RestartScope, Slots, Topology};
 
 mod chainer;
 mod generic;
@@ -95,8 +95,8 @@ pub struct Job<'a> {
     pub cluster_domain: &'a str,
     pub topology: &'a Topology,
     pub port: u16,
-    /// Hostfile slots per worker host.
-    pub slots: u32,
+    /// Hostfile slots per host.
+    pub slots: &'a Slots,
     pub elastic: Option<Elastic>,
 }
 
@@ -309,6 +309,16 @@ pub fn check_role(framework: &dyn Framework, role: &str) -> Result<(), String> {
 }
 
 impl Job<'_> {
+    /// Hostfile slots of (role, index): per worker index, else the count
+    /// for every other host.
+    pub fn slots_of(&self, role: &str, index: u32) -> u32 {
+        if role == "worker" {
+            self.slots.of_worker(index)
+        } else {
+            self.slots.default_count()
+        }
+    }
+
     /// Appends `j-r-i.j.ns.svc[.domain]` to `out`.
     pub fn push_host(&self, out: &mut String, role: &str, index: u32) {
         out.push_str(self.name);
@@ -379,15 +389,22 @@ impl Job<'_> {
 }
 
 /// Appends `host slots=N` lines for every replica of `role`.
-pub fn push_hostfile_lines(out: &mut String, job: &Job<'_>, role: &str, slots: u32) {
+/// Appends `host slots=N` lines for every replica of `role`: a worker's
+/// slots are its index's in `dljob.dev/slots`, any other host's the count
+/// for every other host. Returns the slots listed.
+pub fn push_hostfile_lines(out: &mut String, job: &Job<'_>, role: &str) -> u32 {
     let n = job.topology.count_or_zero(role);
     out.reserve(n as usize * (job.host_len_hint(role) + 10));
+    let mut total = 0u32;
     for i in 0..n {
+        let slots = job.slots_of(role, i);
         job.push_host(out, role, i);
         out.push_str(" slots=");
         push_u32(out, slots);
         out.push('\n');
+        total = total.saturating_add(slots);
     }
+    total
 }
 
 /// The generic `DLJOB_*` vars every member gets. Their size does not grow
@@ -454,6 +471,10 @@ pub fn set(env: &mut Env, name: &str, value: impl Into<String>) {
 pub(crate) mod test_support {
     use super::*;
 
+    /// One slot per host.
+    pub static ONE_SLOT: std::sync::LazyLock<Slots> =
+        std::sync::LazyLock::new(|| Slots::uniform(1));
+
     /// Job `j` in namespace `ns` with `topology`, port 1 and 1 slot.
     pub fn job(topology: &Topology) -> Job<'_> {
         Job {
@@ -462,7 +483,7 @@ pub(crate) mod test_support {
             cluster_domain: "",
             topology,
             port: 1,
-            slots: 1,
+            slots: &ONE_SLOT,
             elastic: None,
         }
     }
@@ -494,7 +515,7 @@ pub(crate) mod test_support {
             cluster_domain: "",
             topology: &topology,
             port: f.default_port(),
-            slots: 1,
+            slots: &crate::contract::Slots::uniform(1),
             elastic,
         };
         let mut env = Env::new();
@@ -547,7 +568,7 @@ mod tests {
             cluster_domain: "",
             topology: &t,
             port: 1,
-            slots: 1,
+            slots: &crate::contract::Slots::uniform(1),
             elastic: None,
         };
         let mut env = Env::new();

@@ -28,7 +28,7 @@ impl Framework for Mpi {
             .map(|(r, _)| (r, 0))
     }
     fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
-        mpi_env(job, member, "launcher", env);
+        mpi_env(job, member, "launcher", lists_launcher(member), env);
     }
     /// The launcher's: workers, `slots` each; the launcher first when it
     /// requests GPUs itself (only the launcher can know that, and only it
@@ -38,10 +38,10 @@ impl Framework for Mpi {
             return None;
         }
         let mut out = String::new();
-        if member.gpus.unwrap_or(0) > 0 {
-            push_hostfile_lines(&mut out, job, "launcher", job.slots);
+        if lists_launcher(member) {
+            push_hostfile_lines(&mut out, job, "launcher");
         }
-        push_hostfile_lines(&mut out, job, "worker", job.slots);
+        push_hostfile_lines(&mut out, job, "worker");
         Some(out)
     }
     fn uses_slots(&self) -> bool {
@@ -70,12 +70,32 @@ impl Framework for Mpi {
 ///   every host itself instead;
 /// - slots come from the hostfile's `slots=N`; `orte_set_default_slots`
 ///   only covers a host given without it.
-pub(super) fn mpi_env(job: &Job<'_>, member: &Member<'_>, launcher_role: &str, env: &mut Env) {
+pub(super) fn mpi_env(
+    job: &Job<'_>,
+    member: &Member<'_>,
+    launcher_role: &str,
+    launcher_listed: bool,
+    env: &mut Env,
+) {
     set(env, "K_MPI_JOB_ROLE", member.role);
     if member.role != launcher_role {
         return;
     }
-    let slots = job.slots.to_string();
+    // Every slot of the hostfile: what `mpirun -np` takes to fill it.
+    let workers: u32 = (0..job.topology.count_or_zero("worker"))
+        .map(|i| job.slots_of("worker", i))
+        .fold(0, u32::saturating_add);
+    let launcher = if launcher_listed {
+        job.slots_of(launcher_role, 0)
+    } else {
+        0
+    };
+    set(
+        env,
+        "DLJOB_MPI_NP",
+        workers.saturating_add(launcher).to_string(),
+    );
+    let slots = job.slots.default_count().to_string();
     set(env, "OMPI_MCA_orte_default_hostfile", HOSTFILE_PATH);
     set(env, "OMPI_MCA_orte_keep_fqdn_hostnames", "true");
     set(env, "OMPI_MCA_orte_set_default_slots", slots);
@@ -84,6 +104,11 @@ pub(super) fn mpi_env(job: &Job<'_>, member: &Member<'_>, launcher_role: &str, e
     set(env, "PRTE_MCA_prte_keep_fqdn_hostnames", "false");
     set(env, "PRTE_MCA_plm_ssh_args", SSH_ARGS);
     set(env, "PRTE_MCA_plm_ssh_no_tree_spawn", "true");
+}
+
+/// The launcher runs ranks too (is in its hostfile) when it requests GPUs.
+fn lists_launcher(member: &Member<'_>) -> bool {
+    member.gpus.unwrap_or(0) > 0
 }
 
 /// Retries while the workers' sshd starts.
@@ -103,7 +128,7 @@ mod tests {
             cluster_domain: "",
             topology: &t,
             port: 22,
-            slots,
+            slots: &crate::contract::Slots::uniform(slots),
             elastic: None,
         };
         by_name("mpi").unwrap().hostfile(
@@ -137,11 +162,48 @@ mod tests {
         );
     }
 
+    /// Two worker sets, 8 and 4 GPUs: each host its set's slots, the
+    /// launcher (with GPUs of its own) the count for other hosts, and
+    /// DLJOB_MPI_NP every slot of the hostfile.
+    #[test]
+    fn heterogeneous_sets_get_their_own_slots() {
+        let t = Topology::parse("launcher=1,worker=5").unwrap();
+        let slots = crate::contract::Slots::parse("2,0-1=8,2-4=4").unwrap();
+        let job = Job {
+            name: "cmn",
+            namespace: "ml",
+            cluster_domain: "",
+            topology: &t,
+            port: 22,
+            slots: &slots,
+            elastic: None,
+        };
+        let launcher = Member {
+            role: "launcher",
+            index: 0,
+            gpus: Some(2),
+        };
+        assert_eq!(
+            by_name("mpi").unwrap().hostfile(&job, &launcher).unwrap(),
+            "cmn-launcher-0.cmn.ml.svc slots=2\n\
+             cmn-worker-0.cmn.ml.svc slots=8\n\
+             cmn-worker-1.cmn.ml.svc slots=8\n\
+             cmn-worker-2.cmn.ml.svc slots=4\n\
+             cmn-worker-3.cmn.ml.svc slots=4\n\
+             cmn-worker-4.cmn.ml.svc slots=4\n"
+        );
+        let mut env = Vec::new();
+        by_name("mpi").unwrap().env(&job, &launcher, &mut env);
+        assert_eq!(get(&env, "DLJOB_MPI_NP"), Some("30"));
+    }
+
     #[test]
     fn launcher_gets_openmpi_4_and_5_settings() {
         let env = env_of("mpi", "launcher=1,worker=2", "launcher", 0, None);
         let want = [
             ("K_MPI_JOB_ROLE", "launcher"),
+            // 2 workers × 1 slot: `mpirun -np $DLJOB_MPI_NP`.
+            ("DLJOB_MPI_NP", "2"),
             ("OMPI_MCA_orte_default_hostfile", "/etc/dljob/hostfile"),
             ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
             ("OMPI_MCA_orte_set_default_slots", "1"),

@@ -248,8 +248,8 @@ pub fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> Option<S
         cluster_domain,
         topology,
         port: job.spec.port,
-        slots: 1,
-        elastic: None,
+        slots: &job.spec.slots,
+        elastic: job.spec.elastic,
     };
     let mut out = String::new();
     for (role, count) in topology.roles() {

@@ -1259,6 +1259,31 @@ mod tests {
         assert_eq!(gone.status.restarts, 1);
     }
 
+    /// Worker sets: each within the role's indexes from its offset, and
+    /// all of them adding up to the role's count.
+    #[test]
+    fn worker_sets_are_sized_against_their_role_together() {
+        let t = Topology::parse("master=1,worker=6").unwrap();
+        let set = |name: &str, replicas, offset| Workload::StatefulSet {
+            name: name.into(),
+            role: "worker".into(),
+            replicas,
+            offset: Some(offset),
+        };
+        assert!(size_mismatches(&t, &[set("gpu8", 2, 0), set("gpu4", 4, 2)]).is_empty());
+        assert_eq!(
+            size_mismatches(&t, &[set("gpu8", 2, 0), set("gpu4", 5, 2)]),
+            vec![
+                "StatefulSet gpu4 has 5 from worker index 2 but role worker has 6 (indexes 0 to 5): make it at most 4, or change dljob.dev/replicas (master=1,worker=6) on every member of the job",
+                "the sets of role worker have 7 replicas in all but role worker has 6: resize them to add up to 6, or change dljob.dev/replicas (master=1,worker=6) on every member of the job",
+            ]
+        );
+        assert_eq!(
+            size_mismatches(&t, &[set("gpu8", 2, 0), set("gpu4", 3, 2)]),
+            vec!["the sets of role worker have 5 replicas in all but role worker has 6: resize them to add up to 6, or change dljob.dev/replicas (master=1,worker=6) on every member of the job"]
+        );
+    }
+
     /// mpi: the launcher's scheduling gate stays while a worker does not
     /// run, and the condition says so; once both run it is removed, once.
     #[test]
