@@ -1,0 +1,147 @@
+//! TensorBoard per job (`dljob.dev/tensorboard: VOLUME:PATH`, DESIGN §7):
+//! the volume a member names, and whether TensorBoard — in a pod of its
+//! own, which the reconciler runs — can read what the training writes
+//! there. Pure: the member and its object in, the problems out.
+//!
+//! The syntax is [`crate::contract::TensorBoard`]'s, checked where every
+//! job-wide key is ([`crate::member`]). What is checked here needs the
+//! whole pod spec, which the reconciler's trimmed copies of members do not
+//! keep, so the validating webhook and `dljob validate` check it
+//! ([`crate::validate::validate`]), never the member index.
+
+use serde_json::Value;
+
+use crate::contract as c;
+use crate::member::{self, MemberSpec};
+use crate::object::{self, at, Kind};
+
+/// Volume sources that are never storage a TensorBoard pod shares with the
+/// members, each with why: what one pod writes there no other pod sees,
+/// or nobody writes there at all.
+const NOT_SHARED: &[(&str, &str)] = &[
+    ("emptyDir", "an emptyDir, which each pod has for itself"),
+    (
+        "hostPath",
+        "a hostPath, a directory of whichever node each pod runs on",
+    ),
+    (
+        "ephemeral",
+        "an ephemeral volume, a claim made for each pod and deleted with it",
+    ),
+    (
+        "configMap",
+        "a configMap volume, read-only and filled from the ConfigMap",
+    ),
+    (
+        "secret",
+        "a secret volume, read-only and filled from the Secret",
+    ),
+    (
+        "downwardAPI",
+        "a downwardAPI volume, which holds the pod's own fields",
+    ),
+    (
+        "projected",
+        "a projected volume, read-only and filled by the kubelet",
+    ),
+    ("gitRepo", "a gitRepo volume, a clone made for each pod"),
+    (
+        "image",
+        "an image volume, the read-only content of an image",
+    ),
+];
+
+/// The fix every refusal of a volume names.
+const USE_SHARED: &str = "use storage every member and TensorBoard can mount: a ReadWriteMany persistentVolumeClaim, nfs, cephfs or a CSI driver's shared volume";
+
+/// The volume named `name` in a member's pod (or pod template) spec.
+pub fn volume<'v>(kind: Kind, object: &'v Value, name: &str) -> Option<&'v Value> {
+    at(object, kind.pod_path())?
+        .get("spec")?
+        .get("volumes")?
+        .as_array()?
+        .iter()
+        .find(|v| object::name_of(v) == name)
+}
+
+/// The kind of a volume's source: its one key besides `name` (the API
+/// server makes a volume without a source an emptyDir).
+fn source_kind(volume: &Value) -> &str {
+    volume
+        .as_object()
+        .and_then(|v| v.keys().find(|k| *k != "name"))
+        .map_or("emptyDir", String::as_str)
+}
+
+/// Why `m`'s pod cannot give its TensorBoard the logs: the named volume
+/// is missing, comes from a StatefulSet's `volumeClaimTemplates` (a claim
+/// per pod), is a kind each pod has for itself, or is not mounted in the
+/// framework container. Empty when the job has no TensorBoard or the
+/// volume may be shared — a persistentVolumeClaim's access mode, which
+/// decides whether pods on several nodes can mount it, is not in the pod
+/// spec.
+pub fn check(m: &MemberSpec, object: &Value) -> Vec<String> {
+    let Some(tb) = &m.spec.tensorboard else {
+        return Vec::new();
+    };
+    let name = tb.volume.as_str();
+    let head = format!("{} \"{tb}\"", c::TENSORBOARD);
+    let claim_templates = at(object, &["spec", "volumeClaimTemplates"])
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if m.kind == Kind::StatefulSet
+        && claim_templates
+            .iter()
+            .any(|t| object::str_at(t, &["metadata", "name"]) == Some(name))
+    {
+        return vec![format!(
+            "{head}: volume \"{name}\" comes from the StatefulSet's volumeClaimTemplates, which give each pod a claim of its own: TensorBoard, in a pod of its own, would see none of them; {USE_SHARED}"
+        )];
+    }
+    let pod = at(object, m.kind.pod_path());
+    let Some(volume) = volume(m.kind, object, name) else {
+        let names: Vec<&str> = pod
+            .and_then(|p| p.get("spec")?.get("volumes")?.as_array())
+            .map(|vs| vs.iter().map(object::name_of).collect())
+            .unwrap_or_default();
+        let have = if names.is_empty() {
+            "it has none".to_owned()
+        } else {
+            format!("its volumes are {}", names.join(", "))
+        };
+        let pod = if m.kind == Kind::Pod {
+            "the pod"
+        } else {
+            "the pod template"
+        };
+        return vec![format!(
+            "{head}: {pod} has no volume \"{name}\" ({have}): add the shared volume the training writes its logs to, or name it"
+        )];
+    };
+    let kind = source_kind(volume);
+    if let Some((_, why)) = NOT_SHARED.iter().find(|(k, _)| *k == kind) {
+        return vec![format!(
+            "{head}: volume \"{name}\" is {why}: TensorBoard, in a pod of its own, would not see what the training writes there; {USE_SHARED}"
+        )];
+    }
+    let Some(pod) = pod else {
+        return Vec::new();
+    };
+    let Some(i) = member::framework_container(m, pod) else {
+        return Vec::new(); // an unknown dljob.dev/container is refused already
+    };
+    let container = &object::containers(&pod["spec"])[i];
+    let mounted = container
+        .get("volumeMounts")
+        .and_then(Value::as_array)
+        .is_some_and(|ms| ms.iter().any(|mount| object::name_of(mount) == name));
+    if mounted {
+        Vec::new()
+    } else {
+        vec![format!(
+            "{head}: the framework container \"{}\" does not mount volume \"{name}\": mount it where the training writes its logs",
+            object::name_of(container)
+        )]
+    }
+}
