@@ -1,7 +1,7 @@
 //! TensorBoard per job (`dljob.dev/tensorboard: VOLUME:PATH`, DESIGN §7):
-//! the volume a member names, and whether TensorBoard — in a pod of its
-//! own, which the reconciler runs — can read what the training writes
-//! there. Pure: the member and its object in, the problems out.
+//! the volume a member names, whether TensorBoard — in a pod of its own,
+//! which the reconciler runs ([`crate::reconciler::resources`]) — can read
+//! what the training writes there, and how long it runs. Pure.
 //!
 //! The syntax is [`crate::contract::TensorBoard`]'s, checked where every
 //! job-wide key is ([`crate::member`]). What is checked here needs the
@@ -9,9 +9,12 @@
 //! keep, so the validating webhook and `dljob validate` check it
 //! ([`crate::validate::validate`]), never the member index.
 
+use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
-use crate::contract as c;
+use crate::contract::{self as c, CleanPodPolicy};
 use crate::member::{self, MemberSpec};
 use crate::object::{self, at, Kind};
 
@@ -73,6 +76,49 @@ fn source_kind(volume: &Value) -> &str {
         .map_or("emptyDir", String::as_str)
 }
 
+/// Why `volume` (a pod spec's volume) is not storage pods share, e.g. "an
+/// emptyDir, which each pod has for itself"; None when it may be.
+pub fn not_shared(volume: &Value) -> Option<&'static str> {
+    let kind = source_kind(volume);
+    NOT_SHARED
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, why)| *why)
+}
+
+/// The name of job `job`'s TensorBoard Deployment and Service.
+pub fn name(job: &str) -> String {
+    format!("{job}-tensorboard")
+}
+
+/// Whether the job's TensorBoard runs, and when to look again. It runs
+/// while the job does. Once the job finished (`finished`: when), it runs
+/// on for the config's `ttl` seconds when one is set; without one it stops
+/// with the job's other running pods — unless the clean-pod policy is
+/// `None`, which leaves everything running.
+pub fn runs(
+    finished: Option<Timestamp>,
+    clean_pod: CleanPodPolicy,
+    ttl: Option<u32>,
+    now: Timestamp,
+) -> (bool, Option<Duration>) {
+    let Some(finished) = finished else {
+        return (true, None);
+    };
+    match ttl {
+        Some(seconds) => {
+            let left = finished
+                .checked_add(SignedDuration::from_secs(i64::from(seconds)))
+                .map_or(SignedDuration::ZERO, |end| now.duration_until(end));
+            match Duration::try_from(left) {
+                Ok(left) if !left.is_zero() => (true, Some(left)),
+                _ => (false, None),
+            }
+        }
+        None => (clean_pod == CleanPodPolicy::None, None),
+    }
+}
+
 /// Why `m`'s pod cannot give its TensorBoard the logs: the named volume
 /// is missing, comes from a StatefulSet's `volumeClaimTemplates` (a claim
 /// per pod), is a kind each pod has for itself, or is not mounted in the
@@ -119,8 +165,7 @@ pub fn check(m: &MemberSpec, object: &Value) -> Vec<String> {
             "{head}: {pod} has no volume \"{name}\" ({have}): add the shared volume the training writes its logs to, or name it"
         )];
     };
-    let kind = source_kind(volume);
-    if let Some((_, why)) = NOT_SHARED.iter().find(|(k, _)| *k == kind) {
+    if let Some(why) = not_shared(volume) {
         return vec![format!(
             "{head}: volume \"{name}\" is {why}: TensorBoard, in a pod of its own, would not see what the training writes there; {USE_SHARED}"
         )];
@@ -143,5 +188,61 @@ pub fn check(m: &MemberSpec, object: &Value) -> Vec<String> {
             "{head}: the framework container \"{}\" does not mount volume \"{name}\": mount it where the training writes its logs",
             object::name_of(container)
         )]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(second: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + second).unwrap()
+    }
+
+    #[test]
+    fn tensorboard_runs_with_the_job_then_as_its_ttl_or_clean_pod_policy_says() {
+        use CleanPodPolicy::{All, None as Leave, Running};
+        // While the job runs, whatever the policy.
+        for policy in [Running, All, Leave] {
+            assert_eq!(runs(None, policy, None, t(0)), (true, None));
+            assert_eq!(runs(None, policy, Some(60), t(0)), (true, None));
+        }
+        // Finished without a TTL: stopped, unless the policy leaves all.
+        assert_eq!(runs(Some(t(0)), Running, None, t(0)), (false, None));
+        assert_eq!(runs(Some(t(0)), All, None, t(0)), (false, None));
+        assert_eq!(runs(Some(t(0)), Leave, None, t(0)), (true, None));
+        // A TTL of its own: runs that long after the finish, then stops.
+        assert_eq!(
+            runs(Some(t(0)), Running, Some(60), t(15)),
+            (true, Some(Duration::from_secs(45)))
+        );
+        assert_eq!(runs(Some(t(0)), Leave, Some(60), t(60)), (false, None));
+        assert_eq!(runs(Some(t(0)), Running, Some(60), t(600)), (false, None));
+    }
+
+    #[test]
+    fn a_volume_is_shared_unless_each_pod_has_its_own() {
+        let v = |source: Value| {
+            let mut v = source;
+            v["name"] = "logs".into();
+            not_shared(&v)
+        };
+        assert_eq!(
+            v(serde_json::json!({"emptyDir": {}})),
+            Some("an emptyDir, which each pod has for itself")
+        );
+        assert_eq!(
+            v(serde_json::json!({})),
+            Some("an emptyDir, which each pod has for itself")
+        );
+        assert_eq!(
+            v(serde_json::json!({"nfs": {"server": "s", "path": "/"}})),
+            None
+        );
+        assert_eq!(
+            v(serde_json::json!({"persistentVolumeClaim": {"claimName": "c"}})),
+            None
+        );
+        assert_eq!(name("mnist"), "mnist-tensorboard");
     }
 }
