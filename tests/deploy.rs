@@ -522,6 +522,8 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
         ),
         (("apps", "statefulsets"), &["list", "patch", "watch"]),
         (("apps", "statefulsets/scale"), &["patch"]),
+        // Applied, never read: no reflector watches Deployments.
+        (("apps", "deployments"), &["create", "patch"]),
         (("batch", "jobs"), &["list", "patch", "watch"]),
         (("", "services"), &["create", "list", "patch", "watch"]),
         // Create only: no cluster-wide read of every Secret.
