@@ -138,7 +138,7 @@ fn every_example_stripped_and_relabelled_gets_its_keys_back() {
         .filter(|p| p.join("job.yaml").is_file())
         .collect();
     examples.sort();
-    assert_eq!(examples.len(), 13, "{examples:?}");
+    assert_eq!(examples.len(), 14, "{examples:?}");
     let policies = [
         "dljob.dev/port",
         "dljob.dev/slots",
