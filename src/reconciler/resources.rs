@@ -219,10 +219,11 @@ pub const TENSORBOARD_LOGS: &str = "/logs";
 /// by.
 pub const TENSORBOARD_USER: i64 = 65534;
 
-/// The job's TensorBoard: a Deployment of one pod (none once it stopped,
-/// see [`tensorboard_runs`]) and a ClusterIP Service `<job>-tensorboard` on port 6006, both owned by the
-/// DLJob. None when the job has no TensorBoard, no usable volume
-/// ([`tensorboard_volume`]) or no uid yet.
+/// The job's TensorBoard: a Deployment `<job>-tensorboard` of one pod
+/// (none once it stopped, see [`tensorboard_runs`]) and a ClusterIP Service
+/// of the same name on port 6006, both owned by the DLJob. None when the
+/// job has no TensorBoard, no usable volume ([`tensorboard_volume`]) or no
+/// uid yet.
 ///
 /// The pod is not a member: it is labelled [`c::TENSORBOARD_OF`], not
 /// `dljob.dev/job`, so neither the webhook, the member watches nor the
