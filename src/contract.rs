@@ -42,6 +42,8 @@ pub const BACKOFF_LIMIT: &str = "dljob.dev/backoff-limit";
 pub const CLEAN_POD_POLICY: &str = "dljob.dev/clean-pod-policy";
 pub const TTL_SECONDS_AFTER_FINISHED: &str = "dljob.dev/ttl-seconds-after-finished";
 pub const ACTIVE_DEADLINE_SECONDS: &str = "dljob.dev/active-deadline-seconds";
+/// Annotation: what a retryable failure restarts (`Pod` or `Job`).
+pub const RESTART_SCOPE: &str = "dljob.dev/restart-scope";
 /// Annotation: the gang scheduler (`none`, `kueue`, `volcano`,
 /// `coscheduling`).
 pub const GANG: &str = "dljob.dev/gang";
@@ -78,6 +80,7 @@ pub const JOB_WIDE_ANNOTATIONS: &[&str] = &[
     SSH_PATH,
     GANG,
     QUEUE,
+    RESTART_SCOPE,
     TENSORBOARD,
 ];
 
@@ -261,6 +264,40 @@ pub enum RestartPolicy {
     Never,
 }
 
+/// What a retryable failure restarts (`dljob.dev/restart-scope`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RestartScope {
+    /// The failed member only.
+    #[default]
+    Pod,
+    /// Every member, counted as one restart: collective frameworks lose
+    /// every rank's state when one dies.
+    Job,
+}
+
+impl RestartScope {
+    pub const VALUES: &'static str = "Pod, Job";
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "Pod" => Some(Self::Pod),
+            "Job" => Some(Self::Job),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pod => "Pod",
+            Self::Job => "Job",
+        }
+    }
+}
+
+impl fmt::Display for RestartScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What to stop when the job finishes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CleanPodPolicy {
@@ -281,6 +318,10 @@ pub struct Policies {
     /// `dljob.dev/restart-policy`.
     #[serde(rename = "restartPolicy")]
     pub restart: RestartPolicy,
+    /// `dljob.dev/restart-scope`, else the framework's default (a DLJob
+    /// written before it existed restarted pods only).
+    #[serde(default)]
+    pub restart_scope: RestartScope,
     /// `dljob.dev/backoff-limit`: retries before the job fails.
     pub backoff_limit: u32,
     /// `dljob.dev/clean-pod-policy`.
@@ -298,6 +339,7 @@ impl Default for Policies {
     fn default() -> Self {
         Self {
             restart: RestartPolicy::ExitCode,
+            restart_scope: RestartScope::Pod,
             backoff_limit: DEFAULT_BACKOFF_LIMIT,
             clean_pod: CleanPodPolicy::Running,
             ttl_seconds_after_finished: None,
@@ -517,6 +559,11 @@ as_annotation_text!(
     RestartPolicy,
     |s| RestartPolicy::parse(s).ok_or_else(|| format!("unknown restart policy {s:?}")),
     schemars::json_schema!({"type": "string", "enum": ["ExitCode", "Never"]})
+);
+as_annotation_text!(
+    RestartScope,
+    |s| RestartScope::parse(s).ok_or_else(|| format!("unknown restart scope {s:?}")),
+    schemars::json_schema!({"type": "string", "enum": ["Pod", "Job"]})
 );
 as_annotation_text!(
     CleanPodPolicy,

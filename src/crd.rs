@@ -222,6 +222,21 @@ pub struct DLJobStatus {
     /// there). It is created once: the reconciler never reads Secrets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_secret: Option<String>,
+    /// restart-scope Job: the whole-job restart under way — what caused it
+    /// and the members' pods being deleted for it (their exits do not
+    /// count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_restart: Option<JobRestart>,
+}
+
+/// A whole-job restart under way.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobRestart {
+    /// The failure that caused it, e.g. `worker-1 (pod w-1) exited 137 (OOMKilled)`.
+    pub cause: String,
+    /// uids of the pods deleted for it that may still exist.
+    pub uids: Vec<String>,
 }
 
 /// Counts for one role.
@@ -338,7 +353,7 @@ mod tests {
             v,
             serde_json::json!({
                 "framework": "tensorflow", "replicas": "chief=1,worker=2", "port": 2222,
-                "slots": 1, "elastic": "2:4", "restartPolicy": "ExitCode", "backoffLimit": 3,
+                "slots": 1, "elastic": "2:4", "restartPolicy": "ExitCode", "restartScope": "Pod", "backoffLimit": 3,
                 "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 60, "gang": "none"
             })
         );

@@ -7,7 +7,9 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::config::Config;
-use crate::contract::{self as c, CleanPodPolicy, Elastic, Policies, RestartPolicy, Topology};
+use crate::contract::{
+    self as c, CleanPodPolicy, Elastic, Policies, RestartPolicy, RestartScope, Topology,
+};
 use crate::crd::JobSpec;
 use crate::frameworks::{self, Framework};
 use crate::gang;
@@ -196,6 +198,10 @@ pub struct MemberSpec {
     pub container: Option<String>,
     /// `dljob.dev/ordered-start`.
     pub ordered_start: bool,
+    /// What one pod of this member requests, (resource, quantity) per
+    /// container (requests, else limits) — kept for a workload or a plain
+    /// pod when the gang scheduler's PodGroup wants `minResources`.
+    pub pod_requests: Vec<(String, String)>,
 }
 
 impl fmt::Debug for MemberSpec {
@@ -423,6 +429,14 @@ pub fn parse(
         .filter(|s| !s.is_empty())
         .or(namespace)
         .unwrap_or("default");
+    let wants_resources = spec
+        .scheduler()
+        .is_some_and(|s| s.pod_group_kind().is_some());
+    let pod_requests = if wants_resources && owner == PodOwner::None {
+        pod_requests(kind, object)
+    } else {
+        Vec::new()
+    };
     let member = MemberSpec {
         kind,
         name: str_at(object, &["metadata", "name"])
@@ -439,6 +453,7 @@ pub fn parse(
         size,
         container,
         ordered_start,
+        pod_requests,
     };
     slots_warning(&member, object, &mut warnings);
     container_warning(&member, object, &mut warnings);
@@ -631,7 +646,7 @@ fn job_spec(
     config: &Config,
     v: &mut Violations,
 ) -> Option<JobSpec> {
-    let policies = parse_policies(meta, v);
+    let mut policies = parse_policies(meta, v);
     let port =
         parse_number(meta, c::PORT, 1, 65535, "a port number (1-65535)", v).map(|p| p as u16);
     let slots = parse_number(
@@ -649,6 +664,9 @@ fn job_spec(
     let queue = meta.annotation(c::QUEUE).map(str::to_owned);
     let tensorboard = tensorboard(meta, v);
     let (framework, topology) = (framework?, topology?);
+    if meta.annotation(c::RESTART_SCOPE).is_none() {
+        policies.restart_scope = framework.default_restart_scope();
+    }
     Some(JobSpec {
         framework: framework.name().to_owned(),
         replicas: frameworks::in_rank_order(framework, topology),
@@ -825,6 +843,44 @@ fn container(kind: Kind, object: &Value, meta: &Meta<'_>, v: &mut Violations) ->
         );
     }
     Some(name.to_owned())
+}
+
+/// What one pod of a workload (its template) or a plain pod requests:
+/// every container's requests, else its limits (the API server makes
+/// requests of limits where only those are set).
+fn pod_requests(kind: Kind, object: &Value) -> Vec<(String, String)> {
+    let Some(spec) = at(object, kind.pod_path()).and_then(|p| p.get("spec")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for container in object::containers(spec) {
+        let resources = container.get("resources");
+        let requests = resources
+            .and_then(|r| r.get("requests"))
+            .and_then(Value::as_object);
+        let limits = resources
+            .and_then(|r| r.get("limits"))
+            .and_then(Value::as_object);
+        let mut names: Vec<&String> = requests
+            .into_iter()
+            .chain(limits)
+            .flat_map(|m| m.keys())
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let quantity = requests
+                .and_then(|m| m.get(name))
+                .or_else(|| limits.and_then(|m| m.get(name)));
+            let text = match quantity {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => continue,
+            };
+            out.push((name.clone(), text));
+        }
+    }
+    out
 }
 
 fn size_field(kind: Kind) -> &'static str {
@@ -1070,6 +1126,19 @@ fn parse_policies(meta: &Meta<'_>, v: &mut Violations) -> Policies {
                     "{} \"{s}\" is not a restart policy; use one of {}",
                     c::RESTART_POLICY,
                     RestartPolicy::VALUES
+                ),
+            ),
+        }
+    }
+    if let Some(s) = meta.annotation(c::RESTART_SCOPE) {
+        match RestartScope::parse(s) {
+            Some(r) => p.restart_scope = r,
+            None => v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{s}\" is not a restart scope; use one of {}",
+                    c::RESTART_SCOPE,
+                    RestartScope::VALUES
                 ),
             ),
         }

@@ -578,6 +578,96 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
     assert_eq!(metrics.restarts.get(), 1);
 }
 
+/// restart-scope Job: the worker's OOM kill deletes every member (each
+/// with its uid precondition), counted as one restart, and the status
+/// names the cause.
+#[tokio::test]
+async fn a_job_scope_retry_deletes_every_member() {
+    let mut job = dljob("pytorch", PYTORCH);
+    job.spec.policies.restart_scope = dljob::contract::RestartScope::Job;
+    let healthy = vec![
+        bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+        bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
+    ];
+    let (ctx, _) = context(
+        World {
+            pods: healthy,
+            ..World::default()
+        },
+        vec![],
+    );
+    let plan = controller::plan_of(&job).unwrap();
+    let observed = controller::observe_members(&ctx, NS, "mnist");
+    job.status = Some(status::next(&plan, &observed, None, Some(1), now()).status);
+    let (ctx, handle) = context(
+        World {
+            pods: vec![
+                bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+                bare_pod(
+                    "mnist",
+                    "pytorch",
+                    PYTORCH,
+                    "worker",
+                    0,
+                    terminated(137, "OOMKilled"),
+                ),
+            ],
+            services: vec![served(23456)],
+            ..World::default()
+        },
+        vec![],
+    );
+    let jj = job.clone();
+    let delete = |name: &'static str| {
+        call(
+            "DELETE",
+            format!("/api/v1/namespaces/{NS}/pods/{name}?"),
+            move |b| assert_eq!(b["preconditions"], json!({"uid": format!("uid-{name}")})),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}}),
+        )
+    };
+    let metrics = reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    let s = &b["status"];
+                    assert_eq!(s["restarts"], 1);
+                    assert_eq!(
+                        s["jobRestart"],
+                        json!({
+                            "cause": "worker-0 (pod worker-0) exited with exit code 137 (OOMKilled)",
+                            "uids": ["uid-master-0", "uid-worker-0"]
+                        })
+                    );
+                    assert_eq!(s["pendingRecreates"].as_array().unwrap().len(), 2);
+                },
+                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
+            ),
+            call(
+                "POST",
+                events_uri(),
+                |b| {
+                    assert_eq!(b["reason"], "Restarting");
+                    assert_eq!(
+                        b["note"],
+                        "restarting every member (restart scope Job) after worker-0 (pod worker-0) exited with exit code 137 (OOMKilled): 1 of 3 restarts used"
+                    );
+                },
+                Value::Null,
+            ),
+            delete("master-0"),
+            delete("worker-0"),
+        ],
+    )
+    .await;
+    assert_eq!(metrics.restarts.get(), 1);
+}
+
 #[tokio::test]
 async fn coordinator_success_stops_statefulsets_and_suspends_jobs() {
     const TF: &str = "chief=1,worker=2";
@@ -1115,7 +1205,7 @@ async fn first_sight_of_a_member_creates_its_dljob_once() {
                     b["spec"],
                     json!({
                         "framework": "pytorch", "replicas": "master=1,worker=1", "port": 23456,
-                        "slots": 1, "restartPolicy": "ExitCode", "backoffLimit": 3,
+                        "slots": 1, "restartPolicy": "ExitCode", "restartScope": "Job", "backoffLimit": 3,
                         "cleanPodPolicy": "Running", "gang": "none"
                     })
                 );

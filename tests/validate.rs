@@ -678,6 +678,60 @@ fn members_must_agree_on_the_gang() {
     );
 }
 
+/// Collective frameworks restart every member by default, parameter-server
+/// and generic jobs the failed pod; the annotation says otherwise.
+#[test]
+fn restart_scope_defaults_per_framework_and_is_checked() {
+    let scope = |framework: &str, replicas: &str, role: &str, extra: Value| {
+        let mut ann = json!({"dljob.dev/framework": framework, "dljob.dev/replicas": replicas});
+        for (k, v) in extra.as_object().unwrap() {
+            ann[k] = v.clone();
+        }
+        let p = pod(json!({"dljob.dev/job": "j", "dljob.dev/role": role}), ann);
+        dljob::member::parse(Kind::Pod, &p, Some("ml"), &Config::default())
+            .unwrap()
+            .unwrap()
+            .member
+            .spec
+            .policies
+            .restart_scope
+            .as_str()
+    };
+    assert_eq!(scope("pytorch", "master=1", "master", json!({})), "Job");
+    assert_eq!(
+        scope("mpi", "launcher=1,worker=1", "launcher", json!({})),
+        "Job"
+    );
+    assert_eq!(scope("jax", "worker=1", "worker", json!({})), "Job");
+    assert_eq!(scope("tensorflow", "chief=1", "chief", json!({})), "Pod");
+    assert_eq!(
+        scope(
+            "mxnet",
+            "scheduler=1,server=1,worker=1",
+            "scheduler",
+            json!({})
+        ),
+        "Pod"
+    );
+    assert_eq!(scope("generic", "a=1", "a", json!({})), "Pod");
+    assert_eq!(
+        scope(
+            "tensorflow",
+            "chief=1",
+            "chief",
+            json!({"dljob.dev/restart-scope": "Job"})
+        ),
+        "Job"
+    );
+    assert_eq!(
+        problems(
+            Kind::Pod,
+            &tf_pod("chief", json!({"dljob.dev/restart-scope": "job"}))
+        ),
+        vec!["dljob.dev/restart-scope \"job\" is not a restart scope; use one of Pod, Job"]
+    );
+}
+
 // ---- dljob.dev/tensorboard ---------------------------------------------------
 
 /// A TensorFlow chief with `dljob.dev/tensorboard: logs:runs/mnist`, the

@@ -1,7 +1,7 @@
 //! Any framework: roles are free-form, only the `DLJOB_*` vars are injected.
 
 use super::{Env, Framework, Job, Member, Roles};
-use crate::contract::Topology;
+use crate::contract::{RestartScope, Topology};
 
 pub struct Generic;
 
@@ -11,6 +11,10 @@ impl Framework for Generic {
     }
     fn roles(&self) -> Roles {
         Roles::Any
+    }
+    /// Nothing is known of a generic job's wiring: only the failed pod.
+    fn default_restart_scope(&self) -> RestartScope {
+        RestartScope::Pod
     }
     fn default_port(&self) -> u16 {
         29500

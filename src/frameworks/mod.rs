@@ -3,7 +3,7 @@
 //! its default port, and the env vars a member gets — all pure functions of
 //! the topology and the member.
 
-use crate::contract::{push_u32, Elastic, Topology};
+use crate::contract::{push_u32, Elastic, RestartScope, Topology};
 
 mod chainer;
 mod generic;
@@ -168,6 +168,13 @@ pub trait Framework: Sync {
     /// reconciler removes once the other members run.
     fn gated_role(&self) -> Option<&'static str> {
         None
+    }
+    /// What a retryable failure restarts when `dljob.dev/restart-scope` is
+    /// not set: every member where one lost rank breaks the others'
+    /// collectives (the default), the failed pod alone where the framework
+    /// tolerates it (parameter servers, generic jobs).
+    fn default_restart_scope(&self) -> RestartScope {
+        RestartScope::Job
     }
 }
 

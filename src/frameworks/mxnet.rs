@@ -3,7 +3,7 @@
 //! never reads it, and it grew every pod with the job.
 
 use super::{set, Env, Framework, Job, Member, RoleRule, Roles};
-use crate::contract::Topology;
+use crate::contract::{RestartScope, Topology};
 
 pub struct MxNet;
 
@@ -19,6 +19,10 @@ impl Framework for MxNet {
     }
     fn roles(&self) -> Roles {
         Roles::Fixed(ROLES)
+    }
+    /// Parameter-server training survives a worker's restart.
+    fn default_restart_scope(&self) -> RestartScope {
+        RestartScope::Pod
     }
     fn default_port(&self) -> u16 {
         9091

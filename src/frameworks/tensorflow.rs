@@ -6,7 +6,7 @@ use super::{
     named_else_worker0, rank_order, set, Env, Framework, Job, Member, OrderedMap, RoleRule, Roles,
     Task,
 };
-use crate::contract::Topology;
+use crate::contract::{RestartScope, Topology};
 
 pub struct TensorFlow;
 
@@ -32,6 +32,10 @@ impl Framework for TensorFlow {
     }
     fn roles(&self) -> Roles {
         Roles::Fixed(ROLES)
+    }
+    /// Parameter-server training survives a worker's restart.
+    fn default_restart_scope(&self) -> RestartScope {
+        RestartScope::Pod
     }
     fn default_port(&self) -> u16 {
         2222

@@ -242,7 +242,17 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     if let Err(why) = resources::tensorboard_volume(job) {
         tracing::warn!(job = %name, %namespace, %why, "no TensorBoard for this job");
     }
-    for owned in resources::owned(job, &config, (ctx.now)(), resources::generate_key)? {
+    // Only a PodGroup wants the members' requests.
+    let min_resources = job
+        .spec
+        .scheduler()
+        .and_then(|s| s.pod_group_kind())
+        .and_then(|_| {
+            let members = ctx.index.members(&namespace, &name);
+            resources::min_resources(&job.spec, members.iter().map(|e| &e.member))
+        });
+    let now = (ctx.now)();
+    for owned in resources::owned(job, &config, now, min_resources, resources::generate_key)? {
         match keep(client, &namespace, &owned, ctx.stores.current(&owned)).await? {
             Kept::Written if owned.keep == Keep::CreateOnce => {
                 created_secret = Some(owned.name().to_owned());

@@ -50,9 +50,25 @@ fn tensorboard_volume_name(metas: [Option<&ObjectMeta>; 2]) -> Option<String> {
 /// Only the container names (to find the framework container), and the
 /// volume named `tensorboard` (see [`Entry::tensorboard_volume`]).
 fn names_only(spec: &mut PodSpec, tensorboard: Option<&str>) {
+    names_and(spec, false, tensorboard);
+}
+
+/// A workload's pod template: the container names and, where a gang
+/// scheduler's PodGroup wants `minResources`, their resources; and the
+/// volume named `tensorboard`.
+fn template_trim(spec: &mut PodSpec, tensorboard: Option<&str>) {
+    names_and(spec, true, tensorboard);
+}
+
+fn names_and(spec: &mut PodSpec, resources: bool, tensorboard: Option<&str>) {
     for container in &mut spec.containers {
         *container = Container {
             name: std::mem::take(&mut container.name),
+            resources: if resources {
+                container.resources.take()
+            } else {
+                None
+            },
             ..Container::default()
         };
     }
@@ -192,7 +208,7 @@ pub fn trim_statefulset(sts: &mut StatefulSet) {
     let tensorboard =
         tensorboard_volume_name([Some(&sts.metadata), spec.template.metadata.as_ref()]);
     if let Some(s) = spec.template.spec.as_mut() {
-        names_only(s, tensorboard.as_deref());
+        template_trim(s, tensorboard.as_deref());
     }
     spec.volume_claim_templates = None;
 }
@@ -208,7 +224,7 @@ pub fn trim_job(job: &mut Job) {
         let tensorboard =
             tensorboard_volume_name([Some(&job.metadata), spec.template.metadata.as_ref()]);
         if let Some(s) = spec.template.spec.as_mut() {
-            names_only(s, tensorboard.as_deref());
+            template_trim(s, tensorboard.as_deref());
         }
     }
     if let Some(status) = job.status.take() {

@@ -84,6 +84,7 @@ pub fn owned(
     job: &DLJob,
     config: &Config,
     now: Timestamp,
+    min_resources: Option<Value>,
     new_key: impl FnOnce() -> Result<ssh_key::PrivateKey, ssh_key::Error>,
 ) -> Result<Vec<Owned>, ssh_key::Error> {
     let mut out = Vec::new();
@@ -91,7 +92,7 @@ pub fn owned(
         return Ok(out);
     };
     out.push(Owned::of(&svc, Keep::Apply));
-    out.extend(pod_group(job));
+    out.extend(pod_group(job, min_resources.as_ref()));
     if let Some((deployment, service)) = tensorboard(job, &config.tensorboard, now) {
         out.push(Owned::of(&deployment, Keep::Apply));
         out.push(Owned::of(&service, Keep::Apply));
@@ -109,8 +110,9 @@ pub fn owned(
 }
 
 /// The gang scheduler's PodGroup, for schedulers that read one: owned by
-/// the DLJob, `minMember` from the topology (see [`gang::Group`]).
-pub fn pod_group(job: &DLJob) -> Option<Owned> {
+/// the DLJob, `minMember` from the topology (see [`gang::Group`]),
+/// `minResources` as [`min_resources`] found them.
+pub fn pod_group(job: &DLJob, min_resources: Option<&Value>) -> Option<Owned> {
     let scheduler = job.spec.scheduler()?;
     let kind = scheduler.pod_group_kind()?;
     let framework = job.spec.framework()?;
@@ -124,7 +126,7 @@ pub fn pod_group(job: &DLJob) -> Option<Owned> {
             kind: kind.kind.to_owned(),
         }),
         metadata: owned_meta(job, name.clone(), owner),
-        data: serde_json::json!({"spec": scheduler.pod_group_spec(&group, None)}),
+        data: serde_json::json!({"spec": scheduler.pod_group_spec(&group, min_resources)}),
     };
     Some(Owned {
         resource: ApiResource {
@@ -137,6 +139,49 @@ pub fn pod_group(job: &DLJob) -> Option<Owned> {
         object,
         keep: Keep::Apply,
         install_hint: Some(scheduler.install_hint()),
+    })
+}
+
+/// What the gang's `min_member` pods request together: the roles in rank
+/// order (the gated role left out, as in [`gang::Group`]), each pod as one
+/// member of its role requests (a workload's template or a plain pod).
+/// None when no member says what its pods request, or a quantity does not
+/// parse (the PodGroup then goes without `minResources`).
+pub fn min_resources<'m>(
+    spec: &crate::crd::JobSpec,
+    members: impl Iterator<Item = &'m MemberSpec>,
+) -> Option<Value> {
+    use kube_quantity::ParsedQuantity;
+    let framework = spec.framework()?;
+    let members: Vec<&MemberSpec> = members.filter(|m| !m.pod_requests.is_empty()).collect();
+    let group = gang::Group::of("", spec, framework);
+    let mut left = group.min_member;
+    let mut total: BTreeMap<String, ParsedQuantity> = BTreeMap::new();
+    for role in frameworks::rank_order(framework, &spec.replicas) {
+        if Some(role) == framework.gated_role() || left == 0 {
+            continue;
+        }
+        let pods = spec.replicas.count_or_zero(role).min(left);
+        left -= pods;
+        let Some(member) = members.iter().find(|m| m.role == role) else {
+            continue;
+        };
+        for (resource, quantity) in &member.pod_requests {
+            let q = ParsedQuantity::try_from(quantity.as_str()).ok()? * pods;
+            let sum = match total.remove(resource) {
+                Some(before) => before + q,
+                None => q,
+            };
+            total.insert(resource.clone(), sum);
+        }
+    }
+    (!total.is_empty()).then(|| {
+        Value::Object(
+            total
+                .into_iter()
+                .map(|(k, v)| (k, Value::String(v.to_string())))
+                .collect(),
+        )
     })
 }
 
@@ -518,6 +563,105 @@ mod tests {
         assert!(!satisfies(&port, &desired));
     }
 
+    fn member(
+        framework: &str,
+        replicas: &str,
+        role: &str,
+        gang: &str,
+        resources: Value,
+    ) -> MemberSpec {
+        let sts = serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {
+                "name": role, "namespace": "ml",
+                "labels": {"dljob.dev/job": "j", "dljob.dev/role": role},
+                "annotations": {"dljob.dev/framework": framework, "dljob.dev/replicas": replicas, "dljob.dev/gang": gang}
+            },
+            "spec": {
+                "replicas": c::Topology::parse(replicas).unwrap().count(role).unwrap(),
+                "template": {"spec": {"containers": [
+                    {"name": framework, "resources": resources},
+                    {"name": "sidecar", "resources": {"requests": {"cpu": "100m"}}}
+                ]}}
+            }
+        });
+        crate::member::parse(
+            crate::object::Kind::StatefulSet,
+            &sts,
+            None,
+            &crate::config::Config::default(),
+        )
+        .unwrap()
+        .unwrap()
+        .member
+    }
+
+    /// The volcano-tensorflow example's shape: every pod's requests (a
+    /// GPU container's limits count as its requests), sidecars included,
+    /// times each role's count.
+    #[test]
+    fn min_resources_sum_what_the_gang_requests() {
+        let topology = "chief=1,worker=4,ps=2";
+        let members = [
+            member(
+                "tensorflow",
+                topology,
+                "chief",
+                "volcano",
+                serde_json::json!({"limits": {"nvidia.com/gpu": 1}}),
+            ),
+            member(
+                "tensorflow",
+                topology,
+                "worker",
+                "volcano",
+                serde_json::json!({"limits": {"nvidia.com/gpu": "1"}}),
+            ),
+            member(
+                "tensorflow",
+                topology,
+                "ps",
+                "volcano",
+                serde_json::json!({"requests": {"cpu": "2", "memory": "4Gi"}}),
+            ),
+        ];
+        assert_eq!(
+            min_resources(&members[0].spec, members.iter()),
+            Some(serde_json::json!({"cpu": "4700m", "memory": "8Gi", "nvidia.com/gpu": "5"}))
+        );
+        // mpi: the gated launcher is not in the gang, nor in its resources.
+        let mpi = [
+            member(
+                "mpi",
+                "launcher=1,worker=2",
+                "launcher",
+                "coscheduling",
+                serde_json::json!({"requests": {"cpu": "1"}}),
+            ),
+            member(
+                "mpi",
+                "launcher=1,worker=2",
+                "worker",
+                "coscheduling",
+                serde_json::json!({"limits": {"nvidia.com/gpu": "4"}}),
+            ),
+        ];
+        assert_eq!(
+            min_resources(&mpi[0].spec, mpi.iter()),
+            Some(serde_json::json!({"cpu": "200m", "nvidia.com/gpu": "8"}))
+        );
+        // Without a PodGroup (kueue) members keep no requests: nothing.
+        let kueue = member(
+            "pytorch",
+            "worker=2",
+            "worker",
+            "kueue",
+            serde_json::json!({"limits": {"nvidia.com/gpu": "1"}}),
+        );
+        assert!(kueue.pod_requests.is_empty());
+        assert_eq!(min_resources(&kueue.spec, [&kueue].into_iter()), None);
+    }
+
     #[test]
     fn owned_objects_are_the_service_and_for_ssh_frameworks_the_secret_once() {
         let key = || {
@@ -528,12 +672,12 @@ mod tests {
         let kinds = |owned: &[Owned]| -> Vec<(String, Keep)> {
             owned.iter().map(|o| (o.describe(), o.keep)).collect()
         };
-        let tf = owned(&tf_ps(), &Config::default(), t(0), key).unwrap();
+        let tf = owned(&tf_ps(), &Config::default(), t(0), None, key).unwrap();
         assert_eq!(kinds(&tf), [("Service/tf-ps".to_owned(), Keep::Apply)]);
         assert_eq!(tf[0].resource.plural, "services");
         let mut mpi = job("mpi", "launcher=1,worker=2", 22);
         assert_eq!(
-            kinds(&owned(&mpi, &Config::default(), t(0), key).unwrap()),
+            kinds(&owned(&mpi, &Config::default(), t(0), None, key).unwrap()),
             [
                 ("Service/mnist".to_owned(), Keep::Apply),
                 ("Secret/mnist-ssh".to_owned(), Keep::CreateOnce)
@@ -546,12 +690,12 @@ mod tests {
         });
         let never = || -> Result<ssh_key::PrivateKey, ssh_key::Error> { panic!("a key was drawn") };
         assert_eq!(
-            kinds(&owned(&mpi, &Config::default(), t(0), never).unwrap()),
+            kinds(&owned(&mpi, &Config::default(), t(0), None, never).unwrap()),
             [("Service/mnist".to_owned(), Keep::Apply)]
         );
         // No uid yet: nothing can be owned.
         mpi.metadata.uid = None;
-        assert!(owned(&mpi, &Config::default(), t(0), never)
+        assert!(owned(&mpi, &Config::default(), t(0), None, never)
             .unwrap()
             .is_empty());
     }
@@ -588,12 +732,6 @@ mod tests {
     /// The DLJob made from a member with `dljob.dev/tensorboard:
     /// logs:runs/mnist` whose volume `logs` is an nfs export.
     fn with_tensorboard() -> DLJob {
-        let mut spec = JobSpec::new(
-            "pytorch",
-            Topology::parse("master=1,worker=2").unwrap(),
-            23456,
-        );
-        spec.tensorboard = Some(TensorBoard::parse("logs:runs/mnist").unwrap());
         let member = crate::member::parse(
             crate::object::Kind::Pod,
             &json!({
@@ -610,7 +748,10 @@ mod tests {
         .unwrap()
         .unwrap()
         .member;
-        assert_eq!(member.spec, spec);
+        assert_eq!(
+            member.spec.tensorboard,
+            Some(TensorBoard::parse("logs:runs/mnist").unwrap())
+        );
         let volume = json!({"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}});
         let mut j = dljob_for(&member, Some(&volume));
         j.metadata.uid = Some("u1".into());
@@ -725,7 +866,7 @@ mod tests {
             })
         );
         // Kept as the headless Service is, after it.
-        let kinds: Vec<(String, Keep)> = owned(&j, &Config::default(), t(0), generate_key)
+        let kinds: Vec<(String, Keep)> = owned(&j, &Config::default(), t(0), None, generate_key)
             .unwrap()
             .iter()
             .map(|o| (o.describe(), o.keep))
@@ -811,7 +952,7 @@ mod tests {
             Err("the DLJob has no dljob.dev/tensorboard-volume annotation: the reconciler records volume \"logs\" there when it creates the DLJob; delete the DLJob to have it created again".to_owned())
         );
         // The rest of the job is kept as ever.
-        let kinds: Vec<String> = owned(&j, &Config::default(), t(0), generate_key)
+        let kinds: Vec<String> = owned(&j, &Config::default(), t(0), None, generate_key)
             .unwrap()
             .iter()
             .map(Owned::describe)

@@ -14,8 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
-use crate::contract::{self as c, CleanPodPolicy, Policies, RestartPolicy, Topology};
-use crate::crd::{CoordinatorStatus, DLJobStatus, PendingRecreate, Phase, RoleStatus};
+use crate::contract::{self as c, CleanPodPolicy, Policies, RestartPolicy, RestartScope, Topology};
+use crate::crd::{CoordinatorStatus, DLJobStatus, JobRestart, PendingRecreate, Phase, RoleStatus};
 use crate::frameworks::Framework;
 use crate::member::PodOwner;
 
@@ -449,8 +449,16 @@ fn decide(
             };
         }
     }
+    // Pods being deleted for a whole-job restart: what they do no longer
+    // counts (a rank whose peer died often exits 1 on its own).
+    let restart_uids: Vec<String> = status
+        .job_restart
+        .as_ref()
+        .map(|r| r.uids.clone())
+        .unwrap_or_default();
+    let doomed = |p: &ObservedPod| restart_uids.contains(&p.uid);
     // 2. A permanent exit of any member fails it.
-    for p in pods {
+    for p in pods.iter().filter(|p| !doomed(p)) {
         if let Some(e) = p.exit() {
             if classify(e.code, policy) == ExitClass::Permanent {
                 let reason = if policy == RestartPolicy::Never && e.code.is_none_or(|c| c > 127) {
@@ -491,7 +499,7 @@ fn decide(
     let total: u32 = roles.values().map(|r| r.restarts).sum();
     let mut restarts = total;
     let mut retrying = false;
-    for p in pods {
+    for p in pods.iter().filter(|p| !doomed(p)) {
         let Some(e) = p.exit() else { continue };
         if classify(e.code, policy) != ExitClass::Retryable {
             continue;
@@ -521,6 +529,14 @@ fn decide(
             }
             status.counted_exits.insert(p.name.clone(), key);
             retrying = true;
+            if plan.policies.restart_scope == RestartScope::Job {
+                // Every member goes, counted as this one restart.
+                status.job_restart = Some(JobRestart {
+                    cause: describe(p, &e),
+                    uids: pods.iter().map(|p| p.uid.clone()).collect(),
+                });
+                break;
+            }
         }
         if p.finished() {
             retrying = true;
@@ -540,6 +556,40 @@ fn decide(
                 uid: p.uid.clone(),
             });
         }
+    }
+    // A whole-job restart: delete every pod it covers while it exists
+    // (bare ones come back from their own spec, below); it is over once
+    // they are all gone.
+    if let Some(restart) = status.job_restart.as_mut() {
+        restart.uids.retain(|uid| all.iter().any(|p| &p.uid == uid));
+        for p in all.iter().filter(|p| restart.uids.contains(&p.uid)) {
+            retrying = true;
+            if p.owner == PodOwner::None {
+                if let Some(manifest) = &p.manifest {
+                    if !status.pending_recreates.iter().any(|r| r.uid == p.uid) {
+                        status.pending_recreates.push(PendingRecreate {
+                            name: p.name.clone(),
+                            uid: p.uid.clone(),
+                            manifest: manifest.clone(),
+                        });
+                    }
+                }
+            }
+            if !p.deleting {
+                actions.push(Action::DeletePod {
+                    name: p.name.clone(),
+                    uid: p.uid.clone(),
+                });
+            }
+        }
+    }
+    let restart_cause = status.job_restart.as_ref().map(|r| r.cause.clone());
+    if status
+        .job_restart
+        .as_ref()
+        .is_some_and(|r| r.uids.is_empty())
+    {
+        status.job_restart = None;
     }
     // Forget counted exits of pods that are gone.
     let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
@@ -571,10 +621,16 @@ fn decide(
         Verdict {
             phase: Phase::Restarting,
             reason: "Restarting",
-            message: format!(
-                "retrying after a retryable exit: {restarts} of {} restarts used",
-                plan.policies.backoff_limit
-            ),
+            message: match restart_cause {
+                Some(cause) => format!(
+                    "restarting every member (restart scope Job) after {cause}: {restarts} of {} restarts used",
+                    plan.policies.backoff_limit
+                ),
+                None => format!(
+                    "retrying after a retryable exit: {restarts} of {} restarts used",
+                    plan.policies.backoff_limit
+                ),
+            },
         }
     } else if active >= want || prev == Phase::Running {
         Verdict {
@@ -1042,6 +1098,119 @@ mod tests {
 
     const CREATED_MSG: &str = "the DLJob was created from its members' annotations";
 
+    /// restart-scope Job: one member's retryable exit restarts every member,
+    /// counted once, however many exit with it; what the doomed pods do
+    /// while they go (a peer exiting 1) does not fail the job; the restart
+    /// is over once they are all gone and bare ones were recreated.
+    #[test]
+    fn a_job_scope_restart_deletes_every_member_and_counts_once() {
+        let mut p = plan("pytorch", "master=1,worker=2");
+        p.policies.restart_scope = RestartScope::Job;
+        let failed = |role: &str, i: u32, code: i32, run: &str| {
+            pod(
+                role,
+                i,
+                PodOwner::None,
+                ContainerState::Terminated(exit(code, "Error", run)),
+            )
+        };
+        let sts_worker = pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running);
+        let running_start = next(
+            &p,
+            &observed(vec![
+                running("master", 0),
+                sts_worker.clone(),
+                running("worker", 1),
+            ]),
+            None,
+            Some(1),
+            t(0),
+        );
+        // worker-1 (a bare pod) is OOM-killed.
+        let out = next(
+            &p,
+            &observed(vec![
+                running("master", 0),
+                sts_worker.clone(),
+                failed("worker", 1, 137, "c1"),
+            ]),
+            Some(&running_start.status),
+            Some(1),
+            t(10),
+        );
+        assert_eq!(out.status.phase, Phase::Restarting);
+        assert_eq!(out.status.restarts, 1);
+        assert_eq!(out.new_restarts, 1);
+        let deleted: Vec<&str> = out
+            .actions
+            .iter()
+            .map(|a| match a {
+                Action::DeletePod { name, .. } => name.as_str(),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(deleted, ["master-0", "worker-0", "worker-1"]);
+        let cause = "worker-1 (pod worker-1) exited with exit code 137 (Error)";
+        assert_eq!(
+            out.status.job_restart,
+            Some(JobRestart {
+                cause: cause.into(),
+                uids: vec![
+                    "uid-master-0".into(),
+                    "uid-worker-0".into(),
+                    "uid-worker-1".into()
+                ],
+            })
+        );
+        // Both bare pods will be recreated from their spec.
+        let recreated: Vec<&str> = out
+            .status
+            .pending_recreates
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(recreated, ["master-0", "worker-1"]);
+        assert_eq!(out.events.len(), 1);
+        assert_eq!(
+            out.events[0].note,
+            format!(
+                "restarting every member (restart scope Job) after {cause}: 1 of 3 restarts used"
+            )
+        );
+        // Next reconcile: the master exited 1 as its peer died, the
+        // StatefulSet pod is terminating. Nothing more is counted or failed.
+        let mut terminating = sts_worker.clone();
+        terminating.deleting = true;
+        let again = next(
+            &p,
+            &observed(vec![
+                failed("master", 0, 1, "c2"),
+                terminating,
+                failed("worker", 1, 137, "c1"),
+            ]),
+            Some(&out.status),
+            Some(1),
+            t(12),
+        );
+        assert_eq!(again.status.phase, Phase::Restarting);
+        assert_eq!(again.status.restarts, 1);
+        assert_eq!(again.new_restarts, 0);
+        assert!(again.events.is_empty());
+        // All gone: the bare pods are created again, the restart is over.
+        let gone = next(&p, &observed(vec![]), Some(&again.status), Some(1), t(15));
+        assert_eq!(gone.status.job_restart, None);
+        let created: Vec<&str> = gone
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::CreatePod { name, .. } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(created, ["master-0", "worker-1"]);
+        assert_eq!(gone.status.restarts, 1);
+    }
+
     /// mpi: the launcher's scheduling gate stays while a worker does not
     /// run, and the condition says so; once both run it is removed, once.
     #[test]
@@ -1164,6 +1333,7 @@ mod tests {
                 counted_exits: BTreeMap::new(),
                 pending_recreates: vec![],
                 ssh_secret: None,
+                job_restart: None,
             }
         );
         assert_eq!(out.actions, vec![]);
