@@ -26,6 +26,43 @@ pub struct Config {
     /// name leaves `schedulerName` alone (the default scheduler runs it).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub scheduler_names: BTreeMap<String, String>,
+    /// The TensorBoard the reconciler runs for jobs with
+    /// `dljob.dev/tensorboard`.
+    #[serde(default)]
+    pub tensorboard: TensorBoardConfig,
+}
+
+/// TensorBoard's default image: an official TensorFlow one, pinned; 2.20 is the
+/// last whose image has the `tensorboard` command (TensorFlow 2.21 no
+/// longer installs TensorBoard).
+pub const DEFAULT_TENSORBOARD_IMAGE: &str = "tensorflow/tensorflow:2.20.0";
+
+/// `tensorboard:` in the config file.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TensorBoardConfig {
+    /// The image TensorBoard runs from: any image with the `tensorboard`
+    /// command on its PATH.
+    #[serde(default = "default_tensorboard_image")]
+    pub image: String,
+    /// How long TensorBoard keeps running once its job finished, whatever
+    /// the job's clean-pod policy; unset, it stops when the job finishes
+    /// unless the clean-pod policy is `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<u32>,
+}
+
+fn default_tensorboard_image() -> String {
+    DEFAULT_TENSORBOARD_IMAGE.to_owned()
+}
+
+impl Default for TensorBoardConfig {
+    fn default() -> Self {
+        Self {
+            image: default_tensorboard_image(),
+            ttl_seconds_after_finished: None,
+        }
+    }
 }
 
 /// Host libraries and env for containers that request one resource.
@@ -105,6 +142,12 @@ impl Config {
                 )));
             }
         }
+        if self.tensorboard.image.trim().is_empty() {
+            return Err(ConfigError::Invalid(
+                "tensorboard.image is empty: name an image with the tensorboard command, or leave the key out for the default"
+                    .to_owned(),
+            ));
+        }
         for (framework, port) in &self.ports {
             if *port == 0 {
                 return Err(ConfigError::Invalid(format!(
@@ -175,6 +218,33 @@ ports: {tensorflow: 2223}
         assert_eq!(gpu.env[0].value, "/usr/local/nvidia/lib64");
         assert_eq!(c.port_for("tensorflow", 2222), 2223);
         assert_eq!(c.port_for("mxnet", 9091), 9091);
+        assert_eq!(c.tensorboard, TensorBoardConfig::default());
+        assert_eq!(c.tensorboard.image, "tensorflow/tensorflow:2.20.0");
+    }
+
+    #[test]
+    fn tensorboard_takes_an_image_and_a_ttl_of_its_own() {
+        let c = Config::from_yaml(
+            "tensorboard: {image: registry.local/tensorboard:2.20, ttlSecondsAfterFinished: 3600}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.tensorboard,
+            TensorBoardConfig {
+                image: "registry.local/tensorboard:2.20".into(),
+                ttl_seconds_after_finished: Some(3600)
+            }
+        );
+        // Only the TTL: the default image.
+        let c = Config::from_yaml("tensorboard: {ttlSecondsAfterFinished: 60}\n").unwrap();
+        assert_eq!(c.tensorboard.image, DEFAULT_TENSORBOARD_IMAGE);
+        let e = Config::from_yaml("tensorboard: {image: \"\"}\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config: tensorboard.image is empty: name an image with the tensorboard command, or leave the key out for the default"
+        );
+        let e = Config::from_yaml("tensorboard: {ttl: 60}\n").unwrap_err();
+        assert!(e.to_string().contains("ttl"), "{e}");
     }
 
     #[test]

@@ -53,6 +53,15 @@ pub const RESTART_SCOPE: &str = "dljob.dev/restart-scope";
 pub const GANG: &str = "dljob.dev/gang";
 /// Annotation: the gang scheduler's queue (Kueue LocalQueue, Volcano Queue).
 pub const QUEUE: &str = "dljob.dev/queue";
+/// Annotation: `VOLUME:PATH`, the shared volume (by its name in the pod
+/// spec) and the log directory inside it that the job's TensorBoard reads.
+pub const TENSORBOARD: &str = "dljob.dev/tensorboard";
+/// Annotation written by the reconciler on a DLJob: the volume (as JSON,
+/// from the pod spec of the first member it saw) its TensorBoard mounts.
+pub const TENSORBOARD_VOLUME: &str = "dljob.dev/tensorboard-volume";
+/// Label of the TensorBoard pod (and its Service's selector): the job it
+/// serves. Not `dljob.dev/job`, which makes a pod a member.
+pub const TENSORBOARD_OF: &str = "dljob.dev/tensorboard-of";
 
 /// Kubernetes-owned keys dljob reads.
 pub const K8S_DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
@@ -76,6 +85,7 @@ pub const JOB_WIDE_ANNOTATIONS: &[&str] = &[
     GANG,
     QUEUE,
     RESTART_SCOPE,
+    TENSORBOARD,
 ];
 
 /// Annotations a user may set on a member that are not job-wide.
@@ -537,6 +547,51 @@ impl fmt::Display for Elastic {
     }
 }
 
+/// What the job's TensorBoard reads (`dljob.dev/tensorboard: VOLUME:PATH`):
+/// the volume, by its name in the members' pod spec, and the log directory
+/// as a path inside that volume (relative to its root, not to where a
+/// container mounts it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorBoard {
+    pub volume: String,
+    pub path: String,
+}
+
+impl TensorBoard {
+    /// Parses `VOLUME:PATH`: a volume name (a DNS label) and a relative path
+    /// that stays inside the volume.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let Some((volume, path)) = s.split_once(':') else {
+            return Err(format!(
+                "{TENSORBOARD} \"{s}\" is not VOLUME:PATH: name the volume holding the logs and the log directory inside it, e.g. \"logs:runs/resnet\""
+            ));
+        };
+        let problem = if !is_dns_label(volume) {
+            format!("\"{volume}\" is not a volume name (a DNS label: lowercase letters, digits and '-')")
+        } else if path.is_empty() {
+            "the log directory is empty: write the path inside the volume, e.g. \"runs/resnet\" (\".\" for its root)".to_owned()
+        } else if path.starts_with('/') {
+            format!("the log directory \"{path}\" is absolute: write it relative to the volume's root (where a container mounts the volume does not count), e.g. \"{}\"", path.trim_start_matches('/'))
+        } else if path.split('/').any(|segment| segment == "..") {
+            format!("the log directory \"{path}\" leaves the volume ('..'): write a path inside it")
+        } else if path.chars().any(char::is_control) {
+            "the log directory contains a control character".to_owned()
+        } else {
+            return Ok(Self {
+                volume: volume.to_owned(),
+                path: path.to_owned(),
+            });
+        };
+        Err(format!("{TENSORBOARD} \"{s}\": {problem}"))
+    }
+}
+
+impl fmt::Display for TensorBoard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.volume, self.path)
+    }
+}
+
 /// RFC 1123 DNS label: lowercase alphanumerics and '-', at most 63 chars,
 /// starting and ending alphanumeric.
 pub fn is_dns_label(s: &str) -> bool {
@@ -623,6 +678,14 @@ as_annotation_text!(
     Elastic,
     Elastic::parse,
     schemars::json_schema!({"type": "string", "pattern": "^[0-9]+:[0-9]+$"})
+);
+as_annotation_text!(
+    TensorBoard,
+    TensorBoard::parse,
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?:[^/]",
+    })
 );
 as_annotation_text!(
     RestartPolicy,
@@ -760,6 +823,41 @@ mod tests {
         assert!(Elastic::parse("4:2").is_err());
         assert!(Elastic::parse("0:2").is_err());
         assert!(Elastic::parse("3").is_err());
+    }
+
+    #[test]
+    fn tensorboard_is_a_volume_and_a_path_inside_it() {
+        let tb = TensorBoard::parse("logs:runs/resnet").unwrap();
+        assert_eq!(
+            (tb.volume.as_str(), tb.path.as_str()),
+            ("logs", "runs/resnet")
+        );
+        assert_eq!(tb.to_string(), "logs:runs/resnet");
+        // The first ':' ends the volume name; the path may hold more.
+        assert_eq!(TensorBoard::parse("logs:a:b").unwrap().path, "a:b");
+        assert_eq!(TensorBoard::parse("logs:.").unwrap().path, ".");
+        let refused = |s: &str| TensorBoard::parse(s).unwrap_err();
+        assert_eq!(
+            refused("logs"),
+            "dljob.dev/tensorboard \"logs\" is not VOLUME:PATH: name the volume holding the logs and the log directory inside it, e.g. \"logs:runs/resnet\""
+        );
+        assert_eq!(
+            refused("Logs:x"),
+            "dljob.dev/tensorboard \"Logs:x\": \"Logs\" is not a volume name (a DNS label: lowercase letters, digits and '-')"
+        );
+        assert_eq!(
+            refused("logs:"),
+            "dljob.dev/tensorboard \"logs:\": the log directory is empty: write the path inside the volume, e.g. \"runs/resnet\" (\".\" for its root)"
+        );
+        assert_eq!(
+            refused("logs:/logs/runs"),
+            "dljob.dev/tensorboard \"logs:/logs/runs\": the log directory \"/logs/runs\" is absolute: write it relative to the volume's root (where a container mounts the volume does not count), e.g. \"logs/runs\""
+        );
+        assert_eq!(
+            refused("logs:runs/../../etc"),
+            "dljob.dev/tensorboard \"logs:runs/../../etc\": the log directory \"runs/../../etc\" leaves the volume ('..'): write a path inside it"
+        );
+        assert!(refused("logs:a\nb").ends_with("contains a control character"));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::{Elastic, Policies, Slots, Topology};
+use crate::contract::{Elastic, Policies, Slots, TensorBoard, Topology};
 use crate::frameworks::{self, Framework};
 
 // Two members agree when their `JobSpec`s are equal, and the DLJob's spec
@@ -67,6 +67,9 @@ pub struct JobSpec {
     /// The gang scheduler's queue (`dljob.dev/queue`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
+    /// The job's TensorBoard (`dljob.dev/tensorboard: VOLUME:PATH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensorboard: Option<TensorBoard>,
 }
 
 fn default_gang() -> String {
@@ -87,6 +90,7 @@ impl JobSpec {
             ssh_path: None,
             gang: default_gang(),
             queue: None,
+            tensorboard: None,
         }
     }
 
@@ -389,6 +393,7 @@ mod tests {
         s.policies.active_deadline_seconds = Some(1);
         s.ssh_path = Some("/x".into());
         s.queue = Some("q".into());
+        s.tensorboard = Some(TensorBoard::parse("logs:runs").unwrap());
         let Value::Object(fields) = serde_json::to_value(&s).unwrap() else {
             unreachable!()
         };

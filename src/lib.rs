@@ -1,7 +1,7 @@
 //! dljob: distributed deep-learning training on plain Kubernetes workloads.
 //!
 //! The pure core — [`contract`], [`frameworks`], [`gang`], [`member`], [`mutate`],
-//! [`validate`] — turns one object plus the [`config::Config`] into a mutated
+//! [`validate`], [`tensorboard`] — turns one object plus the [`config::Config`] into a mutated
 //! object with warnings, or violations that name the fix. It does no I/O;
 //! the webhook server, the reconciler and the CLI only translate between the
 //! wire and it.
@@ -25,5 +25,6 @@ pub mod preview;
 pub mod process;
 pub mod reconciler;
 pub mod telemetry;
+pub mod tensorboard;
 pub mod validate;
 pub mod webhook;

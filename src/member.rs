@@ -68,6 +68,9 @@ pub enum Rule {
     TooLarge,
     /// A member the chosen gang scheduler would not group with the others.
     GangConflict,
+    /// `dljob.dev/tensorboard` names a volume the pod lacks, does not mount
+    /// in its framework container, or that is not shared between pods.
+    TensorBoardVolume,
 }
 
 impl Rule {
@@ -102,6 +105,7 @@ impl Rule {
             Rule::DuplicateReplica => "DuplicateReplica",
             Rule::TooLarge => "TooLarge",
             Rule::GangConflict => "GangConflict",
+            Rule::TensorBoardVolume => "TensorBoardVolume",
         }
     }
 }
@@ -676,6 +680,7 @@ fn job_spec(
     let ssh_path = ssh_path(meta, v);
     let gang = gang(meta, config, v);
     let queue = meta.annotation(c::QUEUE).map(str::to_owned);
+    let tensorboard = tensorboard(meta, v);
     let (framework, topology) = (framework?, topology?);
     if meta.annotation(c::RESTART_SCOPE).is_none() {
         policies.restart_scope = framework.default_restart_scope();
@@ -690,7 +695,18 @@ fn job_spec(
         ssh_path: framework.uses_ssh().then_some(ssh_path),
         gang,
         queue,
+        tensorboard,
     })
+}
+
+/// `dljob.dev/tensorboard` as written; whether the pod has, mounts and
+/// shares that volume is [`crate::tensorboard::check`]'s (it needs the
+/// whole pod spec, which the reconciler's trimmed members do not keep).
+fn tensorboard(meta: &Meta<'_>, v: &mut Violations) -> Option<c::TensorBoard> {
+    let text = meta.annotation(c::TENSORBOARD)?;
+    c::TensorBoard::parse(text)
+        .map_err(|e| v.push(Rule::InvalidValue, e))
+        .ok()
 }
 
 /// `dljob.dev/gang`, else the config's `gang`, else `none`.

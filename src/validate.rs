@@ -36,6 +36,9 @@ pub fn validate(
     for problem in crate::mutate::size_violations(&parsed.member, object, config) {
         v.push(Rule::TooLarge, problem);
     }
+    for problem in crate::tensorboard::check(&parsed.member, object) {
+        v.push(Rule::TensorBoardVolume, problem);
+    }
     agree_with_peers(&parsed.member, peers, &mut v);
     v.into_result(parsed.warnings)
 }

@@ -522,6 +522,8 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
         ),
         (("apps", "statefulsets"), &["list", "patch", "watch"]),
         (("apps", "statefulsets/scale"), &["patch"]),
+        // Applied, never read: no reflector watches Deployments.
+        (("apps", "deployments"), &["create", "patch"]),
         (("batch", "jobs"), &["list", "patch", "watch"]),
         (("", "services"), &["create", "list", "patch", "watch"]),
         // Create only: no cluster-wide read of every Secret.
@@ -727,6 +729,17 @@ fn shipped_config_and_its_commented_nvidia_example_parse() {
     let gpu = &config.accelerators["nvidia.com/gpu"];
     assert_eq!(gpu.volumes[0].mount_path, "/usr/local/nvidia/lib64");
     assert_eq!(gpu.env[0].name, "LD_LIBRARY_PATH");
+    // And the tensorboard one.
+    let start = text.find("# tensorboard:").unwrap();
+    let example: String = text[start..]
+        .lines()
+        .take(3)
+        .map(|l| l.strip_prefix("# ").unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let config = dljob::config::Config::from_yaml(&example).unwrap();
+    assert_eq!(config.tensorboard.image, "tensorflow/tensorflow:2.20.0");
+    assert_eq!(config.tensorboard.ttl_seconds_after_finished, Some(3600));
 }
 
 #[test]

@@ -880,6 +880,94 @@ Events:       cannot list them: events is forbidden: User \"ada\" cannot list re
     );
 }
 
+/// The captured DLJob with a TensorBoard (`logs:runs/tf-ps` on an nfs
+/// volume) and clean-pod policy `None`, which leaves it running after the
+/// job succeeded.
+fn dljob_with_tensorboard() -> Value {
+    let mut dljob = fixture("dljob-succeeded.json")["items"][0].clone();
+    dljob["spec"]["tensorboard"] = json!("logs:runs/tf-ps");
+    dljob["spec"]["cleanPodPolicy"] = json!("None");
+    dljob["metadata"]["annotations"] = json!({
+        "dljob.dev/tensorboard-volume": r#"{"name":"logs","nfs":{"path":"/exports/ml","server":"nfs.example.internal"}}"#
+    });
+    dljob
+}
+
+fn tensorboard_deployment(replicas: i32, ready: i32) -> Answer {
+    Answer::Json(
+        200,
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "tf-ps-tensorboard", "namespace": NS},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"dljob.dev/tensorboard-of": "tf-ps"}},
+                "template": {"spec": {"containers": [{"name": "tensorboard"}]}}},
+            "status": {"replicas": replicas, "readyReplicas": ready}}),
+    )
+}
+
+#[tokio::test]
+async fn describe_says_how_to_reach_the_jobs_tensorboard() {
+    const DEPLOYMENT: &str =
+        "/apis/apps/v1/namespaces/capture-397557/deployments/tf-ps-tensorboard";
+    const HEAD: &str = "\
+Name:         tf-ps
+Namespace:    capture-397557
+Framework:    tensorflow
+Topology:     chief=1,worker=2,ps=2
+Policies:     restart-policy=ExitCode backoff-limit=3 clean-pod-policy=None
+";
+    for (deployment, tensorboard) in [
+        (
+            tensorboard_deployment(1, 1),
+            "\
+TensorBoard:  logs:runs/tf-ps, running (1/1 ready)
+              kubectl port-forward -n capture-397557 svc/tf-ps-tensorboard 6006, then open http://localhost:6006
+",
+        ),
+        (
+            tensorboard_deployment(0, 0),
+            "TensorBoard:  logs:runs/tf-ps, stopped: the job finished (its logs stay on the volume)\n",
+        ),
+        (
+            not_found("deployments.apps \"tf-ps-tensorboard\""),
+            "TensorBoard:  logs:runs/tf-ps, not created yet (the reconciler creates deployment/tf-ps-tensorboard)\n",
+        ),
+    ] {
+        let mut routes = describe_routes(
+            Answer::Json(200, dljob_with_tensorboard()),
+            vec![chief()],
+            events_fixture(),
+        );
+        routes.push(get(DEPLOYMENT, deployment));
+        let (text, seen) = describe_with(routes).await;
+        let mut requests = describe_requests();
+        requests.push(format!("GET {DEPLOYMENT}"));
+        assert_eq!(seen, requests);
+        let text = text.unwrap();
+        let expected = format!("{HEAD}{tensorboard}Phase:        Succeeded\n");
+        assert_eq!(&text[..expected.len()], expected, "{text}");
+    }
+    // A DLJob without the recorded volume says why it has no TensorBoard.
+    let mut dljob = dljob_with_tensorboard();
+    dljob["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    let observed = describe::Observed {
+        job: "tf-ps".into(),
+        namespace: NS.into(),
+        dljob: Some(serde_json::from_value(dljob).unwrap()),
+        pods: vec![],
+        workloads: vec![],
+        events: Ok(vec![]),
+        tensorboard: Some(Ok(None)),
+    };
+    let text = describe::render(&observed, a_minute_later());
+    assert!(
+        text.contains("\nTensorBoard:  logs:runs/tf-ps, not run: the DLJob has no dljob.dev/tensorboard-volume annotation: the reconciler records volume \"logs\" there when it creates the DLJob; delete the DLJob to have it created again\nPhase:"),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn describe_of_no_job_is_an_error_after_two_reads() {
     let (result, seen) = describe_with(vec![

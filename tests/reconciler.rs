@@ -1238,6 +1238,260 @@ async fn first_sight_of_a_member_creates_its_dljob_once() {
         .unwrap();
 }
 
+// ---- TensorBoard ------------------------------------------------------------
+
+const LOGS: &str = "logs:runs/mnist";
+
+/// The shared volume the members write their logs to.
+fn nfs_logs() -> Value {
+    json!({"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}})
+}
+
+/// `pod` with `dljob.dev/tensorboard` and the nfs volume, mounted by its
+/// framework container.
+fn with_tensorboard(mut pod: Pod) -> Pod {
+    pod.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("dljob.dev/tensorboard".into(), LOGS.into());
+    let spec = pod.spec.as_mut().unwrap();
+    spec.volumes = Some(vec![serde_json::from_value(nfs_logs()).unwrap()]);
+    spec.containers[0].volume_mounts = Some(vec![serde_json::from_value(
+        json!({"name": "logs", "mountPath": "/logs"}),
+    )
+    .unwrap()]);
+    pod
+}
+
+/// The DLJob the reconciler made from such a member.
+fn tensorboard_dljob() -> DLJob {
+    let mut j = dljob("pytorch", PYTORCH);
+    j.spec.tensorboard = Some(dljob::contract::TensorBoard::parse(LOGS).unwrap());
+    j.metadata.annotations = Some(
+        [(
+            "dljob.dev/tensorboard-volume".to_owned(),
+            nfs_logs().to_string(),
+        )]
+        .into(),
+    );
+    j
+}
+
+fn tensorboard_world(state: fn() -> Value) -> World {
+    World {
+        pods: vec![
+            with_tensorboard(bare_pod("mnist", "pytorch", PYTORCH, "master", 0, state())),
+            with_tensorboard(bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, state())),
+        ],
+        services: vec![served(23456)],
+        ..World::default()
+    }
+}
+
+fn tensorboard_deployment_uri() -> String {
+    format!("/apis/apps/v1/namespaces/{NS}/deployments/mnist-tensorboard?&force=true&fieldManager=dljob")
+}
+
+fn tensorboard_service_uri() -> String {
+    format!("/api/v1/namespaces/{NS}/services/mnist-tensorboard?&force=true&fieldManager=dljob")
+}
+
+/// The apply of the TensorBoard Deployment: owned by the DLJob, labelled
+/// so that neither the webhook nor the job's Service take its pod for a
+/// member, `replicas` pods mounting the job's volume read-only.
+fn tensorboard_deployment(replicas: i32) -> Call {
+    call(
+        "PATCH",
+        tensorboard_deployment_uri(),
+        move |b| {
+            assert_eq!(
+                (&b["apiVersion"], &b["kind"]),
+                (&json!("apps/v1"), &json!("Deployment"))
+            );
+            assert_eq!(
+                b["metadata"],
+                json!({
+                    "name": "mnist-tensorboard", "namespace": NS,
+                    "labels": {"dljob.dev/job": "mnist", "dljob.dev/tensorboard-of": "mnist"},
+                    "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob",
+                        "name": "mnist", "uid": "job-uid", "controller": true}]
+                })
+            );
+            let spec = &b["spec"];
+            assert_eq!(spec["replicas"], replicas);
+            assert_eq!(
+                spec["selector"],
+                json!({"matchLabels": {"dljob.dev/tensorboard-of": "mnist"}})
+            );
+            let pod = &spec["template"];
+            assert_eq!(
+                pod["metadata"],
+                json!({"labels": {"dljob.dev/tensorboard-of": "mnist"}})
+            );
+            let container = &pod["spec"]["containers"][0];
+            assert_eq!(container["image"], "tensorflow/tensorflow:2.20.0");
+            assert_eq!(
+                container["args"],
+                json!(["--logdir=/logs/runs/mnist", "--bind_all", "--port=6006"])
+            );
+            assert_eq!(
+                container["volumeMounts"][0],
+                json!({"name": "logs", "mountPath": "/logs", "readOnly": true})
+            );
+            assert_eq!(
+                pod["spec"]["volumes"][0],
+                json!({"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}})
+            );
+            assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+            assert_eq!(
+                container["securityContext"]["capabilities"],
+                json!({"drop": ["ALL"]})
+            );
+        },
+        Value::Null,
+    )
+}
+
+fn tensorboard_service() -> Call {
+    call(
+        "PATCH",
+        tensorboard_service_uri(),
+        |b| {
+            assert_eq!(
+                (&b["apiVersion"], &b["kind"]),
+                (&json!("v1"), &json!("Service"))
+            );
+            assert_eq!(b["metadata"]["name"], "mnist-tensorboard");
+            assert_eq!(b["metadata"]["ownerReferences"][0]["uid"], "job-uid");
+            assert_eq!(
+                b["spec"],
+                json!({
+                    "type": "ClusterIP",
+                    "selector": {"dljob.dev/tensorboard-of": "mnist"},
+                    "ports": [{"name": "tensorboard", "port": 6006, "targetPort": "tensorboard", "protocol": "TCP"}]
+                })
+            );
+        },
+        Value::Null,
+    )
+}
+
+#[tokio::test]
+async fn first_sight_of_a_member_records_its_tensorboard_volume_on_the_dljob() {
+    // A StatefulSet member: its trimmed template still holds the volume.
+    let mut sts = statefulset("mnist", "pytorch", "worker=2", "worker", 2);
+    sts.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("dljob.dev/tensorboard".into(), LOGS.into());
+    let template = sts.spec.template.spec.as_mut().unwrap();
+    template.volumes = Some(vec![
+        serde_json::from_value(json!({"name": "cache", "emptyDir": {}})).unwrap(),
+        serde_json::from_value(nfs_logs()).unwrap(),
+    ]);
+    let (ctx, handle) = context(
+        World {
+            statefulsets: vec![sts],
+            ..World::default()
+        },
+        vec![],
+    );
+    let verifier = tokio::spawn(verify(
+        handle,
+        vec![call(
+            "POST",
+            format!("/apis/dljob.dev/v1alpha1/namespaces/{NS}/dljobs?&fieldManager=dljob"),
+            |b| {
+                assert_eq!(b["spec"]["tensorboard"], LOGS);
+                assert_eq!(
+                    b["metadata"]["annotations"],
+                    json!({"dljob.dev/tensorboard-volume": r#"{"name":"logs","nfs":{"path":"/exports/ml","server":"nfs.example.internal"}}"#})
+                );
+            },
+            Value::Null,
+        )],
+    ));
+    let created = tokio::time::timeout(
+        Duration::from_secs(5),
+        controller::create_missing(&ctx.client, &ctx.index, &ctx.dljobs),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(created, 1);
+    drop(ctx);
+    tokio::time::timeout(Duration::from_secs(5), verifier)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_job_with_tensorboard_gets_its_deployment_and_service() {
+    let job = tensorboard_dljob();
+    let (ctx, handle) = context(tensorboard_world(running), vec![job.clone()]);
+    let jj = job.clone();
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            // The headless Service is there as declared: no call.
+            tensorboard_deployment(1),
+            tensorboard_service(),
+            call(
+                "PATCH",
+                status_uri(),
+                |b| assert_eq!(b["status"]["phase"], "Running"),
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            call(
+                "POST",
+                events_uri(),
+                |b| assert_eq!(b["reason"], "Running"),
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_finished_job_stops_its_tensorboard_and_keeps_its_service() {
+    let mut job = tensorboard_dljob();
+    let (ctx, _) = context(tensorboard_world(|| terminated(0, "Completed")), vec![]);
+    let plan = controller::plan_of(&job).unwrap();
+    let observed = controller::observe_members(&ctx, NS, "mnist");
+    let earlier = Timestamp::from_second(1_699_999_000).unwrap();
+    job.status = Some(status::next(&plan, &observed, None, Some(1), earlier).status);
+    assert_eq!(
+        job.status.as_ref().unwrap().phase,
+        dljob::crd::Phase::Succeeded
+    );
+    // Finished as the status says (clean-pod policy Running): the
+    // Deployment is applied with no pod; nothing else changes.
+    let (ctx, handle) = context(tensorboard_world(|| terminated(0, "Completed")), vec![]);
+    reconcile_expecting(
+        job.clone(),
+        ctx,
+        handle,
+        vec![tensorboard_deployment(0), tensorboard_service()],
+    )
+    .await;
+    // With the policy None, TensorBoard runs on.
+    job.spec.policies.clean_pod = dljob::contract::CleanPodPolicy::None;
+    let (ctx, handle) = context(tensorboard_world(|| terminated(0, "Completed")), vec![]);
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![tensorboard_deployment(1), tensorboard_service()],
+    )
+    .await;
+}
+
 // ---- the index and the observations (no API at all) -----------------------
 
 #[test]

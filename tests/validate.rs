@@ -824,3 +824,149 @@ fn slots_per_worker_range_are_checked_against_the_workers_and_their_gpus() {
     s["metadata"]["annotations"]["dljob.dev/slots"] = json!("0-1=8,2-5=4");
     accepted(Kind::StatefulSet, &s);
 }
+
+// ---- dljob.dev/tensorboard ---------------------------------------------------
+
+/// A TensorFlow chief with `dljob.dev/tensorboard: logs:runs/mnist`, the
+/// volume `volume` in its spec and, when `mounted`, in its container.
+fn tensorboard_pod(volume: Value, mounted: bool) -> Value {
+    let mut p = tf_pod("chief", json!({"dljob.dev/tensorboard": "logs:runs/mnist"}));
+    p["spec"]["volumes"] = json!([{"name": "cache", "emptyDir": {}}, volume]);
+    if mounted {
+        p["spec"]["containers"][0]["volumeMounts"] =
+            json!([{"name": "logs", "mountPath": "/var/log/train"}]);
+    }
+    p
+}
+
+#[test]
+fn a_tensorboard_volume_of_shared_storage_is_accepted() {
+    for source in [
+        json!({"persistentVolumeClaim": {"claimName": "team-logs"}}),
+        json!({"nfs": {"server": "nfs.example.internal", "path": "/exports/logs"}}),
+        json!({"cephfs": {"monitors": ["10.0.0.1:6789"], "path": "/logs"}}),
+        json!({"csi": {"driver": "efs.csi.aws.com", "volumeHandle": "fs-1"}}),
+    ] {
+        let mut volume = source;
+        volume["name"] = json!("logs");
+        accepted(Kind::Pod, &tensorboard_pod(volume, true));
+    }
+}
+
+#[test]
+fn a_tensorboard_volume_each_pod_has_for_itself_is_refused_with_why() {
+    const FIX: &str = "TensorBoard, in a pod of its own, would not see what the training writes there; use storage every member and TensorBoard can mount: a ReadWriteMany persistentVolumeClaim, nfs, cephfs or a CSI driver's shared volume";
+    for (source, why) in [
+        (
+            json!({"emptyDir": {}}),
+            "an emptyDir, which each pod has for itself",
+        ),
+        (json!({}), "an emptyDir, which each pod has for itself"),
+        (
+            json!({"hostPath": {"path": "/var/log"}}),
+            "a hostPath, a directory of whichever node each pod runs on",
+        ),
+        (
+            json!({"ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
+            "an ephemeral volume, a claim made for each pod and deleted with it",
+        ),
+        (
+            json!({"configMap": {"name": "c"}}),
+            "a configMap volume, read-only and filled from the ConfigMap",
+        ),
+        (
+            json!({"secret": {"secretName": "s"}}),
+            "a secret volume, read-only and filled from the Secret",
+        ),
+        (
+            json!({"downwardAPI": {"items": []}}),
+            "a downwardAPI volume, which holds the pod's own fields",
+        ),
+        (
+            json!({"projected": {"sources": []}}),
+            "a projected volume, read-only and filled by the kubelet",
+        ),
+    ] {
+        let mut volume = source;
+        volume["name"] = json!("logs");
+        assert_eq!(
+            problems(Kind::Pod, &tensorboard_pod(volume, true)),
+            vec![format!(
+                "dljob.dev/tensorboard \"logs:runs/mnist\": volume \"logs\" is {why}: {FIX}"
+            )]
+        );
+    }
+}
+
+#[test]
+fn a_tensorboard_volume_must_exist_and_be_mounted_by_the_framework_container() {
+    let nfs = json!({"name": "logs", "nfs": {"server": "nfs", "path": "/logs"}});
+    let mut missing = tensorboard_pod(nfs.clone(), true);
+    missing["spec"]["volumes"] = json!([{"name": "cache", "emptyDir": {}}]);
+    assert_eq!(
+        problems(Kind::Pod, &missing),
+        vec!["dljob.dev/tensorboard \"logs:runs/mnist\": the pod has no volume \"logs\" (its volumes are cache): add the shared volume the training writes its logs to, or name it"]
+    );
+    missing["spec"].as_object_mut().unwrap().remove("volumes");
+    assert_eq!(
+        problems(Kind::Pod, &missing),
+        vec!["dljob.dev/tensorboard \"logs:runs/mnist\": the pod has no volume \"logs\" (it has none): add the shared volume the training writes its logs to, or name it"]
+    );
+    assert_eq!(
+        problems(Kind::Pod, &tensorboard_pod(nfs.clone(), false)),
+        vec!["dljob.dev/tensorboard \"logs:runs/mnist\": the framework container \"main\" does not mount volume \"logs\": mount it where the training writes its logs"]
+    );
+    // A sidecar mounting it is not enough: the framework container writes.
+    let mut sidecar = tensorboard_pod(nfs, false);
+    sidecar["spec"]["containers"] = json!([
+        {"name": "tensorflow", "image": "tf"},
+        {"name": "shipper", "image": "s", "volumeMounts": [{"name": "logs", "mountPath": "/logs"}]}
+    ]);
+    assert_eq!(rules(Kind::Pod, &sidecar, None), vec!["TensorBoardVolume"]);
+}
+
+#[test]
+fn a_tensorboard_volume_from_volume_claim_templates_is_refused() {
+    let mut s = sts(
+        2,
+        json!({"dljob.dev/framework": "pytorch", "dljob.dev/tensorboard": "logs:runs"}),
+    );
+    s["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "logs", "mountPath": "/logs"}]);
+    s["spec"]["volumeClaimTemplates"] = json!([{"metadata": {"name": "logs"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]);
+    assert_eq!(
+        problems(Kind::StatefulSet, &s),
+        vec!["dljob.dev/tensorboard \"logs:runs\": volume \"logs\" comes from the StatefulSet's volumeClaimTemplates, which give each pod a claim of its own: TensorBoard, in a pod of its own, would see none of them; use storage every member and TensorBoard can mount: a ReadWriteMany persistentVolumeClaim, nfs, cephfs or a CSI driver's shared volume"]
+    );
+    // The same name from one shared claim in the pod template is accepted.
+    s["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("volumeClaimTemplates");
+    s["spec"]["template"]["spec"]["volumes"] =
+        json!([{"name": "logs", "persistentVolumeClaim": {"claimName": "shared-logs"}}]);
+    accepted(Kind::StatefulSet, &s);
+}
+
+#[test]
+fn a_malformed_tensorboard_value_is_refused_and_members_must_agree_on_it() {
+    assert_eq!(
+        problems(Kind::Pod, &tf_pod("chief", json!({"dljob.dev/tensorboard": "/mnt/logs"}))),
+        vec!["dljob.dev/tensorboard \"/mnt/logs\" is not VOLUME:PATH: name the volume holding the logs and the log directory inside it, e.g. \"logs:runs/resnet\""]
+    );
+    let cfg = Config::default();
+    let nfs = json!({"name": "logs", "nfs": {"server": "nfs", "path": "/logs"}});
+    let mut chief = tensorboard_pod(nfs.clone(), true);
+    chief["metadata"]["name"] = json!("chief");
+    let peers = peers_of([(Kind::Pod, &chief)], Some("ml"), &cfg);
+    let mut worker = tf_pod(
+        "worker",
+        json!({"dljob.dev/tensorboard": "logs:runs/other"}),
+    );
+    worker["spec"] = tensorboard_pod(nfs, true)["spec"].clone();
+    assert_eq!(
+        problems_with(Kind::Pod, &worker, None, &peers),
+        vec!["dljob.dev/tensorboard is logs:runs/other here but logs:runs/mnist on Pod \"chief\" of job \"mnist\"; every member of a job must agree"]
+    );
+}

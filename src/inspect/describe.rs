@@ -4,14 +4,15 @@
 //!
 //! [`render`] is pure (the objects and `now` in, the text out); [`observe`]
 //! makes the reads: the DLJob, the pods, the member StatefulSets and Jobs
-//! (their names, for their Events) and the namespace's Events (core/v1,
-//! which the built-in `view` role may read, as `kubectl describe` does).
+//! (their names, for their Events), the namespace's Events (core/v1,
+//! which the built-in `view` role may read, as `kubectl describe` does)
+//! and, for a job with a TensorBoard, its Deployment.
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -38,6 +39,9 @@ pub struct Observed {
     pub workloads: Vec<(String, String)>,
     /// The namespace's Events, or why they could not be read.
     pub events: Result<Vec<Event>, String>,
+    /// For a DLJob with a TensorBoard: its Deployment (None: not there),
+    /// or why it could not be read. None when not asked for.
+    pub tensorboard: Option<Result<Option<Deployment>, String>>,
 }
 
 /// `dljob describe`.
@@ -82,6 +86,15 @@ pub async fn observe(client: &kube::Client, ns: &str, job: &str) -> anyhow::Resu
         .await
         .map(|l| l.items)
         .map_err(|e| super::api_message(&e));
+    let tensorboard = match dljob.as_ref().and_then(|d| d.spec.tensorboard.as_ref()) {
+        None => None,
+        Some(_) => Some(
+            Api::<Deployment>::namespaced(client.clone(), ns)
+                .get_opt(&crate::tensorboard::name(job))
+                .await
+                .map_err(|e| super::api_message(&e)),
+        ),
+    };
     Ok(Observed {
         job: job.to_owned(),
         namespace: ns.to_owned(),
@@ -89,6 +102,7 @@ pub async fn observe(client: &kube::Client, ns: &str, job: &str) -> anyhow::Resu
         pods,
         workloads,
         events,
+        tensorboard,
     })
 }
 
@@ -106,7 +120,7 @@ pub fn render(o: &Observed, now: Timestamp) -> String {
             field(&mut out, "DLJob", NO_DLJOB);
             None
         }
-        Some(dljob) => summary(&mut out, dljob, now),
+        Some(dljob) => summary(&mut out, dljob, o.tensorboard.as_ref(), now),
     };
     out.push('\n');
     pods(&mut out, &o.pods, topology);
@@ -116,13 +130,21 @@ pub fn render(o: &Observed, now: Timestamp) -> String {
 }
 
 /// The DLJob's spec and status; returns the topology it declares.
-fn summary(out: &mut String, dljob: &DLJob, now: Timestamp) -> Option<Topology> {
+fn summary(
+    out: &mut String,
+    dljob: &DLJob,
+    tensorboard: Option<&Result<Option<Deployment>, String>>,
+    now: Timestamp,
+) -> Option<Topology> {
     let spec = &dljob.spec;
     let replicas = spec.replicas.to_string();
     let topology = Some(spec.replicas.clone());
     field(out, "Framework", &spec.framework.to_string());
     field(out, "Topology", &replicas);
     field(out, "Policies", &policies(spec));
+    if let Some(tb) = &spec.tensorboard {
+        tensorboard_field(out, dljob, &tb.to_string(), tensorboard);
+    }
     let Some(status) = &dljob.status else {
         field(out, "Phase", "Pending (no status yet)");
         return topology;
@@ -216,9 +238,63 @@ fn replica_counts(out: &mut String, status: &DLJobStatus, topology: Option<Topol
     ));
 }
 
-/// `Name:` and its value, values aligned.
+/// The job's TensorBoard: where it reads, whether it runs, and how to
+/// reach it (`kubectl port-forward` to its Service) while it does.
+fn tensorboard_field(
+    out: &mut String,
+    dljob: &DLJob,
+    logs: &str,
+    deployment: Option<&Result<Option<Deployment>, String>>,
+) {
+    let namespace = dljob.metadata.namespace.as_deref().unwrap_or_default();
+    let name = crate::tensorboard::name(dljob.metadata.name.as_deref().unwrap_or_default());
+    let reach = format!(
+        "kubectl port-forward -n {namespace} svc/{name} {port}, then open http://localhost:{port}",
+        port = crate::reconciler::resources::TENSORBOARD_PORT
+    );
+    let (state, reachable) = match (
+        crate::reconciler::resources::tensorboard_volume(dljob),
+        deployment,
+    ) {
+        (Err(why), _) => (format!("not run: {why}"), false),
+        (Ok(_), None) => return,
+        (Ok(_), Some(Err(why))) => (
+            format!("cannot read deployment/{name}: {}", cell(why)),
+            true,
+        ),
+        (Ok(_), Some(Ok(None))) => (
+            format!("not created yet (the reconciler creates deployment/{name})"),
+            false,
+        ),
+        (Ok(_), Some(Ok(Some(d)))) => match d.spec.replicas.unwrap_or(1) {
+            0 => (
+                "stopped: the job finished (its logs stay on the volume)".to_owned(),
+                false,
+            ),
+            wanted => {
+                let ready = d.status.as_ref().and_then(|s| s.ready_replicas);
+                (
+                    format!("running ({}/{wanted} ready)", ready.unwrap_or(0)),
+                    true,
+                )
+            }
+        },
+    };
+    field(out, "TensorBoard", &format!("{logs}, {state}"));
+    if reachable {
+        field(out, "", &reach);
+    }
+}
+
+/// `Name:` and its value, values aligned; an empty name continues the
+/// field above.
 fn field(out: &mut String, name: &str, value: &str) {
-    let _ = writeln!(out, "{:<14}{value}", format!("{name}:"));
+    let label = if name.is_empty() {
+        String::new()
+    } else {
+        format!("{name}:")
+    };
+    let _ = writeln!(out, "{label:<14}{value}");
 }
 
 /// The policies as their annotations name them.

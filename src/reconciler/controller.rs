@@ -236,9 +236,12 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     let plan = plan_of(job)?;
     let client = &ctx.client;
 
-    let domain = ctx.config.borrow().cluster_domain.clone();
+    let config = ctx.config.borrow().clone();
     let mut created_secret = None;
     let mut not_served = Vec::new();
+    if let Err(why) = resources::tensorboard_volume(job) {
+        tracing::warn!(job = %name, %namespace, %why, "no TensorBoard for this job");
+    }
     // Only a PodGroup wants the members' requests.
     let min_resources = job
         .spec
@@ -248,7 +251,8 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
             let members = ctx.index.members(&namespace, &name);
             resources::min_resources(&job.spec, members.iter().map(|e| &e.member))
         });
-    for owned in resources::owned(job, &domain, min_resources, resources::generate_key)? {
+    let now = (ctx.now)();
+    for owned in resources::owned(job, &config, now, min_resources, resources::generate_key)? {
         match keep(client, &namespace, &owned, ctx.stores.current(&owned)).await? {
             Kept::Written if owned.keep == Keep::CreateOnce => {
                 created_secret = Some(owned.name().to_owned());
@@ -314,9 +318,16 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     for action in &out.actions {
         execute(client, &namespace, &name, action).await?;
     }
-    Ok(Requeue::requeue(
-        out.requeue_after.map_or(RESYNC, |d| d.min(RESYNC)),
-    ))
+    let tensorboard_stops = job
+        .spec
+        .tensorboard
+        .as_ref()
+        .and_then(|_| resources::tensorboard_runs(job, &config.tensorboard, (ctx.now)()).1);
+    let requeue = [out.requeue_after, tensorboard_stops]
+        .into_iter()
+        .flatten()
+        .fold(RESYNC, Duration::min);
+    Ok(Requeue::requeue(requeue))
 }
 
 /// The job's members as the status function takes them.
@@ -459,14 +470,14 @@ pub async fn create_missing(
     dljobs: &Store<DLJob>,
 ) -> Result<usize, kube::Error> {
     let mut created = 0;
-    for ((namespace, name), member) in index.live_jobs() {
+    for ((namespace, name), entry) in index.live_jobs() {
         if dljobs
             .get(&ObjectRef::new(&name).within(&namespace))
             .is_some()
         {
             continue;
         }
-        let job = resources::dljob_for(&member);
+        let job = resources::dljob_for(&entry.member, entry.tensorboard_volume.as_ref());
         create_if_absent(Api::<DLJob>::namespaced(client.clone(), &namespace), &job).await?;
         created += 1;
     }

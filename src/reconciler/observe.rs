@@ -38,18 +38,29 @@ fn trim_meta(meta: &mut ObjectMeta) {
     }
 }
 
-/// Only the container names (to find the framework container).
-fn names_only(spec: &mut PodSpec) {
-    names_and(spec, false);
+/// The volume a member's `dljob.dev/tensorboard` names, from the first of
+/// `metas` that has the annotation (a workload's own, then its template's).
+fn tensorboard_volume_name(metas: [Option<&ObjectMeta>; 2]) -> Option<String> {
+    metas.into_iter().flatten().find_map(|m| {
+        let value = m.annotations.as_ref()?.get(c::TENSORBOARD)?;
+        Some(value.split_once(':')?.0.to_owned())
+    })
+}
+
+/// Only the container names (to find the framework container), and the
+/// volume named `tensorboard` (see [`Entry::tensorboard_volume`]).
+fn names_only(spec: &mut PodSpec, tensorboard: Option<&str>) {
+    names_and(spec, false, tensorboard);
 }
 
 /// A workload's pod template: the container names and, where a gang
-/// scheduler's PodGroup wants `minResources`, their resources.
-fn template_trim(spec: &mut PodSpec) {
-    names_and(spec, true);
+/// scheduler's PodGroup wants `minResources`, their resources; and the
+/// volume named `tensorboard`.
+fn template_trim(spec: &mut PodSpec, tensorboard: Option<&str>) {
+    names_and(spec, true, tensorboard);
 }
 
-fn names_and(spec: &mut PodSpec, resources: bool) {
+fn names_and(spec: &mut PodSpec, resources: bool, tensorboard: Option<&str>) {
     for container in &mut spec.containers {
         *container = Container {
             name: std::mem::take(&mut container.name),
@@ -68,18 +79,28 @@ fn names_and(spec: &mut PodSpec, resources: bool) {
             .filter(|g| g.name == c::WORKERS_READY_GATE)
             .collect::<Vec<_>>()
     });
+    let volumes = tensorboard.and_then(|name| {
+        let kept: Vec<_> = spec
+            .volumes
+            .take()?
+            .into_iter()
+            .filter(|v| v.name == name)
+            .collect();
+        (!kept.is_empty()).then_some(kept)
+    });
     *spec = PodSpec {
         containers: std::mem::take(&mut spec.containers),
         restart_policy,
         scheduling_gates: gates.filter(|g| !g.is_empty()),
+        volumes,
         ..PodSpec::default()
     };
 }
 
 /// Trims a member pod for the reflector: no managedFields, no hostfile
 /// annotation, only the container statuses' states; a pod owned by a
-/// workload keeps only its container names and restart policy (a bare pod
-/// keeps its spec: the reconciler recreates it from it).
+/// workload keeps only its container names, restart policy and TensorBoard
+/// volume (a bare pod keeps its spec: the reconciler recreates it from it).
 ///
 /// A pod owned by a workload also keeps only what makes it a member — the
 /// `dljob.dev/*` labels and annotations and the ones Kubernetes gives its
@@ -95,13 +116,14 @@ pub fn trim_pod(pod: &mut Pod) {
     let mut framework = None;
     if !bare {
         member_keys_only(&mut pod.metadata);
+        let tensorboard = tensorboard_volume_name([Some(&pod.metadata), None]);
         if let Some(spec) = pod.spec.as_mut() {
             if let Some(i) = framework_container_of(&pod.metadata, &spec.containers) {
                 let kept = spec.containers.swap_remove(i);
                 framework = Some(kept.name.clone());
                 spec.containers = vec![kept];
             }
-            names_only(spec);
+            names_only(spec, tensorboard.as_deref());
         }
     }
     if let Some(status) = pod.status.take() {
@@ -174,8 +196,8 @@ fn framework_container_of(meta: &ObjectMeta, containers: &[Container]) -> Option
     .map(|(i, _)| i)
 }
 
-/// Trims a member StatefulSet: metadata, replicas, template metadata and
-/// container names.
+/// Trims a member StatefulSet: metadata, replicas, template metadata,
+/// container names and the TensorBoard volume.
 pub fn trim_statefulset(sts: &mut StatefulSet) {
     trim_meta(&mut sts.metadata);
     sts.status = None;
@@ -183,22 +205,26 @@ pub fn trim_statefulset(sts: &mut StatefulSet) {
     if let Some(m) = spec.template.metadata.as_mut() {
         trim_meta(m);
     }
+    let tensorboard =
+        tensorboard_volume_name([Some(&sts.metadata), spec.template.metadata.as_ref()]);
     if let Some(s) = spec.template.spec.as_mut() {
-        template_trim(s);
+        template_trim(s, tensorboard.as_deref());
     }
     spec.volume_claim_templates = None;
 }
 
 /// Trims a member Job: metadata, completions, suspend, template metadata,
-/// container names and whether it finished.
+/// container names, the TensorBoard volume and whether it finished.
 pub fn trim_job(job: &mut Job) {
     trim_meta(&mut job.metadata);
     if let Some(spec) = job.spec.as_mut() {
         if let Some(m) = spec.template.metadata.as_mut() {
             trim_meta(m);
         }
+        let tensorboard =
+            tensorboard_volume_name([Some(&job.metadata), spec.template.metadata.as_ref()]);
         if let Some(s) = spec.template.spec.as_mut() {
-            template_trim(s);
+            template_trim(s, tensorboard.as_deref());
         }
     }
     if let Some(status) = job.status.take() {
@@ -233,6 +259,11 @@ pub struct Entry {
     pub live: bool,
     /// Pods: the framework container's name.
     pub framework_container: Option<String>,
+    /// The volume `dljob.dev/tensorboard` names, as the member's pod (or
+    /// pod template) spec declares it: the reconciler records it on the
+    /// DLJob it creates from this member ([`super::resources::dljob_for`]),
+    /// for the TensorBoard pod to mount.
+    pub tensorboard_volume: Option<Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -358,12 +389,19 @@ pub fn entry_of<K: MemberObject>(object: &K, config: &Config) -> Option<(JobKey,
                 .as_str()
                 .map(str::to_owned)
         });
+    let tensorboard_volume = member
+        .spec
+        .tensorboard
+        .as_ref()
+        .and_then(|tb| crate::tensorboard::volume(K::KIND, &value, &tb.volume))
+        .cloned();
     Some((
         (member.namespace.clone(), member.job.clone()),
         Entry {
             member,
             live: object.live(),
             framework_container,
+            tensorboard_volume,
         },
     ))
 }
@@ -431,15 +469,19 @@ impl MemberIndex {
             .unwrap_or_default()
     }
 
-    /// Jobs with at least one live member, and one of those members.
-    pub fn live_jobs(&self) -> Vec<(JobKey, MemberSpec)> {
+    /// Jobs with at least one live member, and one of those members: the
+    /// first that holds the TensorBoard volume, if any does.
+    pub fn live_jobs(&self) -> Vec<(JobKey, Entry)> {
         self.read()
             .jobs
             .iter()
             .filter_map(|(k, m)| {
-                m.values()
-                    .find(|e| e.live)
-                    .map(|e| (k.clone(), e.member.clone()))
+                let mut live = m.values().filter(|e| e.live);
+                let first = live.clone().next()?;
+                let entry = live
+                    .find(|e| e.tensorboard_volume.is_some())
+                    .unwrap_or(first);
+                Some((k.clone(), entry.clone()))
             })
             .collect()
     }
@@ -658,6 +700,7 @@ mod tests {
         assert_eq!(k1, k2);
         assert_eq!(format!("{:?}", e1.member), format!("{:?}", e2.member));
         assert_eq!(e1.framework_container, e2.framework_container);
+        assert_eq!(e1.tensorboard_volume, e2.tensorboard_volume);
         assert_eq!(e1.live, e2.live);
         assert_eq!(observe_pod(&e1, pod), observe_pod(&e2, &trimmed));
         trimmed
@@ -744,5 +787,96 @@ mod tests {
             .as_ref()
             .unwrap()
             .contains_key("k8s.v1.cni.cncf.io/network-status"));
+    }
+
+    /// What `dljob.dev/tensorboard` names survives trimming, alone among
+    /// the volumes, for the DLJob made from the member to record it.
+    #[test]
+    fn trimming_keeps_only_the_tensorboard_volume() {
+        let volumes = json!([
+            {"name": "cache", "emptyDir": {}},
+            {"name": "logs", "nfs": {"server": "nfs", "path": "/logs"}}
+        ]);
+        let logs = json!({"name": "logs", "nfs": {"server": "nfs", "path": "/logs"}});
+        let config = Config::default();
+
+        let mut p = pod(true, &["pytorch"], &[(c::TENSORBOARD, "logs:runs")]);
+        p.spec.as_mut().unwrap().volumes = serde_json::from_value(volumes.clone()).unwrap();
+        let trimmed = trims_to_the_same(&p);
+        let kept = serde_json::to_value(&trimmed.spec.as_ref().unwrap().volumes).unwrap();
+        assert_eq!(kept, json!([logs]));
+        assert_eq!(
+            entry_of(&trimmed, &config).unwrap().1.tensorboard_volume,
+            Some(logs.clone())
+        );
+
+        // Without the annotation, no volume is kept.
+        let mut plain = pod(true, &["pytorch"], &[]);
+        plain.spec.as_mut().unwrap().volumes = serde_json::from_value(volumes.clone()).unwrap();
+        trim_pod(&mut plain);
+        assert_eq!(plain.spec.unwrap().volumes, None);
+
+        // A StatefulSet's and a Job's template, the annotation on the
+        // workload itself.
+        let template = json!({"metadata": {"labels": {"dljob.dev/job": "mnist", "dljob.dev/role": "worker"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "pytorch"}], "volumes": volumes}});
+        let meta = json!({"name": "worker", "namespace": "ml",
+            "labels": {"dljob.dev/job": "mnist", "dljob.dev/role": "worker"},
+            "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/tensorboard": "logs:runs"}});
+        let mut sts: StatefulSet = serde_json::from_value(json!({"metadata": meta,
+            "spec": {"replicas": 2, "selector": {}, "serviceName": "mnist", "template": template}}))
+        .unwrap();
+        trim_statefulset(&mut sts);
+        assert_eq!(
+            entry_of(&sts, &config).unwrap().1.tensorboard_volume,
+            Some(logs.clone())
+        );
+        let mut job: Job = serde_json::from_value(json!({"metadata": meta,
+            "spec": {"completions": 2, "parallelism": 2, "completionMode": "Indexed", "template": template}}))
+        .unwrap();
+        trim_job(&mut job);
+        let kept = &job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .volumes;
+        assert_eq!(serde_json::to_value(kept).unwrap(), json!([logs]));
+        assert_eq!(
+            entry_of(&job, &config).unwrap().1.tensorboard_volume,
+            Some(logs)
+        );
+    }
+
+    #[test]
+    fn a_new_dljob_is_made_from_a_member_holding_the_tensorboard_volume() {
+        let config = Config::default();
+        let index = MemberIndex::default();
+        let tb = [(c::TENSORBOARD, "logs:runs")];
+        // A pod whose volume is unknown (not in its spec) sorts first...
+        let mut first = pod(false, &["pytorch"], &tb);
+        first.metadata.name = Some("a-0".into());
+        first
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(c::INDEX.into(), "0".into());
+        let mut second = pod(false, &["pytorch"], &tb);
+        second.spec.as_mut().unwrap().volumes = serde_json::from_value(
+            json!([{"name": "logs", "nfs": {"server": "nfs", "path": "/"}}]),
+        )
+        .unwrap();
+        for p in [first, second] {
+            index.apply_event(&watcher::Event::Apply(p), &config);
+        }
+        // ... yet the one with the volume is chosen.
+        let jobs = index.live_jobs();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].1.member.name, "worker-1");
+        assert!(jobs[0].1.tensorboard_volume.is_some());
     }
 }

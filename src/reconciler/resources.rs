@@ -1,22 +1,27 @@
 //! The objects the reconciler owns, declared as data by pure functions of
-//! the job: the DLJob from a member, and [`owned`] — the headless Service
+//! the job: the DLJob from a member, and [`owned`] — the headless Service,
+//! the gang scheduler's PodGroup, the TensorBoard Deployment and Service
 //! and the mpi/chainer SSH Secret, each with how it is kept ([`Keep`]). The
 //! controller applies them all with one generic step.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, ObjectMeta};
 use kube::Resource;
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use crate::config::{Config, TensorBoardConfig};
 use crate::contract as c;
 use crate::crd::DLJob;
 use crate::frameworks;
 use crate::gang;
 use crate::member::MemberSpec;
 use crate::mutate;
+use crate::tensorboard;
 
 /// How the reconciler keeps an object it owns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,13 +75,15 @@ impl Owned {
     }
 }
 
-/// Everything the reconciler keeps for `job`: the headless Service, and
-/// for frameworks that use SSH the Secret (its key drawn by `new_key`)
-/// unless the status records it already. Empty until the DLJob has a uid
-/// (an owner reference needs it).
+/// Everything the reconciler keeps for `job`: the headless Service, the
+/// gang scheduler's PodGroup, the TensorBoard (see [`tensorboard`]; `now`
+/// decides whether it still runs), and for frameworks that use SSH the
+/// Secret (its key drawn by `new_key`) unless the status records it
+/// already. Empty until the DLJob has a uid (an owner reference needs it).
 pub fn owned(
     job: &DLJob,
-    cluster_domain: &str,
+    config: &Config,
+    now: Timestamp,
     min_resources: Option<Value>,
     new_key: impl FnOnce() -> Result<ssh_key::PrivateKey, ssh_key::Error>,
 ) -> Result<Vec<Owned>, ssh_key::Error> {
@@ -86,6 +93,11 @@ pub fn owned(
     };
     out.push(Owned::of(&svc, Keep::Apply));
     out.extend(pod_group(job, min_resources.as_ref()));
+    if let Some((deployment, service)) = tensorboard(job, &config.tensorboard, now) {
+        out.push(Owned::of(&deployment, Keep::Apply));
+        out.push(Owned::of(&service, Keep::Apply));
+    }
+    let cluster_domain = config.cluster_domain.as_str();
     let uses_ssh = job.spec.framework().is_some_and(|f| f.uses_ssh());
     let secret_name = mutate::ssh_secret_name(&job.metadata.name.clone().unwrap_or_default());
     let recorded = job.status.as_ref().and_then(|s| s.ssh_secret.as_deref()) == Some(&secret_name);
@@ -189,12 +201,184 @@ pub fn satisfies(current: &Value, desired: &Value) -> bool {
     }
 }
 
-/// The DLJob for the job `member` belongs to, from its annotations.
-pub fn dljob_for(member: &MemberSpec) -> DLJob {
+/// The DLJob for the job `member` belongs to, from its annotations. A job
+/// with a TensorBoard also gets the volume its TensorBoard mounts
+/// (`tensorboard_volume`, from this member's pod spec) in the annotation
+/// [`c::TENSORBOARD_VOLUME`]: the DLJob then holds all its TensorBoard needs
+/// for its whole life, even once the clean-pod policy removed the members,
+/// and the volume is fixed at first sight, as the spec is.
+pub fn dljob_for(member: &MemberSpec, tensorboard_volume: Option<&Value>) -> DLJob {
     let mut job = DLJob::new(&member.job, member.spec.clone());
     job.metadata.namespace = Some(member.namespace.clone());
     job.metadata.labels = Some(BTreeMap::from([(c::JOB.to_owned(), member.job.clone())]));
+    if let (Some(_), Some(volume)) = (&member.spec.tensorboard, tensorboard_volume) {
+        job.metadata.annotations = Some(BTreeMap::from([(
+            c::TENSORBOARD_VOLUME.to_owned(),
+            volume.to_string(),
+        )]));
+    }
     job
+}
+
+/// The volume the job's TensorBoard mounts, as [`dljob_for`] recorded it.
+/// `Ok(None)`: the job has no TensorBoard. `Err`: it has one but no usable
+/// volume, and why — the annotation is missing (a DLJob created before
+/// dljob recorded it, or from a member without the volume: refused by the
+/// webhook, so only where it did not run), unreadable, or edited into a
+/// volume each pod has for itself (the reconciler mounts only what the
+/// webhook would have let the members share).
+pub fn tensorboard_volume(job: &DLJob) -> Result<Option<Value>, String> {
+    let Some(tb) = &job.spec.tensorboard else {
+        return Ok(None);
+    };
+    let recorded = job
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(c::TENSORBOARD_VOLUME));
+    let Some(text) = recorded else {
+        return Err(format!(
+            "the DLJob has no {} annotation: the reconciler records volume \"{}\" there when it creates the DLJob; delete the DLJob to have it created again",
+            c::TENSORBOARD_VOLUME,
+            tb.volume
+        ));
+    };
+    let volume: Value = serde_json::from_str(text)
+        .ok()
+        .filter(Value::is_object)
+        .ok_or_else(|| format!("annotation {} is not a volume", c::TENSORBOARD_VOLUME))?;
+    if let Some(why) = tensorboard::not_shared(&volume) {
+        return Err(format!(
+            "annotation {}: the volume is {why}",
+            c::TENSORBOARD_VOLUME
+        ));
+    }
+    Ok(Some(volume))
+}
+
+/// TensorBoard's port, in its container and on its Service.
+pub const TENSORBOARD_PORT: u16 = 6006;
+/// Where TensorBoard's container mounts the log volume (read-only).
+pub const TENSORBOARD_LOGS: &str = "/logs";
+/// The user TensorBoard runs as: `nobody`, which the logs must be readable
+/// by.
+pub const TENSORBOARD_USER: i64 = 65534;
+
+/// The job's TensorBoard: a Deployment `<job>-tensorboard` of one pod
+/// (none once it stopped, see [`tensorboard_runs`]) and a ClusterIP Service
+/// of the same name on port 6006, both owned by the DLJob. None when the
+/// job has no TensorBoard, no usable volume ([`tensorboard_volume`]) or no
+/// uid yet.
+///
+/// The pod is not a member: it is labelled [`c::TENSORBOARD_OF`], not
+/// `dljob.dev/job`, so neither the webhook, the member watches nor the
+/// job's headless Service select it. The Deployment and Service carry
+/// `dljob.dev/job` as every owned object does (the owned-object watch
+/// finds the Service by it). The pod mounts the volume read-only, runs as
+/// `nobody` with every capability dropped, no privilege escalation, the
+/// runtime's seccomp profile and a read-only root filesystem (TensorBoard
+/// writes only to `/tmp`, an emptyDir), and no service account token.
+pub fn tensorboard(
+    job: &DLJob,
+    config: &TensorBoardConfig,
+    now: Timestamp,
+) -> Option<(Deployment, Service)> {
+    let tb = job.spec.tensorboard.as_ref()?;
+    let mut logs = tensorboard_volume(job).ok()??;
+    logs["name"] = json!("logs");
+    let owner = job.controller_owner_ref(&())?;
+    let job_name = job.metadata.name.clone()?;
+    let name = tensorboard::name(&job_name);
+    let (running, _) = tensorboard_runs(job, config, now);
+    let mut meta = owned_meta(job, name.clone(), owner);
+    meta.labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(c::TENSORBOARD_OF.to_owned(), job_name.clone());
+    let selector = json!({c::TENSORBOARD_OF: job_name});
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": i32::from(running),
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {
+                    "automountServiceAccountToken": false,
+                    "enableServiceLinks": false,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": TENSORBOARD_USER,
+                        "runAsGroup": TENSORBOARD_USER,
+                        "seccompProfile": {"type": "RuntimeDefault"}
+                    },
+                    "containers": [{
+                        "name": "tensorboard",
+                        "image": config.image,
+                        "command": ["tensorboard"],
+                        "args": [
+                            format!("--logdir={TENSORBOARD_LOGS}/{}", tb.path),
+                            "--bind_all",
+                            format!("--port={TENSORBOARD_PORT}")
+                        ],
+                        "env": [{"name": "HOME", "value": "/tmp"}],
+                        "ports": [{"name": "tensorboard", "containerPort": TENSORBOARD_PORT, "protocol": "TCP"}],
+                        "readinessProbe": {"httpGet": {"path": "/", "port": "tensorboard"}},
+                        "resources": {
+                            "requests": {"cpu": "100m", "memory": "256Mi"},
+                            "limits": {"cpu": "1", "memory": "2Gi"}
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "readOnlyRootFilesystem": true,
+                            "capabilities": {"drop": ["ALL"]}
+                        },
+                        "volumeMounts": [
+                            {"name": "logs", "mountPath": TENSORBOARD_LOGS, "readOnly": true},
+                            {"name": "tmp", "mountPath": "/tmp"}
+                        ]
+                    }],
+                    "volumes": [logs, {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}]
+                }
+            }
+        }
+    });
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "tensorboard", "port": TENSORBOARD_PORT, "targetPort": "tensorboard", "protocol": "TCP"}]
+        }
+    });
+    Some((
+        serde_json::from_value(deployment).ok()?,
+        serde_json::from_value(service).ok()?,
+    ))
+}
+
+/// Whether the job's TensorBoard runs, and when that changes next (a
+/// finished job's TensorBoard running on for its TTL): see
+/// [`tensorboard::runs`]. The job's status is the one the previous
+/// reconcile wrote; writing a finished phase triggers the next.
+pub fn tensorboard_runs(
+    job: &DLJob,
+    config: &TensorBoardConfig,
+    now: Timestamp,
+) -> (bool, Option<std::time::Duration>) {
+    let finished = job
+        .status
+        .as_ref()
+        .filter(|s| s.phase.is_finished())
+        .map(|s| s.completion_time.as_ref().map_or(now, |t| t.0));
+    tensorboard::runs(
+        finished,
+        job.spec.policies.clean_pod,
+        config.ttl_seconds_after_finished,
+        now,
+    )
 }
 
 fn owned_meta(job: &DLJob, name: String, owner: OwnerReference) -> ObjectMeta {
@@ -297,8 +481,13 @@ pub fn ssh_secret(job: &DLJob, key: &ssh_key::PrivateKey, cluster_domain: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::Topology;
-    use crate::crd::JobSpec;
+    use crate::contract::{CleanPodPolicy, TensorBoard, Topology};
+    use crate::crd::{DLJobStatus, JobSpec, Phase};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn t(second: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + second).unwrap()
+    }
 
     fn job(framework: &str, replicas: &str, port: u16) -> DLJob {
         let mut j = DLJob::new(
@@ -483,12 +672,12 @@ mod tests {
         let kinds = |owned: &[Owned]| -> Vec<(String, Keep)> {
             owned.iter().map(|o| (o.describe(), o.keep)).collect()
         };
-        let tf = owned(&tf_ps(), "", None, key).unwrap();
+        let tf = owned(&tf_ps(), &Config::default(), t(0), None, key).unwrap();
         assert_eq!(kinds(&tf), [("Service/tf-ps".to_owned(), Keep::Apply)]);
         assert_eq!(tf[0].resource.plural, "services");
         let mut mpi = job("mpi", "launcher=1,worker=2", 22);
         assert_eq!(
-            kinds(&owned(&mpi, "", None, key).unwrap()),
+            kinds(&owned(&mpi, &Config::default(), t(0), None, key).unwrap()),
             [
                 ("Service/mnist".to_owned(), Keep::Apply),
                 ("Secret/mnist-ssh".to_owned(), Keep::CreateOnce)
@@ -501,12 +690,14 @@ mod tests {
         });
         let never = || -> Result<ssh_key::PrivateKey, ssh_key::Error> { panic!("a key was drawn") };
         assert_eq!(
-            kinds(&owned(&mpi, "", None, never).unwrap()),
+            kinds(&owned(&mpi, &Config::default(), t(0), None, never).unwrap()),
             [("Service/mnist".to_owned(), Keep::Apply)]
         );
         // No uid yet: nothing can be owned.
         mpi.metadata.uid = None;
-        assert!(owned(&mpi, "", None, never).unwrap().is_empty());
+        assert!(owned(&mpi, &Config::default(), t(0), None, never)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
@@ -536,5 +727,236 @@ mod tests {
             generate_key().unwrap().public_key(),
             generate_key().unwrap().public_key()
         );
+    }
+
+    /// The DLJob made from a member with `dljob.dev/tensorboard:
+    /// logs:runs/mnist` whose volume `logs` is an nfs export.
+    fn with_tensorboard() -> DLJob {
+        let member = crate::member::parse(
+            crate::object::Kind::Pod,
+            &json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "mnist-master", "namespace": "ml",
+                    "labels": {"dljob.dev/job": "mnist", "dljob.dev/role": "master"},
+                    "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "master=1,worker=2",
+                        "dljob.dev/port": "23456", "dljob.dev/tensorboard": "logs:runs/mnist"}},
+                "spec": {"containers": [{"name": "pytorch"}]}
+            }),
+            None,
+            &Config::default(),
+        )
+        .unwrap()
+        .unwrap()
+        .member;
+        assert_eq!(
+            member.spec.tensorboard,
+            Some(TensorBoard::parse("logs:runs/mnist").unwrap())
+        );
+        let volume = json!({"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}});
+        let mut j = dljob_for(&member, Some(&volume));
+        j.metadata.uid = Some("u1".into());
+        j
+    }
+
+    #[test]
+    fn a_dljob_records_the_tensorboard_volume_of_the_member_it_is_made_from() {
+        let j = with_tensorboard();
+        assert_eq!(
+            j.metadata.annotations.as_ref().unwrap()[c::TENSORBOARD_VOLUME],
+            r#"{"name":"logs","nfs":{"path":"/exports/ml","server":"nfs.example.internal"}}"#
+        );
+        assert_eq!(
+            tensorboard_volume(&j).unwrap(),
+            Some(
+                json!({"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}})
+            )
+        );
+        // A job without a TensorBoard records nothing, whatever the member has.
+        let plain = dljob_for(
+            &plain_member(),
+            Some(&json!({"name": "logs", "emptyDir": {}})),
+        );
+        assert_eq!(plain.metadata.annotations, None);
+        assert_eq!(tensorboard_volume(&plain), Ok(None));
+    }
+
+    /// A pytorch worker without a TensorBoard.
+    fn plain_member() -> crate::member::MemberSpec {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "w", "namespace": "ml",
+                "labels": {"dljob.dev/job": "mnist", "dljob.dev/role": "worker"},
+                "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=1"}},
+            "spec": {"containers": [{"name": "pytorch"}]}
+        });
+        crate::member::parse(crate::object::Kind::Pod, &pod, None, &Config::default())
+            .unwrap()
+            .unwrap()
+            .member
+    }
+
+    #[test]
+    fn tensorboard_is_a_restricted_deployment_and_a_service_owned_by_the_job() {
+        let j = with_tensorboard();
+        let (deployment, service) = tensorboard(&j, &TensorBoardConfig::default(), t(0)).unwrap();
+        let meta = json!({
+            "name": "mnist-tensorboard", "namespace": "ml",
+            "labels": {"dljob.dev/job": "mnist", "dljob.dev/tensorboard-of": "mnist"},
+            "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist", "uid": "u1", "controller": true}]
+        });
+        assert_eq!(
+            serde_json::to_value(&deployment).unwrap(),
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": meta,
+                "spec": {
+                    "replicas": 1,
+                    "strategy": {"type": "Recreate"},
+                    "selector": {"matchLabels": {"dljob.dev/tensorboard-of": "mnist"}},
+                    "template": {
+                        "metadata": {"labels": {"dljob.dev/tensorboard-of": "mnist"}},
+                        "spec": {
+                            "automountServiceAccountToken": false,
+                            "enableServiceLinks": false,
+                            "securityContext": {
+                                "runAsNonRoot": true, "runAsUser": 65534, "runAsGroup": 65534,
+                                "seccompProfile": {"type": "RuntimeDefault"}
+                            },
+                            "containers": [{
+                                "name": "tensorboard",
+                                "image": "tensorflow/tensorflow:2.20.0",
+                                "command": ["tensorboard"],
+                                "args": ["--logdir=/logs/runs/mnist", "--bind_all", "--port=6006"],
+                                "env": [{"name": "HOME", "value": "/tmp"}],
+                                "ports": [{"name": "tensorboard", "containerPort": 6006, "protocol": "TCP"}],
+                                "readinessProbe": {"httpGet": {"path": "/", "port": "tensorboard"}},
+                                "resources": {
+                                    "requests": {"cpu": "100m", "memory": "256Mi"},
+                                    "limits": {"cpu": "1", "memory": "2Gi"}
+                                },
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": false,
+                                    "readOnlyRootFilesystem": true,
+                                    "capabilities": {"drop": ["ALL"]}
+                                },
+                                "volumeMounts": [
+                                    {"name": "logs", "mountPath": "/logs", "readOnly": true},
+                                    {"name": "tmp", "mountPath": "/tmp"}
+                                ]
+                            }],
+                            "volumes": [
+                                {"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}},
+                                {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}
+                            ]
+                        }
+                    }
+                }
+            })
+        );
+        assert_eq!(
+            serde_json::to_value(&service).unwrap(),
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": meta,
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": {"dljob.dev/tensorboard-of": "mnist"},
+                    "ports": [{"name": "tensorboard", "port": 6006, "targetPort": "tensorboard", "protocol": "TCP"}]
+                }
+            })
+        );
+        // Kept as the headless Service is, after it.
+        let kinds: Vec<(String, Keep)> = owned(&j, &Config::default(), t(0), None, generate_key)
+            .unwrap()
+            .iter()
+            .map(|o| (o.describe(), o.keep))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("Service/mnist".to_owned(), Keep::Apply),
+                ("Deployment/mnist-tensorboard".to_owned(), Keep::Apply),
+                ("Service/mnist-tensorboard".to_owned(), Keep::Apply),
+            ]
+        );
+    }
+
+    #[test]
+    fn tensorboard_takes_the_configured_image_and_stops_with_the_job() {
+        let config = TensorBoardConfig {
+            image: "registry.local/tensorboard:2.20".into(),
+            ttl_seconds_after_finished: None,
+        };
+        let replicas = |j: &DLJob, config: &TensorBoardConfig, now| {
+            let (d, _) = tensorboard(j, config, now).unwrap();
+            d.spec.replicas.unwrap()
+        };
+        let mut j = with_tensorboard();
+        let (d, _) = tensorboard(&j, &config, t(0)).unwrap();
+        let pod = d.spec.template.spec.unwrap();
+        assert_eq!(
+            pod.containers[0].image.as_deref(),
+            Some("registry.local/tensorboard:2.20")
+        );
+        // Finished: stopped, but the objects stay (the Service, the
+        // Deployment at 0 replicas) until the DLJob goes.
+        j.status = Some(DLJobStatus {
+            phase: Phase::Succeeded,
+            completion_time: Some(Time(t(0))),
+            ..DLJobStatus::default()
+        });
+        assert_eq!(replicas(&j, &config, t(1)), 0);
+        assert_eq!(tensorboard_runs(&j, &config, t(1)), (false, None));
+        // Unless the clean-pod policy leaves everything running...
+        j.spec.policies.clean_pod = CleanPodPolicy::None;
+        assert_eq!(replicas(&j, &config, t(1)), 1);
+        // ... or its own TTL keeps it: until then, then it stops.
+        j.spec.policies.clean_pod = CleanPodPolicy::All;
+        let ttl = TensorBoardConfig {
+            ttl_seconds_after_finished: Some(600),
+            ..config
+        };
+        assert_eq!(replicas(&j, &ttl, t(100)), 1);
+        assert_eq!(
+            tensorboard_runs(&j, &ttl, t(100)),
+            (true, Some(std::time::Duration::from_secs(500)))
+        );
+        assert_eq!(replicas(&j, &ttl, t(600)), 0);
+    }
+
+    #[test]
+    fn no_tensorboard_without_a_usable_recorded_volume() {
+        let mut j = with_tensorboard();
+        let annotations = j.metadata.annotations.as_mut().unwrap();
+        annotations.insert(
+            c::TENSORBOARD_VOLUME.into(),
+            r#"{"name":"logs","hostPath":{"path":"/"}}"#.into(),
+        );
+        assert_eq!(
+            tensorboard_volume(&j),
+            Err("annotation dljob.dev/tensorboard-volume: the volume is a hostPath, a directory of whichever node each pod runs on".to_owned())
+        );
+        assert!(tensorboard(&j, &TensorBoardConfig::default(), t(0)).is_none());
+        j.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(c::TENSORBOARD_VOLUME.into(), "logs".into());
+        assert_eq!(
+            tensorboard_volume(&j),
+            Err("annotation dljob.dev/tensorboard-volume is not a volume".to_owned())
+        );
+        j.metadata.annotations = None;
+        assert_eq!(
+            tensorboard_volume(&j),
+            Err("the DLJob has no dljob.dev/tensorboard-volume annotation: the reconciler records volume \"logs\" there when it creates the DLJob; delete the DLJob to have it created again".to_owned())
+        );
+        // The rest of the job is kept as ever.
+        let kinds: Vec<String> = owned(&j, &Config::default(), t(0), None, generate_key)
+            .unwrap()
+            .iter()
+            .map(Owned::describe)
+            .collect();
+        assert_eq!(kinds, ["Service/mnist"]);
     }
 }
