@@ -487,9 +487,10 @@ async fn unchanged_job_is_reconciled_without_any_call() {
     reconcile_expecting(job, ctx, handle, vec![]).await;
 }
 
-#[tokio::test]
-async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
-    let mut job = dljob("pytorch", PYTORCH);
+/// A running pytorch job (its status as a reconcile of both members
+/// running wrote it into `job`), then the world where the worker was
+/// OOM-killed, to reconcile.
+fn worker_oom_killed(job: &mut DLJob) -> (Arc<Context>, Handle) {
     let healthy = vec![
         bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
         bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
@@ -501,11 +502,10 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
         },
         vec![],
     );
-    let plan = controller::plan_of(&job).unwrap();
+    let plan = controller::plan_of(job).unwrap();
     let observed = controller::observe_members(&ctx, NS, "mnist");
     job.status = Some(status::next(&plan, &observed, None, Some(1), now()).status);
-
-    let (ctx, handle) = context(
+    context(
         World {
             pods: vec![
                 bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
@@ -522,7 +522,13 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
             ..World::default()
         },
         vec![],
-    );
+    )
+}
+
+#[tokio::test]
+async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
+    let mut job = dljob("pytorch", PYTORCH);
+    let (ctx, handle) = worker_oom_killed(&mut job);
     let jj = job.clone();
     let metrics = reconcile_expecting(
         job,
@@ -585,38 +591,7 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
 async fn a_job_scope_retry_deletes_every_member() {
     let mut job = dljob("pytorch", PYTORCH);
     job.spec.policies.restart_scope = dljob::contract::RestartScope::Job;
-    let healthy = vec![
-        bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
-        bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
-    ];
-    let (ctx, _) = context(
-        World {
-            pods: healthy,
-            ..World::default()
-        },
-        vec![],
-    );
-    let plan = controller::plan_of(&job).unwrap();
-    let observed = controller::observe_members(&ctx, NS, "mnist");
-    job.status = Some(status::next(&plan, &observed, None, Some(1), now()).status);
-    let (ctx, handle) = context(
-        World {
-            pods: vec![
-                bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
-                bare_pod(
-                    "mnist",
-                    "pytorch",
-                    PYTORCH,
-                    "worker",
-                    0,
-                    terminated(137, "OOMKilled"),
-                ),
-            ],
-            services: vec![served(23456)],
-            ..World::default()
-        },
-        vec![],
-    );
+    let (ctx, handle) = worker_oom_killed(&mut job);
     let jj = job.clone();
     let delete = |name: &'static str| {
         call(
