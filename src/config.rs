@@ -21,6 +21,12 @@ pub struct Config {
     /// (default `none`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<String>,
+    /// Whether mpi launchers and chainer masters get the scheduling gate
+    /// the reconciler removes once their workers run (default true). A
+    /// webhook deployed without any reconciler must turn it off, or those
+    /// pods wait forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher_gate: Option<bool>,
     /// Gang scheduler → the `schedulerName` its pods get, overriding the
     /// integration's (`volcano`, `scheduler-plugins-scheduler`); an empty
     /// name leaves `schedulerName` alone (the default scheduler runs it).
@@ -102,6 +108,11 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// `launcherGate`, true unless turned off.
+    pub fn launcher_gate(&self) -> bool {
+        self.launcher_gate.unwrap_or(true)
+    }
+
     /// Parses and checks a config document. An empty document is the default.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
         if text.trim().is_empty() {

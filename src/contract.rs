@@ -168,7 +168,7 @@ impl Topology {
                     entry: entry.to_owned(),
                 });
             }
-            if !is_dns_label(role) {
+            if !is_dns1035_label(role) {
                 return Err(TopologyError::BadRole {
                     entry: entry.to_owned(),
                     role: role.to_owned(),
@@ -797,6 +797,11 @@ mod tests {
             Topology::parse("Worker=2").unwrap_err(),
             TopologyError::BadRole { .. }
         ));
+        // A role names hosts and the DLJob schema's pattern: a letter first.
+        assert_eq!(
+            Topology::parse("1st=2").unwrap_err().to_string(),
+            "dljob.dev/replicas entry \"1st=2\": role \"1st\" is not a DNS label (lowercase letters, digits and '-', starting with a letter)"
+        );
         assert!(matches!(
             Topology::parse("=2").unwrap_err(),
             TopologyError::EmptyRole { .. }

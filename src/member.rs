@@ -734,6 +734,16 @@ fn check_gang(kind: Kind, meta: &Meta<'_>, spec: &JobSpec, v: &mut Violations) {
         return;
     };
     if let Some(queue) = &spec.queue {
+        // It becomes a label value (Kueue) or an object's name (Volcano).
+        if queue.len() > 63 || !queue.split('.').all(c::is_dns_label) {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{queue}\" is not a queue name: at most 63 lowercase letters, digits, '-' and '.'",
+                    c::QUEUE
+                ),
+            );
+        }
         if !scheduler.queues() {
             v.push(
                 Rule::InvalidValue,

@@ -384,7 +384,8 @@ fn pod_patch(m: &MemberSpec, pod: &Value, config: &Config, warnings: &mut Vec<St
         merge_volume(&mut edits, volume, warnings);
     }
     gang_marks(m, &mut edits, config, warnings);
-    if m.framework.gated_role() == Some(m.role.as_str())
+    if config.launcher_gate()
+        && m.framework.gated_role() == Some(m.role.as_str())
         && !edits
             .items(List::SchedulingGates)
             .any(|g| object::name_of(g) == c::WORKERS_READY_GATE)

@@ -62,7 +62,12 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             tracing::info!("reconciler started");
             (peers, Some(task))
         }
-        None => (Arc::new(NoPeers), None),
+        None => {
+            if config.borrow().launcher_gate() {
+                tracing::warn!("no reconciler in this process: mpi launchers and chainer masters get the scheduling gate dljob.dev/workers-ready, which only a reconciler removes; run one (another replica or deployment), or set launcherGate: false in the config");
+            }
+            (Arc::new(NoPeers), None)
+        }
     };
 
     let webhook = if args.no_webhook {

@@ -550,6 +550,12 @@ fn launchers_get_the_workers_ready_gate_and_workers_do_not() {
         let m = create(Kind::Pod, &worker, &Config::default());
         assert_eq!(m.object["spec"].get("schedulingGates"), None, "{framework}");
     }
+    // A webhook without any reconciler turns the gate off.
+    let no_gate = Config::from_yaml("launcherGate: false\n").unwrap();
+    assert_eq!(
+        create(Kind::Pod, &master, &no_gate).object["spec"].get("schedulingGates"),
+        None
+    );
     let tf = pod("tf", "chief", "tensorflow", "chief=1,worker=1", json!({}));
     assert_eq!(
         create(Kind::Pod, &tf, &Config::default()).object["spec"].get("schedulingGates"),

@@ -1144,7 +1144,7 @@ async fn a_volcano_job_gets_its_pod_group_or_says_volcano_is_missing() {
         (&gang["status"], &gang["reason"], &gang["message"]),
         (
             &json!("True"),
-            &json!("PodGroupKindNotServed"),
+            &json!("PodGroupNotApplied"),
             &json!(MESSAGE)
         )
     );
@@ -1157,6 +1157,22 @@ async fn a_volcano_job_gets_its_pod_group_or_says_volcano_is_missing() {
             &json!(MESSAGE)
         )
     );
+    // Refused by Volcano's own webhook (a closed queue): the same condition,
+    // and the reconcile still writes the status.
+    let refused = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "admission webhook \"validatepodgroup.volcano.sh\" denied the request: queue research is closed", "reason": "BadRequest", "code": 400});
+    let seen = volcano_reconcile(refused, false).await;
+    let conditions = seen[0].as_array().unwrap();
+    let gang = conditions
+        .iter()
+        .find(|c| c["type"] == "GangUnavailable")
+        .unwrap();
+    assert_eq!(
+        gang["message"],
+        "PodGroup/mnist was refused: admission webhook \"validatepodgroup.volcano.sh\" denied the request: queue research is closed"
+    );
+    let event = &seen[1];
+    assert_eq!(event["note"], gang["message"]);
 }
 
 #[tokio::test]

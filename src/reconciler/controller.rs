@@ -146,6 +146,9 @@ enum Kept {
     Written,
     /// The cluster does not serve its kind (a scheduler not installed).
     NotServed,
+    /// The API server (or the scheduler's webhook) refused an optional
+    /// object, e.g. a PodGroup naming a queue that does not exist.
+    Refused(String),
 }
 
 /// Keeps one owned object as its [`Keep`] says: applies it when the
@@ -185,6 +188,12 @@ async fn keep(
                 Err(kube::Error::Api(s)) if s.code == NOT_FOUND && owned.install_hint.is_some() => {
                     tracing::warn!(object = %owned.describe(), kind = %owned.kind(), "the cluster does not serve this kind");
                     Ok(Kept::NotServed)
+                }
+                // An optional object refused must not stop the job's status,
+                // restarts and gate: it is reported, and retried next time.
+                Err(kube::Error::Api(s)) if owned.install_hint.is_some() => {
+                    tracing::warn!(object = %owned.describe(), error = %s.message, "an owned object was refused");
+                    Ok(Kept::Refused(s.message))
                 }
                 Err(e) => Err(e),
             }
@@ -263,6 +272,9 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
                 owned.describe(),
                 owned.install_hint.unwrap_or_default()
             )),
+            Kept::Refused(message) => {
+                not_served.push(format!("{} was refused: {message}", owned.describe()))
+            }
             _ => {}
         }
     }
@@ -478,8 +490,15 @@ pub async fn create_missing(
             continue;
         }
         let job = resources::dljob_for(&entry.member, entry.tensorboard_volume.as_ref());
-        create_if_absent(Api::<DLJob>::namespaced(client.clone(), &namespace), &job).await?;
-        created += 1;
+        match create_if_absent(Api::<DLJob>::namespaced(client.clone(), &namespace), &job).await {
+            Ok(()) => created += 1,
+            // One job the API server refuses (a spec its schema rejects)
+            // must not keep the others from getting theirs.
+            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
+                tracing::warn!(job = %name, %namespace, error = %s.message, "the API server refused the job's DLJob");
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(created)
 }

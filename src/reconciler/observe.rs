@@ -618,7 +618,7 @@ pub fn observe_statefulset(role: &str, sts: &StatefulSet) -> Workload {
         name: sts.name_any(),
         role: role.to_owned(),
         replicas: count(sts.spec.replicas).unwrap_or(1),
-        offset: index_offset(&sts.metadata),
+        offset: index_offset(&sts.metadata, sts.spec.template.metadata.as_ref()),
     }
 }
 
@@ -631,15 +631,20 @@ pub fn observe_job(role: &str, job: &Job) -> Workload {
         suspended: spec.and_then(|s| s.suspend).unwrap_or(false),
         completions: count(spec.and_then(|s| s.completions)),
         parallelism: count(spec.and_then(|s| s.parallelism)).unwrap_or(1),
-        offset: index_offset(&job.metadata),
+        offset: index_offset(
+            &job.metadata,
+            spec.and_then(|s| s.template.metadata.as_ref()),
+        ),
     }
 }
 
-/// `dljob.dev/index-offset` of a member workload.
-fn index_offset(meta: &ObjectMeta) -> Option<u32> {
-    meta.annotations
-        .as_ref()?
-        .get(c::INDEX_OFFSET)?
+/// `dljob.dev/index-offset` of a member workload: its own, else its pod
+/// template's (admission reads both).
+fn index_offset(meta: &ObjectMeta, template: Option<&ObjectMeta>) -> Option<u32> {
+    [Some(meta), template]
+        .into_iter()
+        .flatten()
+        .find_map(|m| m.annotations.as_ref()?.get(c::INDEX_OFFSET))?
         .trim()
         .parse()
         .ok()

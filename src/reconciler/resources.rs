@@ -143,36 +143,58 @@ pub fn pod_group(job: &DLJob, min_resources: Option<&Value>) -> Option<Owned> {
 }
 
 /// What the gang's `min_member` pods request together: the roles in rank
-/// order (the gated role left out, as in [`gang::Group`]), each pod as one
-/// member of its role requests (a workload's template or a plain pod).
-/// None when no member says what its pods request, or a quantity does not
-/// parse (the PodGroup then goes without `minResources`).
+/// order (the gated role left out, as in [`gang::Group`]), each member
+/// (a workload over its own size, a plain pod once) as one of its pods
+/// requests. None when no member says, or when a quantity does not parse
+/// or is absurdly large (the PodGroup then goes without `minResources`;
+/// the requests are the user's, and summing them must never panic).
 pub fn min_resources<'m>(
     spec: &crate::crd::JobSpec,
     members: impl Iterator<Item = &'m MemberSpec>,
 ) -> Option<Value> {
     use kube_quantity::ParsedQuantity;
+    /// Past this many base units (1e15 bytes, a million cores) a sum is
+    /// not a request but an error; it also keeps the decimal arithmetic
+    /// far from overflowing.
+    const LIMIT: f64 = 1e15;
     let framework = spec.framework()?;
-    let members: Vec<&MemberSpec> = members.filter(|m| !m.pod_requests.is_empty()).collect();
+    let mut members: Vec<&MemberSpec> = members.filter(|m| !m.pod_requests.is_empty()).collect();
+    members.sort_by_key(|m| (m.index_offset.or(m.index).unwrap_or(0), m.name.clone()));
     let group = gang::Group::of("", spec, framework);
     let mut left = group.min_member;
     let mut total: BTreeMap<String, ParsedQuantity> = BTreeMap::new();
     for role in frameworks::rank_order(framework, &spec.replicas) {
-        if Some(role) == framework.gated_role() || left == 0 {
+        if Some(role) == framework.gated_role() {
             continue;
         }
-        let pods = spec.replicas.count_or_zero(role).min(left);
-        left -= pods;
-        let Some(member) = members.iter().find(|m| m.role == role) else {
-            continue;
-        };
-        for (resource, quantity) in &member.pod_requests {
-            let q = ParsedQuantity::try_from(quantity.as_str()).ok()? * pods;
-            let sum = match total.remove(resource) {
-                Some(before) => before + q,
-                None => q,
-            };
-            total.insert(resource.clone(), sum);
+        for member in members.iter().filter(|m| m.role == role) {
+            let pods = match member.kind {
+                crate::object::Kind::Pod => 1,
+                _ => member.size.unwrap_or(0),
+            }
+            .min(left);
+            if pods == 0 {
+                continue;
+            }
+            left -= pods;
+            for (resource, quantity) in &member.pod_requests {
+                let q = ParsedQuantity::try_from(quantity.as_str()).ok()?;
+                let each = q.to_bytes_f64()?;
+                if !(0.0..=LIMIT / f64::from(pods)).contains(&each) {
+                    return None;
+                }
+                let q = q * pods;
+                let sum = match total.remove(resource) {
+                    Some(before) => {
+                        if before.to_bytes_f64()? + each * f64::from(pods) > LIMIT {
+                            return None;
+                        }
+                        before + q
+                    }
+                    None => q,
+                };
+                total.insert(resource.clone(), sum);
+            }
         }
     }
     (!total.is_empty()).then(|| {
@@ -650,6 +672,35 @@ mod tests {
             min_resources(&mpi[0].spec, mpi.iter()),
             Some(serde_json::json!({"cpu": "200m", "nvidia.com/gpu": "8"}))
         );
+        // Worker sets count each over its own size: 2 × 8 + 4 × 4 GPUs.
+        let set = |name: &str, size: u32, offset: u32, gpus: &str| {
+            let mut m = member(
+                "pytorch",
+                "worker=6",
+                "worker",
+                "volcano",
+                serde_json::json!({"limits": {"nvidia.com/gpu": gpus}}),
+            );
+            m.name = name.into();
+            m.size = Some(size);
+            m.index_offset = Some(offset);
+            m
+        };
+        let sets = [set("gpu8", 2, 0, "8"), set("gpu4", 4, 2, "4")];
+        assert_eq!(
+            min_resources(&sets[0].spec, sets.iter()),
+            Some(serde_json::json!({"cpu": "600m", "nvidia.com/gpu": "32"}))
+        );
+        // Absurd requests (the API server takes 1e27) give no minResources
+        // rather than an overflow.
+        let huge = member(
+            "pytorch",
+            "worker=6",
+            "worker",
+            "volcano",
+            serde_json::json!({"requests": {"memory": "1e27"}}),
+        );
+        assert_eq!(min_resources(&huge.spec, [&huge].into_iter()), None);
         // Without a PodGroup (kueue) members keep no requests: nothing.
         let kueue = member(
             "pytorch",

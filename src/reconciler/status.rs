@@ -335,6 +335,7 @@ pub fn next(
             status.completion_time = Some(Time(now));
         }
         status.pending_recreates.clear();
+        status.job_restart = None;
         clean_up(plan.policies.clean_pod, &pods, observed, &mut actions);
         if let (Some(ttl), Some(done)) = (
             plan.policies.ttl_seconds_after_finished,
@@ -370,6 +371,21 @@ pub fn next(
     ));
     if !verdict.phase.is_finished() {
         release_gated(plan, &pods, &mut status.conditions, &mut actions, now);
+    } else if status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == LAUNCHER_GATED && c.status == "True")
+    {
+        set_condition(
+            &mut status.conditions,
+            now,
+            [
+                LAUNCHER_GATED,
+                "False",
+                "JobFinished",
+                "the job finished before its launcher started",
+            ],
+        );
     }
     Outcome {
         status,
@@ -461,8 +477,18 @@ fn decide(
         .map(|r| r.uids.clone())
         .unwrap_or_default();
     let doomed = |p: &ObservedPod| restart_uids.contains(&p.uid);
+    // Restart scope Job: a new retryable exit seen together with permanent
+    // ones restarts the job — a rank whose peer was killed typically exits
+    // 1 in the same moment, and which came first cannot be told.
+    let job_retry = plan.policies.restart_scope == RestartScope::Job
+        && pods.iter().filter(|p| !doomed(p)).any(|p| {
+            p.exit().is_some_and(|e| {
+                classify(e.code, policy) == ExitClass::Retryable
+                    && status.counted_exits.get(&p.name) != Some(&p.exit_key(&e))
+            })
+        });
     // 2. A permanent exit of any member fails it.
-    for p in pods.iter().filter(|p| !doomed(p)) {
+    for p in pods.iter().filter(|p| !doomed(p) && !job_retry) {
         if let Some(e) = p.exit() {
             if classify(e.code, policy) == ExitClass::Permanent {
                 let reason = if policy == RestartPolicy::Never && e.code.is_none_or(|c| c > 127) {
@@ -825,7 +851,8 @@ pub fn size_mismatches(topology: &Topology, workloads: &[Workload]) -> Vec<Strin
         };
         match offset {
             Some(offset) => {
-                *sets.entry(role.as_str()).or_default() += size;
+                let sum = sets.entry(role.as_str()).or_default();
+                *sum = sum.saturating_add(size);
                 if size > 0 && offset.saturating_add(size) > count {
                     out.push(format!(
                         "{kind} {name} has {size} from {role} index {offset} but role {role} has {count} (indexes 0 to {}): {}",
@@ -892,7 +919,7 @@ pub fn set_owned_condition(
         conditions,
         Problem {
             type_: OWNED_UNAVAILABLE,
-            reason: "PodGroupKindNotServed",
+            reason: "PodGroupNotApplied",
             cleared_reason: "PodGroupServed",
             cleared_message: "the gang scheduler's PodGroup is kept",
         },
@@ -1225,6 +1252,21 @@ mod tests {
                 "restarting every member (restart scope Job) after {cause}: 1 of 3 restarts used"
             )
         );
+        // Seen in one reconcile, the worker's 137 and the master's 1 (its
+        // peer died) restart the job rather than fail it.
+        let together = next(
+            &p,
+            &observed(vec![
+                failed("master", 0, 1, "c9"),
+                sts_worker.clone(),
+                failed("worker", 1, 137, "c1"),
+            ]),
+            Some(&running_start.status),
+            Some(1),
+            t(10),
+        );
+        assert_eq!(together.status.phase, Phase::Restarting);
+        assert_eq!(together.status.restarts, 1);
         // Next reconcile: the master exited 1 as its peer died, the
         // StatefulSet pod is terminating. Nothing more is counted or failed.
         let mut terminating = sts_worker.clone();
@@ -1364,6 +1406,28 @@ mod tests {
         );
         assert!(started.actions.is_empty(), "{:?}", started.actions);
         assert_eq!(gate(&started).unwrap().last_transition_time, Time(t(5)));
+        // A job that fails while its launcher still waits says so.
+        let failed = next(
+            &p,
+            &observed(vec![
+                gated_launcher(),
+                running("worker", 0),
+                pod(
+                    "worker",
+                    1,
+                    PodOwner::None,
+                    ContainerState::Terminated(exit(1, "Error", "c1")),
+                ),
+            ]),
+            Some(&waiting.status),
+            Some(1),
+            t(7),
+        );
+        assert_eq!(failed.status.phase, Phase::Failed);
+        assert_eq!(
+            gate(&failed).map(|c| (c.status, c.reason)),
+            Some(("False".to_owned(), "JobFinished".to_owned()))
+        );
         // Frameworks without a gated role never get the condition.
         let py = next(
             &plan("pytorch", "master=1,worker=1"),
