@@ -3,7 +3,7 @@
 //! and its accessors agree with each other.
 #![no_main]
 
-use dljob::contract::{is_dns_label, Topology};
+use dljob::contract::{is_dns1035_label, Topology};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     assert!(again.same_as(&topology));
     let mut sum: u64 = 0;
     for (role, n) in topology.roles() {
-        assert!(is_dns_label(role), "role {role:?}");
+        assert!(is_dns1035_label(role), "role {role:?}");
         assert!(n >= 1, "role {role:?} has count 0");
         assert_eq!(topology.count(role), Some(n));
         sum += u64::from(n);
