@@ -1175,6 +1175,17 @@ async fn a_volcano_job_gets_its_pod_group_or_says_volcano_is_missing() {
     assert_eq!(event["note"], gang["message"]);
 }
 
+/// One pass of the first-sight creator, bounded: how many DLJobs it made.
+async fn create_missing_within_5s(ctx: &Context) -> usize {
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        controller::create_missing(&ctx.client, &ctx.index, &ctx.dljobs),
+    )
+    .await
+    .expect("create_missing finished within 5 s")
+    .expect("create_missing succeeded")
+}
+
 #[tokio::test]
 async fn first_sight_of_a_member_creates_its_dljob_once() {
     let pod = bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running());
@@ -1204,13 +1215,7 @@ async fn first_sight_of_a_member_creates_its_dljob_once() {
             Value::Null,
         )],
     ));
-    let created = tokio::time::timeout(
-        Duration::from_secs(5),
-        controller::create_missing(&ctx.client, &ctx.index, &ctx.dljobs),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let created = create_missing_within_5s(&ctx).await;
     assert_eq!(created, 1);
     // Once the DLJob is in the store, nothing more is created.
     let mut writer = Writer::default();
@@ -1404,13 +1409,7 @@ async fn first_sight_of_a_member_records_its_tensorboard_volume_on_the_dljob() {
             Value::Null,
         )],
     ));
-    let created = tokio::time::timeout(
-        Duration::from_secs(5),
-        controller::create_missing(&ctx.client, &ctx.index, &ctx.dljobs),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let created = create_missing_within_5s(&ctx).await;
     assert_eq!(created, 1);
     drop(ctx);
     tokio::time::timeout(Duration::from_secs(5), verifier)
