@@ -366,6 +366,16 @@ fn status_uri() -> String {
     format!("/apis/dljob.dev/v1alpha1/namespaces/{NS}/dljobs/mnist/status?&force=true&fieldManager=dljob")
 }
 
+/// The phase-change Event the recorder posts, checked by its reason.
+fn event(reason: &'static str) -> Call {
+    call(
+        "POST",
+        events_uri(),
+        move |b| assert_eq!(b["reason"], reason),
+        Value::Null,
+    )
+}
+
 fn events_uri() -> String {
     format!("/apis/events.k8s.io/v1/namespaces/{NS}/events?")
 }
@@ -708,7 +718,7 @@ async fn coordinator_success_stops_statefulsets_and_suspends_jobs() {
                 },
                 with_status(&jj, &json!({"status": {"phase": "Succeeded"}})),
             ),
-            call("POST", events_uri(), |b| assert_eq!(b["reason"], "CoordinatorSucceeded"), Value::Null),
+            event("CoordinatorSucceeded"),
             call(
                 "PATCH",
                 format!("/apis/apps/v1/namespaces/{NS}/statefulsets/worker?&fieldManager=dljob"),
@@ -791,12 +801,7 @@ async fn mpi_reconcile(created: Value) -> Value {
                 },
                 with_status(&jj, &json!({"status": {"phase": "Pending"}})),
             ),
-            call(
-                "POST",
-                events_uri(),
-                |b| assert_eq!(b["reason"], "Pending"),
-                Value::Null,
-            ),
+            event("Pending"),
         ],
     )
     .await;
@@ -1109,7 +1114,7 @@ async fn volcano_reconcile(pod_group_answer: Value, served_kind: bool) -> Vec<Va
                 move |b| status_seen.lock().unwrap().push(b["status"]["conditions"].clone()),
                 with_status(&jj, &json!({"status": {"phase": "Running"}})),
             ),
-            call("POST", events_uri(), |b| assert_eq!(b["reason"], "Running"), Value::Null),
+            event("Running"),
         ]
         .into_iter()
         .chain((!served_kind).then(|| {
@@ -1437,12 +1442,7 @@ async fn a_job_with_tensorboard_gets_its_deployment_and_service() {
                 |b| assert_eq!(b["status"]["phase"], "Running"),
                 with_status(&jj, &json!({"status": {"phase": "Running"}})),
             ),
-            call(
-                "POST",
-                events_uri(),
-                |b| assert_eq!(b["reason"], "Running"),
-                Value::Null,
-            ),
+            event("Running"),
         ],
     )
     .await;
