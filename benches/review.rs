@@ -3,13 +3,18 @@
 //! serialisation the server does), on the captured reviews in
 //! `../shared/fixtures/admission/`. No HTTP, no TLS: see `benches/load.rs`.
 //! Run with `cargo bench --bench review`; figures go in BENCHMARKS.md.
+//!
+//! With `DLJOB_REVIEW_LOOP=N` set it skips criterion and answers every
+//! review of the table below N times, for an instruction count that does not
+//! depend on the machine's noise:
+//! `DLJOB_REVIEW_LOOP=1000 valgrind --tool=callgrind target/release/deps/review-*`.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use dljob::config::Config;
 use dljob::validate::NoPeers;
 use dljob::webhook::admission::{review, Answer, Endpoint};
@@ -25,22 +30,24 @@ fn body(name: &str) -> Vec<u8> {
 
 fn bytes_to_bytes(endpoint: Endpoint, body: &[u8], config: &Config) -> Vec<u8> {
     match review(endpoint, body, config, &NoPeers) {
-        Answer::Review { body, .. } => serde_json::to_vec(&body).unwrap(),
+        Answer::Review { body, .. } => body,
         Answer::BadRequest(m) => panic!("{m}"),
     }
 }
 
+const REVIEWS: [(Endpoint, &str); 6] = [
+    (Endpoint::Mutate, "mutate-create-pod-resnet-chief.json"),
+    (Endpoint::Mutate, "mutate-create-pod-resnet-worker-0.json"),
+    (Endpoint::Mutate, "mutate-create-pod-ddp-worker.json"),
+    (Endpoint::Mutate, "mutate-create-pod-gpt-worker-0.json"),
+    (Endpoint::Mutate, "mutate-update-pod-resnet-chief.json"),
+    (Endpoint::Validate, "validate-create-pod-resnet-chief.json"),
+];
+
 fn bench_review(c: &mut Criterion) {
     let config = Config::default();
     let mut group = c.benchmark_group("review bytes->bytes");
-    for (endpoint, name) in [
-        (Endpoint::Mutate, "mutate-create-pod-resnet-chief.json"),
-        (Endpoint::Mutate, "mutate-create-pod-resnet-worker-0.json"),
-        (Endpoint::Mutate, "mutate-create-pod-ddp-worker.json"),
-        (Endpoint::Mutate, "mutate-create-pod-gpt-worker-0.json"),
-        (Endpoint::Mutate, "mutate-update-pod-resnet-chief.json"),
-        (Endpoint::Validate, "validate-create-pod-resnet-chief.json"),
-    ] {
+    for (endpoint, name) in REVIEWS {
         let b = body(name);
         assert!(!bytes_to_bytes(endpoint, &b, &config).is_empty());
         group.bench_function(
@@ -52,4 +59,26 @@ fn bench_review(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench_review);
-criterion_main!(benches);
+
+fn main() {
+    let Some(n) = std::env::var("DLJOB_REVIEW_LOOP")
+        .ok()
+        .map(|n| n.parse::<usize>().expect("DLJOB_REVIEW_LOOP is a count"))
+    else {
+        benches();
+        Criterion::default().configure_from_args().final_summary();
+        return;
+    };
+    let config = Config::default();
+    let bodies: Vec<_> = REVIEWS.iter().map(|(e, name)| (*e, body(name))).collect();
+    let mut bytes = 0;
+    for _ in 0..n {
+        for (endpoint, b) in &bodies {
+            bytes += bytes_to_bytes(*endpoint, black_box(b), &config).len();
+        }
+    }
+    println!(
+        "{} reviews answered, {bytes} response bytes",
+        n * bodies.len()
+    );
+}

@@ -63,7 +63,15 @@ pub fn mutate_patch(
     else {
         return Ok(None);
     };
-    let too_big = size_violations(&member, object, config);
+    // A pod's plan is made once: checked for size, then made into the patch.
+    let plan = match (kind, member.index) {
+        (Kind::Pod, Some(index)) => plan_pod_at(&member, object, config, index),
+        _ => None,
+    };
+    let too_big = match &plan {
+        Some(p) => plan_size_violations(&member, object, p),
+        None => size_violations(&member, object, config),
+    };
     if !too_big.is_empty() {
         let mut v = Violations::default();
         for problem in too_big {
@@ -73,7 +81,8 @@ pub fn mutate_patch(
     }
     let patch = match kind {
         Kind::Pod if operation == Operation::Create => {
-            pod_patch(&member, object, config, &mut warnings)
+            let plan = plan.or_else(|| plan_pod(&member, object, config));
+            pod_patch(&member, object, plan, config, &mut warnings)
         }
         Kind::Pod => Patch(Vec::new()),
         Kind::StatefulSet | Kind::Job => {
@@ -190,6 +199,8 @@ pub use crate::member::framework_container;
 
 /// Everything dljob injects into one member pod, computed before editing.
 struct PodPlan {
+    /// The pod index planned for.
+    index: u32,
     hostname: String,
     /// Downward-API vars (name, fieldPath), injected first.
     field_env: &'static [(&'static str, &'static str)],
@@ -215,6 +226,7 @@ fn plan_pod_at(m: &MemberSpec, pod: &Value, config: &Config, index: u32) -> Opti
     m.framework.env(&job, &member, &mut env);
     frameworks::generic_env(m.framework, &job, &member, &mut env);
     Some(PodPlan {
+        index,
         hostname: c::pod_hostname(&m.job, &m.role, index),
         field_env: m.framework.field_env(&job, &member),
         hostfile: m.framework.hostfile(&job, &member),
@@ -245,9 +257,13 @@ pub fn size_violations(m: &MemberSpec, object: &Value, config: &Config) -> Vec<S
     let index = m
         .index
         .unwrap_or_else(|| m.spec.replicas.count_or_zero(&m.role).saturating_sub(1));
-    let Some(plan) = plan_pod_at(m, pod, config, index) else {
-        return Vec::new();
-    };
+    plan_pod_at(m, pod, config, index)
+        .map_or_else(Vec::new, |plan| plan_size_violations(m, pod, &plan))
+}
+
+/// [`size_violations`] of a plan already made for `pod`.
+fn plan_size_violations(m: &MemberSpec, pod: &Value, plan: &PodPlan) -> Vec<String> {
+    let index = plan.index;
     let mut problems = Vec::new();
     let fix = format!(
         "use fewer replicas, or a shorter job name or namespace (every host is named {}-<role>-<index>.{}.{}.svc)",
@@ -285,9 +301,15 @@ pub fn size_violations(m: &MemberSpec, object: &Value, config: &Config) -> Vec<S
 }
 
 /// The pod's edits as a patch (the pod is not copied).
-fn pod_patch(m: &MemberSpec, pod: &Value, config: &Config, warnings: &mut Vec<String>) -> Patch {
+fn pod_patch(
+    m: &MemberSpec,
+    pod: &Value,
+    plan: Option<PodPlan>,
+    config: &Config,
+    warnings: &mut Vec<String>,
+) -> Patch {
     let mut edits = PodEdits::new(pod);
-    let Some(plan) = plan_pod(m, pod, config) else {
+    let Some(plan) = plan else {
         warnings.push("the pod has no containers; dljob injected nothing".to_owned());
         return edits.into_patch();
     };

@@ -117,6 +117,7 @@ fn huge_topology_review_is_denied() {
         else {
             panic!("a review")
         };
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         let r = &body["response"];
         assert_eq!(r["uid"], "u-1");
         assert_eq!(r["allowed"], false);

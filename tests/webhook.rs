@@ -1627,3 +1627,91 @@ async fn readyz_waits_for_the_reconcilers_member_caches() {
     })
     .await
 }
+
+/// The server reads a review through a view that leaves out what the core
+/// never reads (`metadata.managedFields`, the envelope's other fields). For
+/// every captured review, on both endpoints, its answer is the core's own
+/// answer on the whole object as the API server sent it: same patch, same
+/// warnings, same denial message.
+#[test]
+fn the_pruned_review_view_answers_as_the_core_does_on_the_whole_object() {
+    use dljob::mutate::{self, Operation};
+    use dljob::object::Kind;
+    use dljob::webhook::admission::{review, Answer, Endpoint};
+    let dir = format!(
+        "{}/../shared/fixtures/admission",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 20, "{names:?}");
+    let config = Config::default();
+    let mut with_managed_fields = 0;
+    for name in &names {
+        let whole = shared(name);
+        let request = &whole["request"];
+        let object = &request["object"];
+        if object["metadata"].get("managedFields").is_some() {
+            with_managed_fields += 1;
+        }
+        let gvk = &request["kind"];
+        let kind = Kind::from_gvk(
+            gvk["group"].as_str().unwrap(),
+            gvk["version"].as_str().unwrap(),
+            gvk["kind"].as_str().unwrap(),
+        )
+        .unwrap();
+        let namespace = request["namespace"].as_str();
+        let operation = match request["operation"].as_str().unwrap() {
+            "CREATE" => Operation::Create,
+            _ => Operation::Update,
+        };
+        let body = serde_json::to_vec(&whole).unwrap();
+        for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+            let Answer::Review { body, summary } = review(endpoint, &body, &config, &NoPeers)
+            else {
+                panic!("{name}: a review")
+            };
+            let answer: Value = serde_json::from_slice(&body).unwrap();
+            let answer = &answer["response"];
+            let core = match endpoint {
+                Endpoint::Mutate => {
+                    mutate::mutate_patch(kind, object, namespace, operation, &config).map(|a| {
+                        a.map_or((None, Vec::new()), |a| {
+                            (Some(a.patch).filter(|p| !p.0.is_empty()), a.warnings)
+                        })
+                    })
+                }
+                Endpoint::Validate => {
+                    let old = request.get("oldObject").filter(|o| o.is_object());
+                    dljob::validate::validate(kind, object, old, namespace, &config, &[])
+                        .map(|w| (None, w))
+                }
+            };
+            match core {
+                Ok((patch, warnings)) => {
+                    assert!(summary.allowed, "{name} {endpoint:?}: {answer}");
+                    let sent = patch_of(&json!({ "response": answer }));
+                    assert_eq!(sent, patch, "{name} {endpoint:?}");
+                    assert_eq!(
+                        answer.get("warnings").cloned().unwrap_or(json!([])),
+                        json!(warnings),
+                        "{name}"
+                    );
+                }
+                Err(v) => {
+                    assert!(!summary.allowed, "{name} {endpoint:?}");
+                    let message = answer["status"]["message"].as_str().unwrap();
+                    assert!(message.ends_with(&v.to_string()), "{name}: {message} / {v}");
+                }
+            }
+        }
+    }
+    assert!(
+        with_managed_fields >= 20,
+        "the fixtures carry managedFields"
+    );
+}

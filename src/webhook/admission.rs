@@ -1,14 +1,18 @@
 //! AdmissionReview `admission.k8s.io/v1` ⇄ the core. Pure: the body bytes,
 //! the config and the known peers in, an answer out — no I/O, no clock.
 //!
-//! The response is built by hand rather than with kube-core's
-//! `AdmissionResponse`, which serialises `patch` as a JSON array of numbers;
-//! the v1 schema (and the API server) wants the base64 string.
+//! The body is read through [`wire::ReviewView`] (a borrowed view that
+//! leaves out what the core never reads) and the answer is serialised once,
+//! straight to the bytes sent ([`wire::response_body`]). kube-core's
+//! `AdmissionResponse` is not used: it serialises `patch` as a JSON array
+//! of numbers, and the v1 schema (and the API server) wants base64.
 
 use base64::Engine as _;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::value::RawValue;
+use serde_json::Value;
 
+use super::wire::{self, RequestView, ReviewView};
 use crate::config::Config;
 use crate::member::{job_label, Violations};
 use crate::mutate::{self, Operation as MutateOperation};
@@ -37,8 +41,12 @@ impl Endpoint {
 /// What to send back for one POSTed body.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
-    /// An AdmissionReview response (HTTP 200), allowed or denied.
-    Review { body: Value, summary: Box<Summary> },
+    /// An AdmissionReview response (HTTP 200), allowed or denied: the
+    /// bytes to send.
+    Review {
+        body: Vec<u8>,
+        summary: Box<Summary>,
+    },
     /// Not a review that can be answered (no uid to answer to): HTTP 400
     /// with this explanation.
     BadRequest(String),
@@ -66,22 +74,36 @@ pub struct Summary {
     pub rule: Option<&'static str>,
 }
 
-/// The small parts of `request` dljob reads. Unknown fields are ignored;
-/// `object` and `oldObject` are read in place (see [`decide`]) rather than
-/// deserialised here, which would deep-copy them.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// The small parts of `request` dljob reads, typed. Read from the raw
+/// fields of [`RequestView`] after the uid, so that a malformed one is
+/// answered to that uid.
+#[derive(Debug)]
 struct Request {
     kind: GroupVersionKind,
-    #[serde(default)]
     sub_resource: Option<String>,
-    #[serde(default)]
     name: Option<String>,
-    #[serde(default)]
     namespace: Option<String>,
     operation: String,
-    #[serde(default)]
     dry_run: Option<bool>,
+}
+
+impl Request {
+    fn read(r: &RequestView) -> Result<Self, String> {
+        fn opt<'a, T: Deserialize<'a>>(
+            raw: Option<&'a RawValue>,
+            what: &str,
+        ) -> Result<Option<T>, String> {
+            raw.map(|r| wire::field(r, what)).transpose()
+        }
+        Ok(Self {
+            kind: opt(r.kind, "kind")?.ok_or("missing field `kind`")?,
+            sub_resource: opt(r.sub_resource, "subResource")?,
+            name: opt(r.name, "name")?,
+            namespace: opt(r.namespace, "namespace")?,
+            operation: opt(r.operation, "operation")?.ok_or("missing field `operation`")?,
+            dry_run: opt(r.dry_run, "dryRun")?,
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,21 +178,26 @@ pub fn review(endpoint: Endpoint, body: &[u8], config: &Config, peers: &dyn Peer
             "empty body: POST an AdmissionReview (apiVersion admission.k8s.io/v1) as JSON".into(),
         );
     }
-    let review: Value = match serde_json::from_slice(body) {
+    let review = match ReviewView::parse(body) {
         Ok(v) => v,
+        Err(e) if e.is_data() => {
+            return Answer::BadRequest(format!(
+                "the AdmissionReview has no request object ({e}): POST what the API server sends"
+            ))
+        }
         Err(e) => {
             return Answer::BadRequest(format!(
                 "body is not JSON ({e}): POST an AdmissionReview (apiVersion admission.k8s.io/v1)"
             ))
         }
     };
-    let Some(request) = review.get("request").filter(|r| r.is_object()) else {
+    let Some(request) = &review.request else {
         return Answer::BadRequest(
             "the AdmissionReview has no request object: POST what the API server sends".into(),
         );
     };
-    let uid = match request.get("uid") {
-        Some(Value::String(uid)) if !uid.is_empty() => uid.clone(),
+    let uid = match wire::string(request.uid) {
+        Some(uid) if !uid.is_empty() => uid,
         _ => {
             return Answer::BadRequest(
                 "request.uid is missing: an AdmissionReview response must echo it".into(),
@@ -178,7 +205,7 @@ pub fn review(endpoint: Endpoint, body: &[u8], config: &Config, peers: &dyn Peer
         }
     };
     let mut summary = Summary {
-        uid: uid.clone(),
+        uid: uid.clone().into_owned(),
         ..Summary::default()
     };
     let decision = decide(endpoint, &review, request, config, peers, &mut summary);
@@ -197,22 +224,22 @@ pub fn review(endpoint: Endpoint, body: &[u8], config: &Config, peers: &dyn Peer
 
 fn decide(
     endpoint: Endpoint,
-    review: &Value,
-    request: &Value,
+    review: &ReviewView,
+    request: &RequestView,
     config: &Config,
     peers: &dyn PeerSource,
     summary: &mut Summary,
 ) -> Decision {
-    let api_version = review.get("apiVersion").and_then(Value::as_str);
-    let kind = review.get("kind").and_then(Value::as_str);
-    if api_version != Some(API_VERSION) || kind != Some("AdmissionReview") {
+    let api_version = wire::string(review.api_version);
+    let kind = wire::string(review.kind);
+    if api_version.as_deref() != Some(API_VERSION) || kind.as_deref() != Some("AdmissionReview") {
         return Decision::deny(Denial::bad_request(format!(
             "dljob reads AdmissionReview {API_VERSION}, got {} {}: set admissionReviewVersions: [\"v1\"] in the webhook configuration",
-            kind.unwrap_or("(no kind)"),
-            api_version.unwrap_or("(no apiVersion)"),
+            kind.as_deref().unwrap_or("(no kind)"),
+            api_version.as_deref().unwrap_or("(no apiVersion)"),
         )));
     }
-    let req: Request = match Request::deserialize(request) {
+    let req = match Request::read(request) {
         Ok(r) => r,
         Err(e) => {
             return Decision::deny(Denial::bad_request(format!(
@@ -223,9 +250,8 @@ fn decide(
     summary.kind = req.kind.kind.clone();
     summary.operation = req.operation.clone();
     summary.dry_run = req.dry_run.unwrap_or(false);
-    // As `Option<Value>` fields would read them: null is absent.
-    let req_object = request.get("object").filter(|v| !v.is_null());
-    let req_old_object = request.get("oldObject").filter(|v| !v.is_null());
+    let req_object = request.object.as_ref();
+    let req_old_object = request.old_object.as_ref();
     let main = req_object.or(req_old_object);
     summary.namespace = req
         .namespace
@@ -313,38 +339,23 @@ fn decide(
     }
 }
 
-/// The AdmissionReview response body. No `patch`/`patchType` without
-/// operations, no `warnings` without warnings.
-fn response(uid: &str, d: &Decision) -> Value {
-    let mut r = Map::new();
-    r.insert("uid".into(), Value::String(uid.to_owned()));
-    r.insert("allowed".into(), Value::Bool(d.denial.is_none()));
-    if let Some(denial) = &d.denial {
-        r.insert(
-            "status".into(),
-            json!({
-                "status": "Failure",
-                "code": denial.code,
-                "reason": denial.reason,
-                "message": denial.message,
-            }),
-        );
-    }
-    if let Some(patch) = &d.patch {
-        let bytes = serde_json::to_vec(patch).expect("a JSON Patch serialises");
-        r.insert("patchType".into(), Value::String("JSONPatch".into()));
-        r.insert(
-            "patch".into(),
-            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
-        );
-    }
-    if !d.warnings.is_empty() {
-        r.insert("warnings".into(), json!(d.warnings));
-    }
-    json!({
-        "apiVersion": API_VERSION,
-        "kind": "AdmissionReview",
-        "response": r,
+/// The AdmissionReview response body, as sent.
+fn response(uid: &str, d: &Decision) -> Vec<u8> {
+    wire::response_body(&wire::Response {
+        uid,
+        allowed: d.denial.is_none(),
+        status: d.denial.as_ref().map(|denial| wire::Status {
+            status: "Failure",
+            code: denial.code,
+            reason: denial.reason,
+            message: &denial.message,
+        }),
+        patch_type: d.patch.as_ref().map(|_| "JSONPatch"),
+        patch: d.patch.as_ref().map(|patch| {
+            let bytes = serde_json::to_vec(patch).expect("a JSON Patch serialises");
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        }),
+        warnings: &d.warnings,
     })
 }
 
@@ -352,6 +363,7 @@ fn response(uid: &str, d: &Decision) -> Value {
 mod tests {
     use super::*;
     use crate::validate::NoPeers;
+    use serde_json::json;
 
     fn answer(endpoint: Endpoint, body: &str) -> Answer {
         review(endpoint, body.as_bytes(), &Config::default(), &NoPeers)
@@ -359,7 +371,10 @@ mod tests {
 
     fn reviewed(endpoint: Endpoint, body: Value) -> (Value, Summary) {
         match answer(endpoint, &body.to_string()) {
-            Answer::Review { body, summary } => (body["response"].clone(), *summary),
+            Answer::Review { body, summary } => {
+                let body: Value = serde_json::from_slice(&body).expect("the answer is JSON");
+                (body["response"].clone(), *summary)
+            }
             Answer::BadRequest(m) => panic!("bad request: {m}"),
         }
     }

@@ -1,6 +1,7 @@
 //! The HTTPS admission webhook (`dljob serve`).
 //!
-//! - [`admission`]: AdmissionReview bytes ⇄ the pure core (no I/O).
+//! - [`admission`]: AdmissionReview bytes ⇄ the pure core (no I/O);
+//!   [`wire`]: the borrowed view of a review it reads, the bytes it answers.
 //! - [`server`]: axum routes, body limits and timeouts, TLS, shutdown.
 //! - [`tls`], [`reload`]: certificate and config files, re-read on change.
 //! - [`metrics`]: the Prometheus metrics.
@@ -13,6 +14,7 @@ pub mod metrics;
 pub mod reload;
 pub mod server;
 pub mod tls;
+pub mod wire;
 
 pub use server::{run, Inputs, Running, Settings, StartError};
 pub use tls::TlsSource;

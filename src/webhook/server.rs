@@ -301,13 +301,12 @@ async fn review(
             let latency = start.elapsed();
             s.metrics.observe_review(endpoint, &summary, latency);
             log_review(endpoint, &summary, latency, s.log_reviews);
-            let json = serde_json::to_vec(&body).expect("a JSON value serialises");
             (
                 [(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),
                 )],
-                json,
+                body,
             )
                 .into_response()
         }

@@ -1,0 +1,410 @@
+//! The AdmissionReview as it crosses the wire: a borrowed view of what
+//! arrives and the response bytes that go back.
+//!
+//! A review body is mostly `request.object` (and `oldObject` on UPDATE), and
+//! a third of a typical Pod's object is `metadata.managedFields`, which
+//! nothing in dljob reads. The view reads the envelope's fields as raw JSON
+//! slices of the body (no copy; each is parsed only when used), skips what
+//! the core never reads (`userInfo`, `resource`, `options`, …) without
+//! building anything, and builds the object's JSON tree without
+//! `managedFields`. A JSON Patch made on that tree applies to the object as
+//! sent: no operation can touch a field the tree does not have.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// The top level of a POSTed body. Every field is raw, so that a
+/// malformed one is reported with the uid it is answered to. Like a JSON
+/// tree, it takes the last of repeated fields and accepts only objects.
+#[derive(Debug, Default)]
+pub struct ReviewView<'a> {
+    pub api_version: Option<&'a RawValue>,
+    pub kind: Option<&'a RawValue>,
+    pub request: Option<RequestView<'a>>,
+}
+
+/// `request`: the small fields raw, the objects as trees without
+/// `metadata.managedFields` (`null` is absent, as for `Option<Value>`).
+#[derive(Debug, Default)]
+pub struct RequestView<'a> {
+    pub uid: Option<&'a RawValue>,
+    pub kind: Option<&'a RawValue>,
+    pub sub_resource: Option<&'a RawValue>,
+    pub name: Option<&'a RawValue>,
+    pub namespace: Option<&'a RawValue>,
+    pub operation: Option<&'a RawValue>,
+    pub dry_run: Option<&'a RawValue>,
+    pub object: Option<Value>,
+    pub old_object: Option<Value>,
+}
+
+impl<'a> ReviewView<'a> {
+    /// Reads a body. An error is a body that is not JSON, or whose top level
+    /// or `request` is not an object.
+    pub fn parse(body: &'a [u8]) -> serde_json::Result<Self> {
+        serde_json::from_slice(body)
+    }
+}
+
+/// The field names the views read; the others are skipped unread.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "camelCase")]
+enum Field {
+    ApiVersion,
+    Kind,
+    Request,
+    Uid,
+    SubResource,
+    Name,
+    Namespace,
+    Operation,
+    DryRun,
+    Object,
+    OldObject,
+    #[serde(other)]
+    Other,
+}
+
+impl<'de> Deserialize<'de> for ReviewView<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ReviewView<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an AdmissionReview object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut r = ReviewView::default();
+                while let Some(field) = map.next_key()? {
+                    match field {
+                        Field::ApiVersion => r.api_version = map.next_value()?,
+                        Field::Kind => r.kind = map.next_value()?,
+                        Field::Request => r.request = map.next_value()?,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(r)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestView<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RequestView<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an AdmissionReview request object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut r = RequestView::default();
+                let tree = || Pruned {
+                    depth: Depth::Object,
+                };
+                while let Some(field) = map.next_key()? {
+                    match field {
+                        Field::Uid => r.uid = map.next_value()?,
+                        Field::Kind => r.kind = map.next_value()?,
+                        Field::SubResource => r.sub_resource = map.next_value()?,
+                        Field::Name => r.name = map.next_value()?,
+                        Field::Namespace => r.namespace = map.next_value()?,
+                        Field::Operation => r.operation = map.next_value()?,
+                        Field::DryRun => r.dry_run = map.next_value()?,
+                        Field::Object => r.object = present(map.next_value_seed(tree())?),
+                        Field::OldObject => {
+                            r.old_object = present(map.next_value_seed(tree())?);
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(r)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// `null` is absent.
+fn present(v: Value) -> Option<Value> {
+    Some(v).filter(|v| !v.is_null())
+}
+
+/// Where in the object the value being read sits.
+#[derive(Clone, Copy)]
+enum Depth {
+    /// The object itself: its `metadata` is pruned.
+    Object,
+    /// The object's `metadata`: its `managedFields` is skipped.
+    Metadata,
+}
+
+/// A `serde_json::Value`, built as `Value`'s own `Deserialize` does, less
+/// `metadata.managedFields`.
+struct Pruned {
+    depth: Depth,
+}
+
+impl<'de> DeserializeSeed<'de> for Pruned {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Pruned {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match (self.depth, key.as_str()) {
+                (Depth::Object, "metadata") => {
+                    let metadata = map.next_value_seed(Pruned {
+                        depth: Depth::Metadata,
+                    })?;
+                    out.insert(key, metadata);
+                }
+                (Depth::Metadata, "managedFields") => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                _ => {
+                    out.insert(key, map.next_value()?);
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(v) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        self.deserialize(d)
+    }
+}
+
+/// A raw field as `T`, or why not (`what` names it in the message).
+pub fn field<'a, T: Deserialize<'a>>(raw: &'a RawValue, what: &str) -> Result<T, String> {
+    serde_json::from_str(raw.get()).map_err(|e| format!("{what}: {e}"))
+}
+
+/// A raw field as a string, when it is one.
+pub fn string<'a>(raw: Option<&'a RawValue>) -> Option<std::borrow::Cow<'a, str>> {
+    raw.and_then(|r| serde_json::from_str(r.get()).ok())
+}
+
+/// The `response` of an AdmissionReview, serialised as the v1 schema has
+/// it: no `status` when allowed, no `patch`/`patchType` without
+/// operations, no `warnings` without warnings.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Response<'a> {
+    pub uid: &'a str,
+    pub allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<&'static str>,
+    /// The JSON Patch, base64 (the API server wants a string, not bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub warnings: &'a [String],
+}
+
+#[derive(Serialize)]
+pub struct Status<'a> {
+    pub status: &'static str,
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Review<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: &'a Response<'a>,
+}
+
+/// The whole response body.
+pub fn response_body(response: &Response) -> Vec<u8> {
+    serde_json::to_vec(&Review {
+        api_version: super::admission::API_VERSION,
+        kind: "AdmissionReview",
+        response,
+    })
+    .expect("a response of strings, numbers and booleans serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tree(object: &Value) -> Option<Value> {
+        let body = json!({"request": {"object": object}}).to_string();
+        ReviewView::parse(body.as_bytes())
+            .unwrap()
+            .request
+            .unwrap()
+            .object
+    }
+
+    #[test]
+    fn the_object_tree_is_the_object_without_managed_fields_only() {
+        let pod = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "p",
+                "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:metadata": {}}}],
+                "labels": {"managedFields": "kept: not metadata's own"},
+            },
+            "spec": {"managedFields": [1], "containers": [{"name": "c", "args": [1, -2, 2.5, true, null, "x\"y"]}]},
+            "status": {},
+        });
+        let mut expected = pod.clone();
+        expected["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
+        assert_eq!(tree(&pod), Some(expected));
+    }
+
+    #[test]
+    fn objects_that_are_not_maps_are_kept_as_sent_and_null_is_absent() {
+        for v in [
+            json!([1, {"metadata": {"managedFields": 1}}]),
+            json!("s"),
+            json!(7),
+            json!({"metadata": 3}),
+        ] {
+            assert_eq!(tree(&v), Some(v.clone()));
+        }
+        assert_eq!(tree(&Value::Null), None);
+    }
+
+    #[test]
+    fn envelope_fields_are_raw_slices_of_the_body() {
+        let body = br#"{"kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"},"userInfo":{"groups":["a"]},"dryRun":false}}"#;
+        let view = ReviewView::parse(body).unwrap();
+        assert_eq!(view.kind.unwrap().get(), r#""AdmissionReview""#);
+        assert!(view.api_version.is_none());
+        let request = view.request.unwrap();
+        assert_eq!(string(request.uid).as_deref(), Some("u"));
+        assert_eq!(request.kind.unwrap().get(), r#"{"kind":"Pod"}"#);
+        assert_eq!(request.dry_run.unwrap().get(), "false");
+        assert!(request.object.is_none() && request.old_object.is_none());
+    }
+
+    #[test]
+    fn only_objects_are_read_and_a_repeated_field_counts_last_as_in_a_tree() {
+        for body in [
+            &br#"["admission.k8s.io/v1", "AdmissionReview", {"uid": "u"}]"#[..],
+            br#"{"request": ["u"]}"#,
+            br#"{"request": "u"}"#,
+        ] {
+            let e = ReviewView::parse(body).expect_err("not a review");
+            assert!(e.is_data(), "{e}");
+        }
+        let view = ReviewView::parse(
+            br#"{"request": {"uid": "a", "uid": "b", "object": {"x": 1}, "object": null}}"#,
+        )
+        .unwrap();
+        let request = view.request.unwrap();
+        assert_eq!(string(request.uid).as_deref(), Some("b"));
+        assert_eq!(request.object, None);
+        assert!(ReviewView::parse(br#"{"request": {"uid": "u"}} x"#)
+            .unwrap_err()
+            .is_syntax());
+    }
+
+    #[test]
+    fn response_bytes_follow_the_v1_schema() {
+        let warnings = vec!["w".to_owned()];
+        let allowed = Response {
+            uid: "u",
+            allowed: true,
+            status: None,
+            patch_type: Some("JSONPatch"),
+            patch: Some("W10=".into()),
+            warnings: &warnings,
+        };
+        assert_eq!(
+            serde_json::from_slice::<Value>(&response_body(&allowed)).unwrap(),
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                   "response": {"uid": "u", "allowed": true, "patchType": "JSONPatch", "patch": "W10=", "warnings": ["w"]}})
+        );
+        let denied = Response {
+            uid: "u",
+            allowed: false,
+            status: Some(Status {
+                status: "Failure",
+                code: 422,
+                reason: "Invalid",
+                message: "m",
+            }),
+            patch_type: None,
+            patch: None,
+            warnings: &[],
+        };
+        assert_eq!(
+            serde_json::from_slice::<Value>(&response_body(&denied)).unwrap()["response"],
+            json!({"uid": "u", "allowed": false, "status": {"status": "Failure", "code": 422, "reason": "Invalid", "message": "m"}})
+        );
+    }
+}
