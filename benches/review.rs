@@ -7,7 +7,8 @@
 //! With `DLJOB_REVIEW_LOOP=N` set it skips criterion and answers every
 //! review of the table below N times, for an instruction count that does not
 //! depend on the machine's noise:
-//! `DLJOB_REVIEW_LOOP=1000 valgrind --tool=callgrind target/release/deps/review-*`.
+//! `DLJOB_REVIEW_LOOP=1000 valgrind --tool=callgrind target/release/deps/review-*`
+//! (`DLJOB_REVIEW_ONLY=ddp` keeps the reviews whose file name has `ddp`).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -70,7 +71,13 @@ fn main() {
         return;
     };
     let config = Config::default();
-    let bodies: Vec<_> = REVIEWS.iter().map(|(e, name)| (*e, body(name))).collect();
+    // DLJOB_REVIEW_ONLY=ddp: only the reviews whose file name has it.
+    let only = std::env::var("DLJOB_REVIEW_ONLY").unwrap_or_default();
+    let bodies: Vec<_> = REVIEWS
+        .iter()
+        .filter(|(_, name)| name.contains(&only))
+        .map(|(e, name)| (*e, body(name)))
+        .collect();
     let mut bytes = 0;
     for _ in 0..n {
         for (endpoint, b) in &bodies {

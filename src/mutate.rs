@@ -484,21 +484,35 @@ fn merge_env<'a>(
     warnings: &mut Vec<String>,
 ) {
     let list = List::Env(container);
-    for (name, value) in vars {
-        let existing = edits.items(list).find(|e| object::name_of(e) == name);
-        match existing {
-            None => edits.append(list, json!({"name": name, "value": value})),
-            Some(existing) => {
-                let same = existing.get("valueFrom").is_none()
-                    && existing.get("value").and_then(Value::as_str).unwrap_or("") == value;
-                if !same {
-                    warnings.push(format!(
-                        "container \"{cname}\": env {name} is set by the user and kept; dljob would set {}",
-                        shorten(value)
-                    ));
-                }
+    // Each entry's name is read once: a pod gets some twenty vars, and
+    // looking each one up in every entry's JSON object added up.
+    let mut ours: Vec<(&str, &str)> = Vec::new();
+    {
+        let theirs: Vec<(&str, &Value)> =
+            edits.items(list).map(|e| (object::name_of(e), e)).collect();
+        for (name, value) in vars {
+            let same = match theirs.iter().find(|(n, _)| *n == name) {
+                Some((_, e)) => Some(
+                    e.get("valueFrom").is_none()
+                        && e.get("value").and_then(Value::as_str).unwrap_or("") == value,
+                ),
+                None => ours
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| *v == value),
+            };
+            match same {
+                None => ours.push((name, value)),
+                Some(true) => {}
+                Some(false) => warnings.push(format!(
+                    "container \"{cname}\": env {name} is set by the user and kept; dljob would set {}",
+                    shorten(value)
+                )),
             }
         }
+    }
+    for (name, value) in ours {
+        edits.append(list, json!({"name": name, "value": value}));
     }
 }
 
