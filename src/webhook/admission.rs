@@ -7,7 +7,6 @@
 //! `AdmissionResponse` is not used: it serialises `patch` as a JSON array
 //! of numbers, and the v1 schema (and the API server) wants base64.
 
-use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -352,8 +351,9 @@ fn response(uid: &str, d: &Decision) -> Vec<u8> {
         }),
         patch_type: d.patch.as_ref().map(|_| "JSONPatch"),
         patch: d.patch.as_ref().map(|patch| {
-            let bytes = serde_json::to_vec(patch).expect("a JSON Patch serialises");
-            base64::engine::general_purpose::STANDARD.encode(bytes)
+            let mut bytes = Vec::with_capacity(2048);
+            serde_json::to_writer(&mut bytes, patch).expect("a JSON Patch serialises");
+            wire::base64_string(&bytes)
         }),
         warnings: &d.warnings,
     })
@@ -363,6 +363,7 @@ fn response(uid: &str, d: &Decision) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::validate::NoPeers;
+    use base64::Engine as _;
     use serde_json::json;
 
     fn answer(endpoint: Endpoint, body: &str) -> Answer {

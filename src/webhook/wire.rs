@@ -46,7 +46,12 @@ impl<'a> ReviewView<'a> {
     /// Reads a body. An error is a body that is not JSON, or whose top level
     /// or `request` is not an object.
     pub fn parse(body: &'a [u8]) -> serde_json::Result<Self> {
-        serde_json::from_slice(body)
+        // The body is checked to be UTF-8 once, rather than every string in
+        // it one by one.
+        match std::str::from_utf8(body) {
+            Ok(text) => serde_json::from_str(text),
+            Err(_) => serde_json::from_slice(body), // not JSON: this says where
+        }
     }
 }
 
@@ -257,9 +262,10 @@ pub struct Response<'a> {
     pub status: Option<Status<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch_type: Option<&'static str>,
-    /// The JSON Patch, base64 (the API server wants a string, not bytes).
+    /// The JSON Patch, base64 (the API server wants a string, not bytes):
+    /// see [`base64_string`].
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub patch: Option<String>,
+    pub patch: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub warnings: &'a [String],
 }
@@ -282,12 +288,30 @@ struct Review<'a> {
 
 /// The whole response body.
 pub fn response_body(response: &Response) -> Vec<u8> {
-    serde_json::to_vec(&Review {
-        api_version: super::admission::API_VERSION,
-        kind: "AdmissionReview",
-        response,
-    })
-    .expect("a response of strings, numbers and booleans serialises")
+    let patch = response.patch.as_ref().map_or(0, |p| p.get().len());
+    let mut out = Vec::with_capacity(256 + patch);
+    serde_json::to_writer(
+        &mut out,
+        &Review {
+            api_version: super::admission::API_VERSION,
+            kind: "AdmissionReview",
+            response,
+        },
+    )
+    .expect("a response of strings, numbers and booleans serialises");
+    out
+}
+
+/// `bytes` as a base64 JSON string, ready to be written as it is: the
+/// base64 alphabet needs no JSON escaping, so the string is not scanned
+/// for escapes again when the response is serialised.
+pub fn base64_string(bytes: &[u8]) -> Box<RawValue> {
+    use base64::Engine as _;
+    let mut s = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
+    s.push('"');
+    base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut s);
+    s.push('"');
+    RawValue::from_string(s).expect("a base64 string is a JSON string")
 }
 
 #[cfg(test)]
@@ -381,7 +405,7 @@ mod tests {
             allowed: true,
             status: None,
             patch_type: Some("JSONPatch"),
-            patch: Some("W10=".into()),
+            patch: Some(base64_string(b"[]")),
             warnings: &warnings,
         };
         assert_eq!(
