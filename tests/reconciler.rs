@@ -246,7 +246,7 @@ fn context(world: World, dljobs: Vec<DLJob>) -> (Arc<Context>, Handle) {
         statefulsets: fill(world.statefulsets, observe::trim_statefulset, &index),
         jobs: fill(world.jobs, observe::trim_job, &index),
         services: service_store(world.services),
-        owned_changed: tokio::sync::broadcast::channel(1).0,
+        changed: Default::default(),
     };
     let mut writer = Writer::default();
     let dljob_store = writer.as_reader();
@@ -1594,7 +1594,7 @@ fn fail(n: usize, send: mock::SendResponse<Response<Body>>) {
 }
 
 /// Runs the leader's controller (its real wiring: the DLJob watch and the
-/// member watches) against an API server that fails every request for
+/// change set the member watches feed) against an API server that fails every request for
 /// `down_for`, then serves one DLJob and no members. Returns the first
 /// write the reconcile makes and how long after the last failed request it
 /// came.
@@ -1607,7 +1607,7 @@ async fn first_write_after_an_outage(down_for: Duration) -> (String, Duration) {
         statefulsets: Writer::default().as_reader(),
         jobs: Writer::default().as_reader(),
         services: Writer::default().as_reader(),
-        owned_changed: tokio::sync::broadcast::channel(1).0,
+        changed: Default::default(),
     };
     let (_tx, config) = tokio::sync::watch::channel(Config::default());
     let metrics = Arc::new(Metrics::default());

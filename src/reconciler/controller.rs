@@ -62,9 +62,9 @@ pub struct Stores {
     pub jobs: Store<Job>,
     /// The owned Services (full objects: their drift is repaired).
     pub services: Store<Service>,
-    /// Owned objects that changed, as their jobs: the controller
-    /// reconciles them (only the leader listens).
-    pub owned_changed: tokio::sync::broadcast::Sender<ObjectRef<DLJob>>,
+    /// The jobs whose members or owned objects changed: the controller
+    /// reconciles them (only the leader drains it).
+    pub changed: Arc<super::Changed>,
 }
 
 /// What every reconcile shares.

@@ -10,7 +10,9 @@
 //!   create the DLJob on first sight of a member.
 //!
 //! Both replicas watch the members (the webhook reads the index); only the
-//! holder of the `dljob-reconciler` Lease runs the controller.
+//! holder of the `dljob-reconciler` Lease runs the controller. Each kind is
+//! watched once: the same watches fill the stores and the index and tell
+//! the controller which jobs changed ([`Changed`]).
 
 pub mod controller;
 pub mod metrics;
@@ -18,8 +20,9 @@ pub mod observe;
 pub mod resources;
 pub mod status;
 
+use std::collections::HashSet;
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{future, StreamExt};
@@ -33,7 +36,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{watch, Notify};
 
 use self::controller::{Context, Stores};
 use self::metrics::Metrics;
@@ -101,20 +104,19 @@ pub async fn start(
     let metrics = Arc::new(Metrics::register(registry));
     let index = Arc::new(MemberIndex::default());
     let members = watcher::Config::default().labels(c::JOB);
+    let changed = Arc::new(Changed::default());
+    let watch = Watch {
+        client: &client,
+        cfg: &members,
+        index: &index,
+        config: &config,
+        changed: &changed,
+    };
 
-    let (pods, pod_task) =
-        watch_members::<Pod>(&client, &members, &index, &config, observe::trim_pod);
-    let (statefulsets, sts_task) = watch_members::<StatefulSet>(
-        &client,
-        &members,
-        &index,
-        &config,
-        observe::trim_statefulset,
-    );
-    let (jobs, job_task) =
-        watch_members::<Job>(&client, &members, &index, &config, observe::trim_job);
-    let owned_changed = broadcast::channel(OWNED_CHANGES).0;
-    let (services, svc_task) = watch_owned::<Service>(&client, &members, owned_changed.clone());
+    let (pods, pod_task) = watch.members::<Pod>(observe::trim_pod);
+    let (statefulsets, sts_task) = watch.members::<StatefulSet>(observe::trim_statefulset);
+    let (jobs, job_task) = watch.members::<Job>(observe::trim_job);
+    let (services, svc_task) = watch.owned::<Service>();
     // The webhook is ready once the member caches its peer checks read
     // have listed (`/readyz` answers 503 until then).
     let synced = {
@@ -142,7 +144,7 @@ pub async fn start(
         statefulsets,
         jobs,
         services,
-        owned_changed,
+        changed,
     };
 
     let lead = lead(client, index.clone(), stores, metrics, config);
@@ -157,93 +159,131 @@ pub async fn start(
     Ok((index, handle))
 }
 
-/// A trimmed reflector over one member kind that also feeds the index.
-fn watch_members<K>(
-    client: &Client,
-    cfg: &watcher::Config,
-    index: &Arc<MemberIndex>,
-    config: &watch::Receiver<Config>,
-    trim: fn(&mut K),
-) -> (Store<K>, impl std::future::Future<Output = ()>)
-where
-    K: MemberObject
-        + Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let index = index.clone();
-    let config = config.clone();
-    let stream = watcher(Api::<K>::all(client.clone()), cfg.clone())
-        .backoff(WatchBackoff::default())
-        .modify(trim)
-        .reflect(writer)
-        .for_each(move |event| {
-            match event {
-                Ok(ev) => index.apply_event(&ev, &config.borrow()),
-                Err(e) => tracing::warn!(kind = %K::kind(&()), error = %e, "member watch failed"),
-            }
-            future::ready(())
-        });
-    (store, stream)
+/// What every watch of [`start`] shares.
+struct Watch<'a> {
+    client: &'a Client,
+    cfg: &'a watcher::Config,
+    index: &'a Arc<MemberIndex>,
+    config: &'a watch::Receiver<Config>,
+    changed: &'a Arc<Changed>,
 }
 
-/// How many owned-object changes wait for the controller before the
-/// oldest are dropped (their jobs are reconciled at the next resync).
-const OWNED_CHANGES: usize = 1024;
-
-/// A reflector over the objects the reconciler owns (labelled with their
-/// job), whole so that their drift can be seen. Every change is announced
-/// on `changed` as the owning job, for the controller to repair it: a
-/// deleted Service comes back within a second, not at the next resync.
-fn watch_owned<K>(
-    client: &Client,
-    cfg: &watcher::Config,
-    changed: broadcast::Sender<ObjectRef<DLJob>>,
-) -> (Store<K>, impl std::future::Future<Output = ()>)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = watcher(Api::<K>::all(client.clone()), cfg.clone())
-        .backoff(WatchBackoff::default())
-        .modify(|o: &mut K| o.managed_fields_mut().clear())
-        .reflect(writer)
-        .touched_objects()
-        .for_each(move |o| {
-            if let Ok(o) = o {
-                if let Some(job) = o.labels().get(c::JOB) {
-                    let owner = ObjectRef::new(job).within(&o.namespace().unwrap_or_default());
-                    let _ = changed.send(owner); // no receiver: not the leader
+impl Watch<'_> {
+    /// A trimmed reflector over one member kind that also feeds the index
+    /// and marks the member's job changed.
+    fn members<K>(&self, trim: fn(&mut K)) -> (Store<K>, impl std::future::Future<Output = ()>)
+    where
+        K: MemberObject
+            + Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (store, writer) = reflector::store();
+        let (index, config, changed) = (
+            self.index.clone(),
+            self.config.clone(),
+            self.changed.clone(),
+        );
+        let stream = watcher(Api::<K>::all(self.client.clone()), self.cfg.clone())
+            .backoff(WatchBackoff::default())
+            .modify(trim)
+            .reflect(writer)
+            .for_each(move |event| {
+                match event {
+                    Ok(ev) => {
+                        index.apply_event(&ev, &config.borrow());
+                        if let watcher::Event::Apply(o)
+                        | watcher::Event::InitApply(o)
+                        | watcher::Event::Delete(o) = &ev
+                        {
+                            changed.mark_owner_of(o);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(kind = %K::kind(&()), error = %e, "member watch failed");
+                    }
                 }
-            }
-            future::ready(())
-        });
-    (store, stream)
+                future::ready(())
+            });
+        (store, stream)
+    }
+
+    /// A reflector over the objects the reconciler owns (labelled with
+    /// their job), whole so that their drift can be seen. Every change
+    /// marks the owning job changed, for the controller to repair it: a
+    /// deleted Service comes back within a second, not at the next resync.
+    fn owned<K>(&self) -> (Store<K>, impl std::future::Future<Output = ()>)
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let (store, writer) = reflector::store();
+        let changed = self.changed.clone();
+        let stream = watcher(Api::<K>::all(self.client.clone()), self.cfg.clone())
+            .backoff(WatchBackoff::default())
+            .modify(|o: &mut K| o.managed_fields_mut().clear())
+            .reflect(writer)
+            .touched_objects()
+            .for_each(move |o| {
+                if let Ok(o) = o {
+                    changed.mark_owner_of(&o);
+                }
+                future::ready(())
+            });
+        (store, stream)
+    }
 }
 
-/// The owned-object changes as a controller trigger.
-fn owned_trigger(
-    changed: &broadcast::Sender<ObjectRef<DLJob>>,
-) -> impl futures::Stream<Item = ObjectRef<DLJob>> + Send + 'static {
-    futures::stream::unfold(changed.subscribe(), |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(job) => return Some((job, rx)),
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::debug!(
-                        dropped = n,
-                        "owned-object changes dropped; the resync covers them"
-                    );
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
+/// The jobs whose members or owned objects changed since the controller
+/// last looked: a set, so that a burst of events for one job is one entry
+/// and nothing is dropped however far behind the controller is. While this
+/// replica is not the leader nobody drains it; it then holds at most one
+/// entry per job, reconciled when leadership comes.
+#[derive(Default)]
+pub struct Changed {
+    jobs: Mutex<HashSet<ObjectRef<DLJob>>>,
+    notify: Notify,
+}
+
+impl Changed {
+    /// Marks the job of a labelled object changed.
+    pub fn mark_owner_of<K: Resource>(&self, object: &K) {
+        if let Some(job) = job_of(object) {
+            self.mark(job);
         }
-    })
+    }
+
+    pub fn mark(&self, job: ObjectRef<DLJob>) {
+        let new = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(job);
+        if new {
+            self.notify.notify_one();
+        }
+    }
+
+    /// The changed jobs as a controller trigger, each once per change.
+    pub fn stream(self: Arc<Self>) -> impl futures::Stream<Item = ObjectRef<DLJob>> + Send {
+        futures::stream::unfold((self, Vec::new()), |(this, mut pending)| async move {
+            loop {
+                if let Some(job) = pending.pop() {
+                    return Some((job, (this, pending)));
+                }
+                // Registered before the set is read: a mark in between
+                // leaves a permit, so no change is missed.
+                let notified = this.notify.notified();
+                pending.extend(this.jobs.lock().unwrap_or_else(|e| e.into_inner()).drain());
+                if pending.is_empty() {
+                    notified.await;
+                }
+            }
+        })
+    }
 }
 
 /// This replica's name in the Lease and in Events.
@@ -309,7 +349,6 @@ pub async fn run_controller(
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let members = watcher::Config::default().labels(c::JOB);
     // Every watch backs off on its own and its errors stop here: the
     // Controller applies one backoff to the merged stream of its triggers,
     // so one failing watch would pause all the others, and after an outage
@@ -320,15 +359,13 @@ pub async fn run_controller(
         watcher::Config::default(),
     )
     .backoff(WatchBackoff::default())
+    .modify(|d: &mut DLJob| d.managed_fields_mut().clear())
     .reflect(writer)
     .applied_objects();
     let controller = Controller::for_stream(without_errors::<DLJob, _>(dljobs), dljob_store)
         .with_config(kube::runtime::controller::Config::default().debounce(Duration::from_secs(1)))
         .trigger_backoff(WatchBackoff::default())
-        .watches_stream(member_trigger::<Pod>(client, &members), job_of)
-        .watches_stream(member_trigger::<StatefulSet>(client, &members), job_of)
-        .watches_stream(member_trigger::<Job>(client, &members), job_of)
-        .reconcile_on(owned_trigger(&stores.owned_changed))
+        .reconcile_on(stores.changed.clone().stream())
         .graceful_shutdown_on(stopped(stop_rx.clone()));
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -357,20 +394,6 @@ pub async fn run_controller(
     future::join3(run, create, watch_stop).await;
 }
 
-/// A member kind's changed objects, as a Controller trigger.
-fn member_trigger<K>(
-    client: &Client,
-    members: &watcher::Config,
-) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
-{
-    let stream = watcher(Api::<K>::all(client.clone()), members.clone())
-        .backoff(WatchBackoff::default())
-        .touched_objects();
-    without_errors::<K, _>(stream)
-}
-
 /// Logs and drops a watch's errors (the watch itself retries after its
 /// own [`WatchBackoff`]).
 fn without_errors<K, S>(stream: S) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send
@@ -389,8 +412,8 @@ where
     })
 }
 
-/// Maps a member to its DLJob.
-fn job_of<K: Resource>(member: K) -> Option<ObjectRef<DLJob>> {
+/// The DLJob of a labelled object (a member or an owned object).
+fn job_of<K: Resource>(member: &K) -> Option<ObjectRef<DLJob>> {
     let job = member.meta().labels.as_ref()?.get(c::JOB)?;
     Some(ObjectRef::new(job).within(member.meta().namespace.as_deref()?))
 }
@@ -409,4 +432,68 @@ async fn creator(ctx: Arc<Context>, stop: impl std::future::Future<Output = ()>)
     };
     futures::pin_mut!(work, stop);
     future::select(work, stop).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(job: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("ns".into()),
+                labels: job.map(|j| [(c::JOB.to_owned(), j.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changed_jobs_come_once_per_burst_and_none_is_missed() {
+        let changed = Arc::new(Changed::default());
+        let mut jobs = Box::pin(changed.clone().stream());
+        async fn next(
+            jobs: &mut (impl futures::Stream<Item = ObjectRef<DLJob>> + Unpin),
+        ) -> Option<ObjectRef<DLJob>> {
+            tokio::time::timeout(Duration::from_secs(1), jobs.next())
+                .await
+                .ok()
+                .flatten()
+        }
+        // A burst for one job (and an unlabelled pod) is one entry.
+        for _ in 0..1000 {
+            changed.mark_owner_of(&pod(Some("a")));
+        }
+        changed.mark_owner_of(&pod(None));
+        assert_eq!(
+            next(&mut jobs).await,
+            Some(ObjectRef::new("a").within("ns"))
+        );
+        assert_eq!(next(&mut jobs).await, None, "nothing else was marked");
+        // A mark while the stream waits wakes it.
+        let waiting = tokio::spawn({
+            let changed = changed.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                changed.mark_owner_of(&pod(Some("b")));
+            }
+        });
+        assert_eq!(
+            next(&mut jobs).await,
+            Some(ObjectRef::new("b").within("ns"))
+        );
+        waiting.await.unwrap();
+        // Marks beyond any channel's capacity are all kept, once each.
+        for i in 0..5000 {
+            changed.mark(ObjectRef::new(&format!("j{i}")).within("ns"));
+        }
+        let mut seen = HashSet::new();
+        while let Some(job) = next(&mut jobs).await {
+            assert!(seen.insert(job.name), "each once");
+        }
+        assert_eq!(seen.len(), 5000);
+    }
 }
