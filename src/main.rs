@@ -5,10 +5,20 @@ use dljob::cli::{self, Cli, Command};
 
 /// Every review parses a JSON object into many small allocations; mimalloc
 /// serves them markedly faster than glibc's malloc (BENCHMARKS.md).
+#[cfg(not(feature = "dhat-heap"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `--features dhat-heap`: every allocation is recorded by dhat (slow) and
+/// `dhat-heap.json` is written to the working directory when `main`
+/// returns — after `serve` has stopped on SIGTERM (benches/replay.rs).
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static GLOBAL: dhat::Alloc = dhat::Alloc;
+
 fn main() -> ExitCode {
+    #[cfg(feature = "dhat-heap")]
+    let _profiler = dhat::Profiler::new_heap();
     if rustls::crypto::ring::default_provider()
         .install_default()
         .is_err()
