@@ -42,9 +42,10 @@
 //! and the watch streams open at the end. With `--runs N`, medians.
 //!
 //! A binary built with `--features dhat-heap` writes `dhat-heap.json` when
-//! it stops; the bench copies it to `--dhat-dir` (default
-//! `target/replay-dhat/`) as `<scenario>-run<N>.json`, for
-//! `benches/dhat_summary.py`.
+//! it stops, or with `--dhat` when the scenario has settled (the bench
+//! creates the file `DLJOB_DHAT_TRIGGER` names); the bench copies it to
+//! `--dhat-dir` (default `target/replay-dhat/`) as
+//! `<scenario>-run<N>.json`, for `benches/dhat_summary.py`.
 //!
 //! Bounded: every wait has a timeout (`--wait-timeout`, default 300 s), the
 //! child is killed at the end and on panic (a guard), only 127.0.0.1 is
@@ -81,6 +82,8 @@ use objects::Generator;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const IDENTITY: &str = "dljob-replay-0";
 const POD_NAMESPACE: &str = "dljob-system";
+/// The file whose existence makes a dhat build write its profile.
+const DHAT_TRIGGER: &str = "dhat-trigger";
 
 const HELP: &str = "\
 replay: memory of `dljob serve` replaying an API server's LISTs and watch events
@@ -100,6 +103,8 @@ cargo bench --bench replay -- [options]
   --sample-ms MS      RSS sampling period (default 250)
   --binary PATH       the dljob binary (default target/release/dljob)
   --env K=V           extra environment for the child (repeatable)
+  --dhat              the binary is built with --features dhat-heap: make it write
+                      its profile when settled (the live heap), before SIGTERM
   --dhat-dir DIR      where dhat-heap.json files go (default target/replay-dhat)
   --log PATH          keep the child's log (stderr) there, appended
   --help              this text";
@@ -123,6 +128,7 @@ struct Options {
     binary: PathBuf,
     env: Vec<(String, String)>,
     dhat_dir: PathBuf,
+    dhat: bool,
     log: Option<PathBuf>,
 }
 
@@ -144,6 +150,7 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
         binary: root.join("target/release/dljob"),
         env: Vec::new(),
         dhat_dir: root.join("target/replay-dhat"),
+        dhat: false,
         log: None,
     };
     let mut it = args.iter();
@@ -168,13 +175,18 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
             "--sample-ms" => {
                 o.sample = Duration::from_millis(num(value()?)?.clamp(10.0, 10_000.0) as u64)
             }
-            "--binary" => o.binary = PathBuf::from(value()?),
+            "--binary" => {
+                let p = PathBuf::from(value()?);
+                // The child runs in the temp dir: a relative path must not move.
+                o.binary = std::path::absolute(&p).unwrap_or(p);
+            }
             "--env" => {
                 let v = value()?;
                 let (k, val) = v.split_once('=').ok_or(format!("--env {v}: K=V"))?;
                 o.env.push((k.to_owned(), val.to_owned()));
             }
             "--dhat-dir" => o.dhat_dir = PathBuf::from(value()?),
+            "--dhat" => o.dhat = true,
             "--log" => o.log = Some(PathBuf::from(value()?)),
             other => return Err(format!("unknown argument {other} (see --help)")),
         }
@@ -251,7 +263,8 @@ impl ServerProcess {
             .current_dir(dir)
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAMESPACE", POD_NAMESPACE)
-            .env("POD_NAME", IDENTITY);
+            .env("POD_NAME", IDENTITY)
+            .env("DLJOB_DHAT_TRIGGER", dir.join(DHAT_TRIGGER));
         for k in [
             "RUST_LOG",
             "DLJOB_CONFIG",
@@ -631,6 +644,24 @@ fn finish(o: &Options, sc: &mut Scenario, srv: &ApiServer, live: Live, dir: &Pat
                 .to_owned()
         })
         .unwrap_or_default();
+    if o.dhat {
+        // The live heap of the settled server, not what is left after the
+        // drop at exit.
+        std::fs::write(dir.join(DHAT_TRIGGER), b"").unwrap();
+        let deadline = Instant::now() + o.wait_timeout;
+        while !std::fs::read_to_string(&server.log_path)
+            .unwrap_or_default()
+            .contains("dhat: The data has been saved")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "replay: no dhat profile in {:?}",
+                o.wait_timeout
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let _ = std::fs::remove_file(dir.join(DHAT_TRIGGER));
+    }
     let status = server.stop(Duration::from_secs(600));
     sc.exit = status.map_or("killed".into(), |s| s.to_string());
     if let Some(log) = &o.log {
