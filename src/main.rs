@@ -5,10 +5,41 @@ use dljob::cli::{self, Cli, Command};
 
 /// Every review parses a JSON object into many small allocations; mimalloc
 /// serves them markedly faster than glibc's malloc (BENCHMARKS.md).
+#[cfg(not(feature = "dhat-heap"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `--features dhat-heap`: every allocation is recorded by dhat (slow) and
+/// `dhat-heap.json` is written to the working directory when `main`
+/// returns (after `serve` has stopped on SIGTERM), or as soon as the file
+/// named by `DLJOB_DHAT_TRIGGER` exists: the live heap of a running server
+/// (benches/replay.rs).
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static GLOBAL: dhat::Alloc = dhat::Alloc;
+
+#[cfg(feature = "dhat-heap")]
+static PROFILER: std::sync::Mutex<Option<dhat::Profiler>> = std::sync::Mutex::new(None);
+
+#[cfg(feature = "dhat-heap")]
+fn profile_heap() {
+    // Deep enough to reach the reconciler's frames under tokio and kube.
+    let profiler = dhat::Profiler::builder().trim_backtraces(Some(100)).build();
+    *PROFILER.lock().unwrap_or_else(|e| e.into_inner()) = Some(profiler);
+    if let Some(trigger) = std::env::var_os("DLJOB_DHAT_TRIGGER") {
+        std::thread::spawn(move || loop {
+            if std::path::Path::new(&trigger).exists() {
+                drop(PROFILER.lock().unwrap_or_else(|e| e.into_inner()).take());
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        });
+    }
+}
+
 fn main() -> ExitCode {
+    #[cfg(feature = "dhat-heap")]
+    profile_heap();
     if rustls::crypto::ring::default_provider()
         .install_default()
         .is_err()
@@ -29,8 +60,11 @@ fn main() -> ExitCode {
     };
     // Errors print their cause chain, never a backtrace: they are meant for
     // the user, whatever RUST_BACKTRACE says.
-    result.unwrap_or_else(|e| {
+    let code = result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");
         ExitCode::from(2)
-    })
+    });
+    #[cfg(feature = "dhat-heap")]
+    drop(PROFILER.lock().unwrap_or_else(|e| e.into_inner()).take());
+    code
 }
