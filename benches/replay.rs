@@ -579,9 +579,9 @@ async fn wait_synced(
             .is_some_and(|l| l["spec"]["holderIdentity"] == IDENTITY);
         let calls = diff_calls(&srv.calls(), before);
         let watched = |r: &str| calls.get(&("watch".into(), r.into())).copied().unwrap_or(0);
-        held && watched("pods") >= 2
-            && watched("statefulsets.apps") >= 2
-            && watched("jobs.batch") >= 2
+        held && watched("pods") >= 1
+            && watched("statefulsets.apps") >= 1
+            && watched("jobs.batch") >= 1
             && watched("services") >= 1
             && watched("dljobs.dljob.dev") >= 1
     })

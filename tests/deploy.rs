@@ -516,9 +516,10 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
             &["create", "delete", "list", "watch"][..],
         ),
         (("dljob.dev", "dljobs/status"), &["patch"]),
+        // get: a bare pod to recreate is read whole (the cache keeps no spec).
         (
             ("", "pods"),
-            &["create", "delete", "list", "patch", "watch"],
+            &["create", "delete", "get", "list", "patch", "watch"],
         ),
         (("apps", "statefulsets"), &["list", "patch", "watch"]),
         (("apps", "statefulsets/scale"), &["patch"]),

@@ -241,8 +241,9 @@ fn context(world: World, dljobs: Vec<DLJob>) -> (Arc<Context>, Handle) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "default");
     let index = Arc::new(MemberIndex::default());
+    // Pods are only indexed: the index entry holds what is read of them.
+    drop(fill(world.pods, observe::trim_pod, &index));
     let stores = Stores {
-        pods: fill(world.pods, observe::trim_pod, &index),
         statefulsets: fill(world.statefulsets, observe::trim_statefulset, &index),
         jobs: fill(world.jobs, observe::trim_job, &index),
         services: service_store(world.services),
@@ -296,6 +297,20 @@ fn call(
         check: Box::new(check),
         respond,
     }
+}
+
+/// The GET of a bare pod to recreate: the cache keeps no spec, so the
+/// reconciler reads the whole pod from the API server.
+fn read_pod(pod: Pod) -> Call {
+    call(
+        "GET",
+        format!(
+            "/api/v1/namespaces/{NS}/pods/{}",
+            pod.metadata.name.clone().unwrap()
+        ),
+        |b| assert!(b.is_null()),
+        serde_json::to_value(pod).unwrap(),
+    )
 }
 
 /// Serves `calls` in order, then asserts that no other call comes before
@@ -519,19 +534,23 @@ fn worker_oom_killed(job: &mut DLJob) -> (Arc<Context>, Handle) {
         World {
             pods: vec![
                 bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
-                bare_pod(
-                    "mnist",
-                    "pytorch",
-                    PYTORCH,
-                    "worker",
-                    0,
-                    terminated(137, "OOMKilled"),
-                ),
+                oom_killed_worker(),
             ],
             services: vec![served(23456)],
             ..World::default()
         },
         vec![],
+    )
+}
+
+fn oom_killed_worker() -> Pod {
+    bare_pod(
+        "mnist",
+        "pytorch",
+        PYTORCH,
+        "worker",
+        0,
+        terminated(137, "OOMKilled"),
     )
 }
 
@@ -545,6 +564,7 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
         ctx,
         handle,
         vec![
+            read_pod(oom_killed_worker()),
             call(
                 "PATCH",
                 status_uri(),
@@ -594,6 +614,19 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
     assert_eq!(metrics.restarts.get(), 1);
 }
 
+/// The bare pod to recreate was already replaced by the time the
+/// reconciler reads it (another uid): the cache is behind. Nothing is
+/// written and nothing deleted; the next reconcile decides again.
+#[tokio::test]
+async fn a_bare_pod_replaced_before_it_is_read_leaves_the_decision_for_later() {
+    let mut job = dljob("pytorch", PYTORCH);
+    let (ctx, handle) = worker_oom_killed(&mut job);
+    let mut replaced = bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running());
+    replaced.metadata.uid = Some("uid-worker-0-new".into());
+    let metrics = reconcile_expecting(job, ctx, handle, vec![read_pod(replaced)]).await;
+    assert_eq!(metrics.restarts.get(), 0);
+}
+
 /// restart-scope Job: the worker's OOM kill deletes every member (each
 /// with its uid precondition), counted as one restart, and the status
 /// names the cause.
@@ -616,6 +649,8 @@ async fn a_job_scope_retry_deletes_every_member() {
         ctx,
         handle,
         vec![
+            read_pod(bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running())),
+            read_pod(oom_killed_worker()),
             call(
                 "PATCH",
                 status_uri(),
@@ -1603,7 +1638,6 @@ async fn first_write_after_an_outage(down_for: Duration) -> (String, Duration) {
     let client = Client::new(service, "default");
     let index = Arc::new(MemberIndex::default());
     let stores = Stores {
-        pods: Writer::default().as_reader(),
         statefulsets: Writer::default().as_reader(),
         jobs: Writer::default().as_reader(),
         services: Writer::default().as_reader(),

@@ -57,7 +57,6 @@ impl Error {
 /// The members the reflectors keep, trimmed (see [`observe`]).
 #[derive(Clone)]
 pub struct Stores {
-    pub pods: Store<Pod>,
     pub statefulsets: Store<StatefulSet>,
     pub jobs: Store<Job>,
     /// The owned Services (full objects: their drift is repaired).
@@ -279,7 +278,7 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         }
     }
 
-    let observed = observe_members(ctx, &namespace, &name);
+    let mut observed = observe_members(ctx, &namespace, &name);
     let mut out = status::next(
         &plan,
         &observed,
@@ -287,6 +286,24 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         job.metadata.generation,
         (ctx.now)(),
     );
+    if !out.manifests_wanted.is_empty() {
+        // Bare pods to recreate: their spec is read from the API server
+        // (the cache keeps none), then the same decision is made with it.
+        if !read_manifests(client, &namespace, &mut observed, &out.manifests_wanted).await? {
+            return Ok(Requeue::requeue(Duration::from_secs(1))); // the cache is behind
+        }
+        out = status::next(
+            &plan,
+            &observed,
+            job.status.as_ref(),
+            job.metadata.generation,
+            (ctx.now)(),
+        );
+        if !out.manifests_wanted.is_empty() {
+            // Never delete a bare pod without what brings it back.
+            return Ok(Requeue::requeue(Duration::from_secs(1)));
+        }
+    }
     if created_secret.is_some() {
         out.status.ssh_secret = created_secret;
     }
@@ -342,6 +359,30 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     Ok(Requeue::requeue(requeue))
 }
 
+/// Reads the bare pods `wanted` (name, uid) and gives each its manifest in
+/// `observed`. False when one is gone or was replaced: the cache is behind
+/// and the decision is to be made again once it has caught up.
+async fn read_manifests(
+    client: &Client,
+    namespace: &str,
+    observed: &mut Observed,
+    wanted: &[(String, String)],
+) -> Result<bool, kube::Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    for (name, uid) in wanted {
+        let Some(pod) = pods.get_opt(name).await? else {
+            return Ok(false);
+        };
+        if pod.metadata.uid.as_deref() != Some(uid) {
+            return Ok(false);
+        }
+        if let Some(p) = observed.pods.iter_mut().find(|p| &p.uid == uid) {
+            p.manifest = Some(observe::recreate_manifest(&pod));
+        }
+    }
+    Ok(true)
+}
+
 /// The job's members as the status function takes them.
 ///
 /// Pods come from the member index; workloads from the stores, every
@@ -353,10 +394,7 @@ pub fn observe_members(ctx: &Context, namespace: &str, job: &str) -> Observed {
     for entry in ctx.index.members(namespace, job) {
         let m = &entry.member;
         if m.kind == Kind::Pod {
-            let key = ObjectRef::new(&m.name).within(namespace);
-            if let Some(pod) = ctx.stores.pods.get(&key) {
-                observed.pods.extend(observe::observe_pod(&entry, &pod));
-            }
+            observed.pods.extend(entry.pod);
         }
     }
     let labels = |meta: &kube::api::ObjectMeta| -> Option<String> {

@@ -113,34 +113,25 @@ pub async fn start(
         changed: &changed,
     };
 
-    let (pods, pod_task) = watch.members::<Pod>(observe::trim_pod);
-    let (statefulsets, sts_task) = watch.members::<StatefulSet>(observe::trim_statefulset);
-    let (jobs, job_task) = watch.members::<Job>(observe::trim_job);
+    // Pods are only indexed: the index entry holds what the reconciler
+    // reads of a pod. The few workloads are kept whole (trimmed) too.
+    let pod_task = watch.members::<Pod>(observe::trim_pod, None);
+    let (statefulsets, writer) = reflector::store();
+    let sts_task = watch.members::<StatefulSet>(observe::trim_statefulset, Some(writer));
+    let (jobs, writer) = reflector::store();
+    let job_task = watch.members::<Job>(observe::trim_job, Some(writer));
     let (services, svc_task) = watch.owned::<Service>();
-    // The webhook is ready once the member caches its peer checks read
+    // The webhook is ready once the member watches its peer checks read
     // have listed (`/readyz` answers 503 until then).
     let synced = {
-        let (pods, statefulsets, jobs, index) = (
-            pods.clone(),
-            statefulsets.clone(),
-            jobs.clone(),
-            index.clone(),
-        );
+        let index = index.clone();
         async move {
-            let (p, s, j) = future::join3(
-                pods.wait_until_ready(),
-                statefulsets.wait_until_ready(),
-                jobs.wait_until_ready(),
-            )
-            .await;
-            if p.is_ok() && s.is_ok() && j.is_ok() {
-                index.mark_synced();
-                tracing::info!("member caches synced: the webhook's peer checks see the cluster");
-            }
+            index.wait_listed().await;
+            index.mark_synced();
+            tracing::info!("member caches synced: the webhook's peer checks see the cluster");
         }
     };
     let stores = Stores {
-        pods,
         statefulsets,
         jobs,
         services,
@@ -169,9 +160,13 @@ struct Watch<'a> {
 }
 
 impl Watch<'_> {
-    /// A trimmed reflector over one member kind that also feeds the index
-    /// and marks the member's job changed.
-    fn members<K>(&self, trim: fn(&mut K)) -> (Store<K>, impl std::future::Future<Output = ()>)
+    /// A watch of one member kind, trimmed, that feeds the index (and
+    /// `store`, when given) and marks the member's job changed.
+    fn members<K>(
+        &self,
+        trim: fn(&mut K),
+        mut store: Option<reflector::store::Writer<K>>,
+    ) -> impl std::future::Future<Output = ()>
     where
         K: MemberObject
             + Resource<DynamicType = ()>
@@ -182,19 +177,20 @@ impl Watch<'_> {
             + Sync
             + 'static,
     {
-        let (store, writer) = reflector::store();
         let (index, config, changed) = (
             self.index.clone(),
             self.config.clone(),
             self.changed.clone(),
         );
-        let stream = watcher(Api::<K>::all(self.client.clone()), self.cfg.clone())
+        watcher(Api::<K>::all(self.client.clone()), self.cfg.clone())
             .backoff(WatchBackoff::default())
             .modify(trim)
-            .reflect(writer)
             .for_each(move |event| {
                 match event {
                     Ok(ev) => {
+                        if let Some(store) = store.as_mut() {
+                            store.apply_watcher_event(&ev);
+                        }
                         index.apply_event(&ev, &config.borrow());
                         if let watcher::Event::Apply(o)
                         | watcher::Event::InitApply(o)
@@ -208,8 +204,7 @@ impl Watch<'_> {
                     }
                 }
                 future::ready(())
-            });
-        (store, stream)
+            })
     }
 
     /// A reflector over the objects the reconciler owns (labelled with
@@ -303,6 +298,10 @@ async fn lead(
     metrics: Arc<Metrics>,
     config: watch::Receiver<Config>,
 ) {
+    // Not before the caches have listed: a reconcile would see jobs
+    // without their pods (and write every status away and back) and
+    // Services missing (and apply every one again).
+    let _ = future::join(index.wait_listed(), stores.services.wait_until_ready()).await;
     let namespace =
         std::env::var("POD_NAMESPACE").unwrap_or_else(|_| client.default_namespace().to_owned());
     let manager = loop {

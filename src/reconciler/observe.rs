@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::status::{ContainerState, Exit, FrameworkContainer, ObservedPod, PodRestart, Workload};
 use crate::config::Config;
 use crate::contract as c;
-use crate::member::{self, MemberSpec, PodOwner};
+use crate::member::{self, MemberSpec};
 use crate::mutate;
 use crate::object::Kind;
 use crate::validate::PeerSource;
@@ -98,14 +98,17 @@ fn names_and(spec: &mut PodSpec, resources: bool, tensorboard: Option<&str>) {
 }
 
 /// Trims a member pod for the reflector: no managedFields, no hostfile
-/// annotation, only the container statuses' states; a pod owned by a
-/// workload keeps only its container names, restart policy and TensorBoard
-/// volume (a bare pod keeps its spec: the reconciler recreates it from it).
+/// annotation, only the container statuses' states, and of the metadata
+/// only what makes it a member — the `dljob.dev/*` labels and annotations
+/// and the ones Kubernetes gives its index and default container in.
 ///
-/// A pod owned by a workload also keeps only what makes it a member — the
-/// `dljob.dev/*` labels and annotations and the ones Kubernetes gives its
-/// index and default container in — and only its framework container and
-/// that container's status: nothing else of it is read back.
+/// Of the spec it keeps the container names, restart policy, dljob's
+/// scheduling gate and the TensorBoard volume. A pod owned by a workload
+/// keeps only its framework container and that container's status (its
+/// requests are read from the workload); a bare pod keeps every
+/// container's resources (a PodGroup's `minResources` sums them). Nothing
+/// else is read back: a bare pod to recreate is read from the API server
+/// then ([`recreate_manifest`]).
 pub fn trim_pod(pod: &mut Pod) {
     trim_meta(&mut pod.metadata);
     let bare = !pod
@@ -113,12 +116,16 @@ pub fn trim_pod(pod: &mut Pod) {
         .owner_references
         .as_ref()
         .is_some_and(|refs| refs.iter().any(|r| r.controller == Some(true)));
+    member_keys_only(&mut pod.metadata);
+    let tensorboard = tensorboard_volume_name([Some(&pod.metadata), None]);
     let mut framework = None;
-    if !bare {
-        member_keys_only(&mut pod.metadata);
-        let tensorboard = tensorboard_volume_name([Some(&pod.metadata), None]);
-        if let Some(spec) = pod.spec.as_mut() {
-            if let Some(i) = framework_container_of(&pod.metadata, &spec.containers) {
+    if let Some(spec) = pod.spec.as_mut() {
+        let chosen = framework_container_of(&pod.metadata, &spec.containers);
+        if bare {
+            framework = chosen.map(|i| spec.containers[i].name.clone());
+            names_and(spec, true, tensorboard.as_deref());
+        } else {
+            if let Some(i) = chosen {
                 let kept = spec.containers.swap_remove(i);
                 framework = Some(kept.name.clone());
                 spec.containers = vec![kept];
@@ -264,6 +271,10 @@ pub struct Entry {
     /// DLJob it creates from this member ([`super::resources::dljob_for`]),
     /// for the TensorBoard pod to mount.
     pub tensorboard_volume: Option<Value>,
+    /// Pods: what the status function reads of it, taken when the watch
+    /// event came. The pods themselves are not kept: a `Pod` value weighs
+    /// kilobytes even trimmed, this a few hundred bytes.
+    pub pod: Option<ObservedPod>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -321,6 +332,9 @@ pub struct MemberIndex {
     inner: RwLock<Inner>,
     /// Every member watch has listed once.
     synced: std::sync::atomic::AtomicBool,
+    /// The member kinds that have listed once, a bit per kind tag.
+    listed: std::sync::atomic::AtomicU8,
+    listed_changed: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for MemberIndex {
@@ -336,10 +350,17 @@ pub trait MemberObject: kube::Resource + serde::Serialize {
     const KIND: Kind;
     /// See [`Entry::live`].
     fn live(&self) -> bool;
+    /// See [`Entry::pod`].
+    fn observe(&self, _entry: &Entry) -> Option<ObservedPod> {
+        None
+    }
 }
 
 impl MemberObject for Pod {
     const KIND: Kind = Kind::Pod;
+    fn observe(&self, entry: &Entry) -> Option<ObservedPod> {
+        observe_pod(entry, self)
+    }
     fn live(&self) -> bool {
         let phase = self.status.as_ref().and_then(|s| s.phase.as_deref());
         self.metadata.deletion_timestamp.is_none()
@@ -395,14 +416,17 @@ pub fn entry_of<K: MemberObject>(object: &K, config: &Config) -> Option<(JobKey,
         .as_ref()
         .and_then(|tb| crate::tensorboard::volume(K::KIND, &value, &tb.volume))
         .cloned();
+    let mut entry = Entry {
+        member,
+        live: object.live(),
+        framework_container,
+        tensorboard_volume,
+        pod: None,
+    };
+    entry.pod = object.observe(&entry);
     Some((
-        (member.namespace.clone(), member.job.clone()),
-        Entry {
-            member,
-            live: object.live(),
-            framework_container,
-            tensorboard_volume,
-        },
+        (entry.member.namespace.clone(), entry.member.job.clone()),
+        entry,
     ))
 }
 
@@ -456,7 +480,26 @@ impl MemberIndex {
                 for (k, v) in listed {
                     inner.insert(k, v);
                 }
+                drop(inner);
+                self.listed
+                    .fetch_or(1 << tag, std::sync::atomic::Ordering::SeqCst);
+                self.listed_changed.notify_waiters();
             }
+        }
+    }
+
+    /// Waits until the pod, StatefulSet and Job watches have each listed
+    /// once (the first `InitDone` of each).
+    pub async fn wait_listed(&self) {
+        const ALL: u8 = 0b111;
+        loop {
+            let changed = self.listed_changed.notified();
+            futures::pin_mut!(changed);
+            changed.as_mut().enable();
+            if self.listed.load(std::sync::atomic::Ordering::SeqCst) == ALL {
+                return;
+            }
+            changed.await;
         }
     }
 
@@ -598,7 +641,9 @@ pub fn observe_pod(entry: &Entry, pod: &Pod) -> Option<ObservedPod> {
         reason: status.and_then(|s| s.reason.clone()),
         deleting: pod.metadata.deletion_timestamp.is_some(),
         container,
-        manifest: (entry.member.owner == PodOwner::None).then(|| recreate_manifest(pod)),
+        // The cache keeps no spec to recreate from: read on demand
+        // (`status::Outcome::manifests_wanted`).
+        manifest: None,
         gated: pod
             .spec
             .as_ref()
@@ -774,24 +819,51 @@ mod tests {
         assert!(entry_of(&trimmed, &Config::default()).is_none());
     }
 
+    /// A bare pod is trimmed like an owned one, but keeps every container's
+    /// name and resources (a PodGroup's `minResources` sums them); its spec
+    /// to recreate it from is read from the API server when needed.
     #[test]
-    fn a_bare_pod_keeps_its_labels_annotations_and_containers() {
-        let trimmed = trims_to_the_same(&pod(false, &["log", "pytorch"], &[]));
+    fn a_bare_pod_keeps_its_member_keys_and_its_containers_resources_only() {
+        let mut p = pod(false, &["log", "pytorch"], &[]);
+        let spec = p.spec.as_mut().unwrap();
+        spec.containers[1] = serde_json::from_value(json!({
+            "name": "pytorch", "image": "train",
+            "env": [{"name": "MASTER_ADDR", "value": "mnist-master-0.mnist.ml.svc"}],
+            "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": "1"}},
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+        }))
+        .unwrap();
+        spec.volumes = serde_json::from_value(json!([{"name": "data", "emptyDir": {}}])).unwrap();
+        let trimmed = trims_to_the_same(&p);
         assert_eq!(
             container_names(&trimmed),
-            (vec!["log", "pytorch"], vec!["log", "pytorch"])
+            (vec!["log", "pytorch"], vec!["pytorch"])
         );
+        assert_eq!(
+            serde_json::to_value(&trimmed.spec.as_ref().unwrap().containers).unwrap(),
+            json!([{"name": "log"}, {"name": "pytorch",
+                "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": "1"}}}])
+        );
+        assert_eq!(trimmed.spec.as_ref().unwrap().volumes, None);
         let meta = &trimmed.metadata;
-        assert!(meta
+        assert!(!meta
             .labels
             .as_ref()
             .unwrap()
             .contains_key("controller-revision-hash"));
-        assert!(meta
+        assert!(!meta
             .annotations
             .as_ref()
             .unwrap()
             .contains_key("k8s.v1.cni.cncf.io/network-status"));
+        // Nothing to recreate it from in the cache: read when wanted.
+        let (_, entry) = entry_of(&trimmed, &Config::default()).unwrap();
+        assert_eq!(observe_pod(&entry, &trimmed).unwrap().manifest, None);
+        let manifest = recreate_manifest(&p);
+        assert_eq!(
+            manifest["spec"]["containers"][1]["env"][0]["name"],
+            "MASTER_ADDR"
+        );
     }
 
     /// What `dljob.dev/tensorboard` names survives trimming, alone among

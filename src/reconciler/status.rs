@@ -92,7 +92,9 @@ pub struct ObservedPod {
     /// Has a deletionTimestamp: it is going away, its exits do not count.
     pub deleting: bool,
     pub container: Option<FrameworkContainer>,
-    /// Bare pods: what to recreate it from (metadata and spec).
+    /// Bare pods: what to recreate it from (metadata and spec), when the
+    /// caller read it. The caches do not keep it: when a bare pod without
+    /// one is to be recreated, [`Outcome::manifests_wanted`] names it.
     pub manifest: Option<Value>,
     /// Still held by dljob's scheduling gate ([`c::WORKERS_READY_GATE`]).
     pub gated: bool,
@@ -167,6 +169,10 @@ pub struct Outcome {
     pub requeue_after: Option<Duration>,
     /// Restarts counted by this call (for metrics).
     pub new_restarts: u32,
+    /// Bare pods to recreate whose manifest was not given, as (name, uid):
+    /// read them and call again with their manifests. The rest of the
+    /// outcome is then incomplete and is not to be acted on.
+    pub manifests_wanted: Vec<(String, String)>,
 }
 
 /// The class of an exit code.
@@ -306,6 +312,7 @@ pub fn next(
         }
     });
 
+    let mut manifests_wanted = Vec::new();
     let (verdict, mut actions, new_restarts) = if prev.phase.is_finished() {
         let verdict = Verdict {
             phase: prev.phase,
@@ -319,7 +326,14 @@ pub fn next(
             all: &observed.pods,
             coordinator: coordinator_pod,
         };
-        let decision = decide(plan, &members, &mut status, &mut roles, now);
+        let decision = decide(
+            plan,
+            &members,
+            &mut status,
+            &mut roles,
+            now,
+            &mut manifests_wanted,
+        );
         (decision.verdict, decision.actions, decision.new_restarts)
     };
 
@@ -393,6 +407,7 @@ pub fn next(
         events,
         requeue_after,
         new_restarts,
+        manifests_wanted,
     }
 }
 
@@ -416,6 +431,27 @@ fn describe(p: &ObservedPod, e: &Exit) -> String {
     match &e.reason {
         Some(r) => format!("{} (pod {}) exited {code} ({r})", p.replica(), p.name),
         None => format!("{} (pod {}) exited {code}", p.replica(), p.name),
+    }
+}
+
+/// Records that bare pod `p`, about to be deleted for a retry, is to come
+/// back from its manifest once it is gone — or, without its manifest, that
+/// the caller is to read it ([`Outcome::manifests_wanted`]).
+fn recreate_later(
+    pending: &mut Vec<PendingRecreate>,
+    manifests_wanted: &mut Vec<(String, String)>,
+    p: &ObservedPod,
+) {
+    if pending.iter().any(|r| r.uid == p.uid) {
+        return;
+    }
+    match &p.manifest {
+        Some(manifest) => pending.push(PendingRecreate {
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+            manifest: manifest.clone(),
+        }),
+        None => manifests_wanted.push((p.name.clone(), p.uid.clone())),
     }
 }
 
@@ -446,6 +482,7 @@ fn decide(
     status: &mut DLJobStatus,
     roles: &mut BTreeMap<String, RoleStatus>,
     now: Timestamp,
+    manifests_wanted: &mut Vec<(String, String)>,
 ) -> Decision {
     let Members {
         live: pods,
@@ -571,15 +608,7 @@ fn decide(
         if p.finished() {
             retrying = true;
             if p.owner == PodOwner::None {
-                if let Some(manifest) = &p.manifest {
-                    if !status.pending_recreates.iter().any(|r| r.uid == p.uid) {
-                        status.pending_recreates.push(PendingRecreate {
-                            name: p.name.clone(),
-                            uid: p.uid.clone(),
-                            manifest: manifest.clone(),
-                        });
-                    }
-                }
+                recreate_later(&mut status.pending_recreates, manifests_wanted, p);
             }
             actions.push(Action::DeletePod {
                 name: p.name.clone(),
@@ -595,15 +624,7 @@ fn decide(
         for p in all.iter().filter(|p| restart.uids.contains(&p.uid)) {
             retrying = true;
             if p.owner == PodOwner::None {
-                if let Some(manifest) = &p.manifest {
-                    if !status.pending_recreates.iter().any(|r| r.uid == p.uid) {
-                        status.pending_recreates.push(PendingRecreate {
-                            name: p.name.clone(),
-                            uid: p.uid.clone(),
-                            manifest: manifest.clone(),
-                        });
-                    }
-                }
+                recreate_later(&mut status.pending_recreates, manifests_wanted, p);
             }
             if !p.deleting {
                 actions.push(Action::DeletePod {
