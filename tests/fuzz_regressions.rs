@@ -156,3 +156,51 @@ fn huge_inferred_topology_is_refused() {
         "{v}"
     );
 }
+
+/// `admission_review`, artifact `crash-d08bcf5c…` (2026-11-23): the captured
+/// DDP review with one byte of `userInfo` replaced by `\xfc`. The webhook's
+/// view skips `userInfo` unread, and answered it as a review; the body is
+/// not UTF-8, so it is not JSON: 400. A lone surrogate escape (`\ud800`,
+/// valid JSON syntax that serde_json will not decode into a tree) in a
+/// skipped field is answered as the review it is; in a field the webhook
+/// reads, it is refused.
+#[test]
+fn a_body_that_is_not_utf8_is_refused_even_where_the_webhook_does_not_read() {
+    let path = format!(
+        "{}/../shared/fixtures/admission/mutate-create-pod-ddp-worker.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let review_json: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut with_group = review_json.clone();
+    with_group["request"]["userInfo"]["groups"] = json!(["MARK"]);
+    let text = serde_json::to_vec(&with_group).unwrap();
+    let at = text.windows(4).position(|w| w == b"MARK").unwrap();
+    let mut not_utf8 = text.clone();
+    not_utf8[at] = 0xfc;
+    let surrogate = String::from_utf8(text.clone())
+        .unwrap()
+        .replace("MARK", "\\ud800");
+    let uid_surrogate =
+        serde_json::to_string(&review_json)
+            .unwrap()
+            .replacen("\"uid\":\"", "\"uid\":\"\\ud800", 1);
+    let config = Config::default();
+    for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+        match review(endpoint, &not_utf8, &config, &NoPeers) {
+            Answer::BadRequest(m) => assert!(m.contains("not UTF-8"), "{m}"),
+            Answer::Review { .. } => panic!("a body that is not UTF-8 was answered"),
+        }
+        assert!(matches!(
+            review(endpoint, uid_surrogate.as_bytes(), &config, &NoPeers),
+            Answer::BadRequest(_)
+        ));
+        let Answer::Review { body, summary } =
+            review(endpoint, surrogate.as_bytes(), &config, &NoPeers)
+        else {
+            panic!("a lone surrogate in a skipped field is answered");
+        };
+        let answered: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answered["response"]["uid"], review_json["request"]["uid"]);
+        assert!(summary.allowed);
+    }
+}

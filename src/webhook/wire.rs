@@ -43,15 +43,30 @@ pub struct RequestView<'a> {
 }
 
 impl<'a> ReviewView<'a> {
-    /// Reads a body. An error is a body that is not JSON, or whose top level
-    /// or `request` is not an object.
-    pub fn parse(body: &'a [u8]) -> serde_json::Result<Self> {
-        // The body is checked to be UTF-8 once, rather than every string in
-        // it one by one.
-        match std::str::from_utf8(body) {
-            Ok(text) => serde_json::from_str(text),
-            Err(_) => serde_json::from_slice(body), // not JSON: this says where
-        }
+    /// Reads a body. An error is a body that is not JSON (UTF-8 included:
+    /// the fields the view skips are not decoded, so the whole body is
+    /// checked here, once), or whose top level or `request` is not an
+    /// object.
+    pub fn parse(body: &'a [u8]) -> Result<Self, ParseError> {
+        let text = std::str::from_utf8(body).map_err(ParseError::NotUtf8)?;
+        serde_json::from_str(text).map_err(ParseError::Json)
+    }
+}
+
+/// Why a body is not a review.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    #[error("not UTF-8 ({0})")]
+    NotUtf8(std::str::Utf8Error),
+    #[error("{0}")]
+    Json(serde_json::Error),
+}
+
+impl ParseError {
+    /// JSON, but not shaped as a review (a top level or `request` that is
+    /// not an object).
+    pub fn is_data(&self) -> bool {
+        matches!(self, Self::Json(e) if e.is_data())
     }
 }
 
@@ -392,9 +407,21 @@ mod tests {
         let request = view.request.unwrap();
         assert_eq!(string(request.uid).as_deref(), Some("b"));
         assert_eq!(request.object, None);
-        assert!(ReviewView::parse(br#"{"request": {"uid": "u"}} x"#)
-            .unwrap_err()
-            .is_syntax());
+        let trailing = ReviewView::parse(br#"{"request": {"uid": "u"}} x"#).unwrap_err();
+        assert!(
+            matches!(&trailing, ParseError::Json(e) if e.is_syntax()),
+            "{trailing}"
+        );
+        // Invalid UTF-8 is refused wherever it is, in a field the view
+        // skips too.
+        for body in [
+            &b"{\"request\": {\"uid\": \"\xff\"}}"[..],
+            b"{\"request\": {\"uid\": \"u\", \"userInfo\": {\"groups\": [\"\xfc\"]}}}",
+        ] {
+            let e = ReviewView::parse(body).unwrap_err();
+            assert!(matches!(e, ParseError::NotUtf8(_)), "{e}");
+            assert!(!e.is_data());
+        }
     }
 
     #[test]
