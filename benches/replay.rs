@@ -687,6 +687,36 @@ fn finish(o: &Options, sc: &mut Scenario, srv: &ApiServer, live: Live, dir: &Pat
     }
 }
 
+/// Starts the child and waits until it has synced (lists done, Lease
+/// held), recording its RSS at start and then.
+async fn start_child(
+    name: &'static str,
+    o: &Options,
+    srv: &Arc<ApiServer>,
+    dir: &Path,
+    kubeconfig: &Path,
+) -> (
+    Scenario,
+    ServerProcess,
+    Sampler,
+    BTreeMap<(String, String), u64>,
+    Instant,
+) {
+    let mut sc = Scenario {
+        name,
+        ..Scenario::default()
+    };
+    let before = srv.calls();
+    let t0 = Instant::now();
+    let server = ServerProcess::start(o, dir, kubeconfig);
+    let sampler = Sampler::start(server.pid(), o.sample);
+    sc.rss_start = memory(server.pid()).unwrap().0;
+    wait_synced(o, srv, &server, &before).await;
+    sc.synced_after = t0.elapsed();
+    sc.rss_synced = memory(server.pid()).unwrap().0;
+    (sc, server, sampler, before, t0)
+}
+
 async fn scenario_created(
     o: &Options,
     srv: &Arc<ApiServer>,
@@ -700,18 +730,8 @@ async fn scenario_created(
         let p = generator.pod(i, srv.uid());
         srv.put("", "pods", generator.running(i, &p.pending));
     }
-    let mut sc = Scenario {
-        name: "created",
-        ..Scenario::default()
-    };
-    let before = srv.calls();
-    let t0 = Instant::now();
-    let server = ServerProcess::start(o, dir, kubeconfig);
-    let sampler = Sampler::start(server.pid(), o.sample);
-    sc.rss_start = memory(server.pid()).unwrap().0;
-    wait_synced(o, srv, &server, &before).await;
-    sc.synced_after = t0.elapsed();
-    sc.rss_synced = memory(server.pid()).unwrap().0;
+    let (mut sc, server, sampler, before, t0) =
+        start_child("created", o, srv, dir, kubeconfig).await;
 
     // Create the pods at the rate, through the webhook.
     let created_at = Instant::now();
@@ -820,18 +840,8 @@ async fn scenario_existing(
     kubeconfig: &Path,
     run: usize,
 ) -> Scenario {
-    let mut sc = Scenario {
-        name: "existing",
-        ..Scenario::default()
-    };
-    let before = srv.calls();
-    let t0 = Instant::now();
-    let server = ServerProcess::start(o, dir, kubeconfig);
-    let sampler = Sampler::start(server.pid(), o.sample);
-    sc.rss_start = memory(server.pid()).unwrap().0;
-    wait_synced(o, srv, &server, &before).await;
-    sc.synced_after = t0.elapsed();
-    sc.rss_synced = memory(server.pid()).unwrap().0;
+    let (mut sc, server, sampler, before, t0) =
+        start_child("existing", o, srv, dir, kubeconfig).await;
     tokio::time::sleep(o.settle).await;
     let live = Live {
         server,

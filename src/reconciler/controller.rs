@@ -279,26 +279,23 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     }
 
     let mut observed = observe_members(ctx, &namespace, &name);
-    let mut out = status::next(
-        &plan,
-        &observed,
-        job.status.as_ref(),
-        job.metadata.generation,
-        (ctx.now)(),
-    );
+    let decide = |observed: &Observed| {
+        status::next(
+            &plan,
+            observed,
+            job.status.as_ref(),
+            job.metadata.generation,
+            (ctx.now)(),
+        )
+    };
+    let mut out = decide(&observed);
     if !out.manifests_wanted.is_empty() {
         // Bare pods to recreate: their spec is read from the API server
         // (the cache keeps none), then the same decision is made with it.
         if !read_manifests(client, &namespace, &mut observed, &out.manifests_wanted).await? {
             return Ok(Requeue::requeue(Duration::from_secs(1))); // the cache is behind
         }
-        out = status::next(
-            &plan,
-            &observed,
-            job.status.as_ref(),
-            job.metadata.generation,
-            (ctx.now)(),
-        );
+        out = decide(&observed);
         if !out.manifests_wanted.is_empty() {
             // Never delete a bare pod without what brings it back.
             return Ok(Requeue::requeue(Duration::from_secs(1)));
