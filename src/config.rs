@@ -167,6 +167,12 @@ impl Config {
             }
         }
         for (resource, acc) in &self.accelerators {
+            if !is_extended_resource_name(resource) {
+                return Err(ConfigError::Invalid(format!(
+                    "accelerators: \"{}\" is not an extended resource name (vendor.example/device, as containers request it)",
+                    resource.escape_debug()
+                )));
+            }
             for v in &acc.volumes {
                 if !crate::contract::is_dns_label(&v.name) {
                     return Err(ConfigError::Invalid(format!(
@@ -187,6 +193,12 @@ impl Config {
                         "accelerators.{resource}.env: a variable has an empty name"
                     )));
                 }
+                if !is_env_name(&e.name) {
+                    return Err(ConfigError::Invalid(format!(
+                        "accelerators.{resource}.env: \"{}\" is not a variable name Kubernetes accepts (letters, digits, '_', '-', '.', not starting with a digit)",
+                        e.name.escape_debug()
+                    )));
+                }
             }
         }
         Ok(())
@@ -198,9 +210,84 @@ impl Config {
     }
 }
 
+/// An extended resource name as the API server accepts one in a
+/// container's resources: a DNS-subdomain prefix (not `kubernetes.io`),
+/// `/`, and a name of up to 63 letters, digits, `-`, `_` and `.`, starting
+/// and ending with a letter or digit.
+fn is_extended_resource_name(name: &str) -> bool {
+    let Some((prefix, rest)) = name.split_once('/') else {
+        return false;
+    };
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    crate::object::is_extended_resource(name)
+        && prefix.len() <= 253
+        && prefix.split('.').all(crate::contract::is_dns_label)
+        && (1..=63).contains(&rest.len())
+        && rest
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && edge(rest.chars().next())
+        && edge(rest.chars().last())
+}
+
+/// An environment variable name the API server accepts
+/// (`[-._a-zA-Z][-._a-zA-Z0-9]*`).
+fn is_env_name(name: &str) -> bool {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    name.chars()
+        .next()
+        .is_some_and(|c| ok(c) && !c.is_ascii_digit())
+        && name.chars().all(ok)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An accelerator's resource and env names are what the API server
+    /// accepts in a container (fuzzing found text with newlines and `#`
+    /// accepted as a resource name, which no container can request and
+    /// which did not survive being written back out).
+    #[test]
+    fn accelerator_resource_and_env_names_are_kubernetes_names() {
+        let config = |resource: &str, env: &str| {
+            Config::from_yaml(&format!(
+                "accelerators:\n  {}:\n    env:\n    - name: {}\n      value: x\n",
+                serde_json::to_string(resource).unwrap(),
+                serde_json::to_string(env).unwrap()
+            ))
+        };
+        for resource in [
+            "nvidia.com/gpu",
+            "amd.com/gpu",
+            "habana.ai/gaudi",
+            "a.b/x.y_z-1",
+        ] {
+            assert!(config(resource, "LD_LIBRARY_PATH").is_ok(), "{resource}");
+        }
+        for resource in [
+            "gpu",
+            "nvidia.com/",
+            "/gpu",
+            "nvidia.com/gp u",
+            "nvidia.com/-gpu",
+            "Nvidia.com/gpu",
+            "kubernetes.io/gpu",
+            "a.b/\n",
+            "amd# x/y",
+        ] {
+            let e = config(resource, "X").unwrap_err().to_string();
+            assert!(
+                e.contains("not an extended resource name"),
+                "{resource:?}: {e}"
+            );
+        }
+        for env in ["1X", "A\nB", "A=B", "A B"] {
+            let e = config("nvidia.com/gpu", env).unwrap_err().to_string();
+            assert!(e.contains("not a variable name"), "{env:?}: {e}");
+        }
+        assert!(config("nvidia.com/gpu", "-a.b_C9").is_ok());
+    }
 
     #[test]
     fn parses_the_documented_shape() {
