@@ -297,7 +297,9 @@ type Relist = Vec<(ObjectKey, Option<(JobKey, Entry)>)>;
 
 #[derive(Default)]
 struct Inner {
-    jobs: HashMap<JobKey, BTreeMap<ObjectKey, Entry>>,
+    /// Boxed: a job's map is small (a leaf of 11 slots holds a few
+    /// members), and an `Entry` is over a kilobyte inline.
+    jobs: HashMap<JobKey, BTreeMap<ObjectKey, Box<Entry>>>,
     objects: HashMap<ObjectKey, JobKey>,
     /// Per kind: the objects listed since the watch (re)started.
     relist: [Option<Relist>; 3],
@@ -319,7 +321,7 @@ impl Inner {
         self.remove(&key);
         if let Some((job, entry)) = value {
             self.objects.insert(key.clone(), job.clone());
-            self.jobs.entry(job).or_default().insert(key, entry);
+            self.jobs.entry(job).or_default().insert(key, Box::new(entry));
         }
     }
 }
@@ -508,7 +510,7 @@ impl MemberIndex {
         self.read()
             .jobs
             .get(&(namespace.to_owned(), job.to_owned()))
-            .map(|m| m.values().cloned().collect())
+            .map(|m| m.values().map(|e| Entry::clone(e)).collect())
             .unwrap_or_default()
     }
 
@@ -524,7 +526,7 @@ impl MemberIndex {
                 let entry = live
                     .find(|e| e.tensorboard_volume.is_some())
                     .unwrap_or(first);
-                Some((k.clone(), entry.clone()))
+                Some((k.clone(), Entry::clone(entry)))
             })
             .collect()
     }
