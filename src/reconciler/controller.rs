@@ -54,7 +54,9 @@ impl Error {
     }
 }
 
-/// The members the reflectors keep, trimmed (see [`observe`]).
+/// The workloads the reflectors keep, trimmed (see [`observe`]), and the
+/// owned Services. Pods are not kept: the member index holds what is read
+/// of each ([`observe::Entry::pod`]).
 #[derive(Clone)]
 pub struct Stores {
     pub statefulsets: Store<StatefulSet>,

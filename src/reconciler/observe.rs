@@ -97,7 +97,7 @@ fn names_and(spec: &mut PodSpec, resources: bool, tensorboard: Option<&str>) {
     };
 }
 
-/// Trims a member pod for the reflector: no managedFields, no hostfile
+/// Trims a member pod before it is indexed: no managedFields, no hostfile
 /// annotation, only the container statuses' states, and of the metadata
 /// only what makes it a member — the `dljob.dev/*` labels and annotations
 /// and the ones Kubernetes gives its index and default container in.
@@ -321,7 +321,10 @@ impl Inner {
         self.remove(&key);
         if let Some((job, entry)) = value {
             self.objects.insert(key.clone(), job.clone());
-            self.jobs.entry(job).or_default().insert(key, Box::new(entry));
+            self.jobs
+                .entry(job)
+                .or_default()
+                .insert(key, Box::new(entry));
         }
     }
 }
