@@ -695,13 +695,7 @@ async fn start_child(
     srv: &Arc<ApiServer>,
     dir: &Path,
     kubeconfig: &Path,
-) -> (
-    Scenario,
-    ServerProcess,
-    Sampler,
-    BTreeMap<(String, String), u64>,
-    Instant,
-) {
+) -> (Scenario, Live) {
     let mut sc = Scenario {
         name,
         ..Scenario::default()
@@ -714,7 +708,13 @@ async fn start_child(
     wait_synced(o, srv, &server, &before).await;
     sc.synced_after = t0.elapsed();
     sc.rss_synced = memory(server.pid()).unwrap().0;
-    (sc, server, sampler, before, t0)
+    let live = Live {
+        server,
+        sampler,
+        started: t0,
+        before,
+    };
+    (sc, live)
 }
 
 async fn scenario_created(
@@ -730,8 +730,7 @@ async fn scenario_created(
         let p = generator.pod(i, srv.uid());
         srv.put("", "pods", generator.running(i, &p.pending));
     }
-    let (mut sc, server, sampler, before, t0) =
-        start_child("created", o, srv, dir, kubeconfig).await;
+    let (mut sc, live) = start_child("created", o, srv, dir, kubeconfig).await;
 
     // Create the pods at the rate, through the webhook.
     let created_at = Instant::now();
@@ -751,7 +750,7 @@ async fn scenario_created(
             uids.clone(),
         );
         let mut client = if o.webhook {
-            Some(connect(server.addr, &server.ca_pem).await)
+            Some(connect(live.server.addr, &live.server.ca_pem).await)
         } else {
             None
         };
@@ -813,7 +812,7 @@ async fn scenario_created(
     }
     let last_pod = last_pod_sent;
     sc.created_in = Some(created_at.elapsed());
-    sc.rss_created = Some(memory(server.pid()).unwrap().0);
+    sc.rss_created = Some(memory(live.server.pid()).unwrap().0);
     sc.review_failures = failures.load(Ordering::Relaxed);
     sc.first_review_failure = first_failure.lock().unwrap().clone();
 
@@ -823,12 +822,6 @@ async fn scenario_created(
     .await;
     sc.all_owned_after_last_pod = Some(last_pod.elapsed());
     tokio::time::sleep(o.settle).await;
-    let live = Live {
-        server,
-        sampler,
-        started: t0,
-        before,
-    };
     finish(o, &mut sc, srv, live, dir, run);
     sc
 }
@@ -840,15 +833,8 @@ async fn scenario_existing(
     kubeconfig: &Path,
     run: usize,
 ) -> Scenario {
-    let (mut sc, server, sampler, before, t0) =
-        start_child("existing", o, srv, dir, kubeconfig).await;
+    let (mut sc, live) = start_child("existing", o, srv, dir, kubeconfig).await;
     tokio::time::sleep(o.settle).await;
-    let live = Live {
-        server,
-        sampler,
-        started: t0,
-        before,
-    };
     finish(o, &mut sc, srv, live, dir, run);
     sc
 }

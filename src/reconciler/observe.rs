@@ -1,4 +1,4 @@
-//! From watched objects to what the core reads: trimming for the reflector,
+//! From watched objects to what the core reads: trimming before caching,
 //! the member index (the validating webhook's peers, answered from memory)
 //! and the [`ObservedPod`]s the status function takes. Pure: no client.
 
