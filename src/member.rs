@@ -58,8 +58,11 @@ pub enum Rule {
     InvalidIndex,
     MissingIndex,
     IndexOutOfRange,
-    /// An UPDATE that changes the job, role, framework or topology.
+    /// An UPDATE that changes the job, role, framework or topology (or a
+    /// pod's index).
     ImmutableKey,
+    /// An UPDATE that makes an existing pod a member.
+    JoinByUpdate,
     /// A member that disagrees with the job's other members.
     PeerDisagrees,
     /// A replica another member already is.
@@ -101,6 +104,7 @@ impl Rule {
             Rule::MissingIndex => "MissingIndex",
             Rule::IndexOutOfRange => "IndexOutOfRange",
             Rule::ImmutableKey => "ImmutableKey",
+            Rule::JoinByUpdate => "JoinByUpdate",
             Rule::PeerDisagrees => "PeerDisagrees",
             Rule::DuplicateReplica => "DuplicateReplica",
             Rule::TooLarge => "TooLarge",

@@ -53,7 +53,24 @@ fn immutable_keys(
     v: &mut Violations,
 ) {
     if job_label(old).is_none() {
-        return; // it is becoming a member now: nothing to compare with
+        // A workload may become a member by UPDATE (its template is
+        // rewritten and its pods come again, wired); a pod cannot: what
+        // dljob gives a member pod (env, hostname, hostfile) is written
+        // when it is created, and its spec is immutable since.
+        if kind == Kind::Pod {
+            if let Some(job) = job_label(new) {
+                v.push(
+                    Rule::JoinByUpdate,
+                    format!(
+                        "an existing pod cannot join job \"{job}\": dljob wires a member pod when it is created; create the pod with {}, {} and {} instead of adding them",
+                        c::JOB,
+                        c::ROLE,
+                        c::INDEX
+                    ),
+                );
+            }
+        }
+        return;
     }
     let label = |o: &Value, k: &str| object::meta_str(o, &[], "labels", k).map(str::to_owned);
     let annotation =
@@ -65,6 +82,12 @@ fn immutable_keys(
             c::FRAMEWORK,
             annotation(old, c::FRAMEWORK),
             annotation(new, c::FRAMEWORK),
+        ),
+        // A pod's index is its hostname and rank, fixed at creation.
+        (
+            c::INDEX,
+            annotation(old, c::INDEX).filter(|_| kind == Kind::Pod),
+            annotation(new, c::INDEX).filter(|_| kind == Kind::Pod),
         ),
     ] {
         if before != after {

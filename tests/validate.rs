@@ -407,7 +407,10 @@ fn update_changing_identity_keys_is_denied() {
         .remove("dljob.dev/index");
     assert_eq!(
         problems_with(Kind::Pod, &changed_role, Some(&old), &[]),
-        vec!["dljob.dev/role cannot change on an existing member (\"worker\" → \"chief\"): delete and recreate the job's members to change it"]
+        vec![
+            "dljob.dev/role cannot change on an existing member (\"worker\" → \"chief\"): delete and recreate the job's members to change it",
+            "dljob.dev/index cannot change on an existing member (\"1\" → (unset)): delete and recreate the job's members to change it",
+        ]
     );
     let mut changed_topology = old.clone();
     changed_topology["metadata"]["annotations"]["dljob.dev/replicas"] = json!("chief=1,worker=3");
@@ -438,6 +441,38 @@ fn update_changing_identity_keys_is_denied() {
         problems_with(Kind::Pod, &unlabelled, Some(&old), &[]),
         vec!["dljob.dev/job cannot change on an existing member (\"mnist\" → (unset)): delete and recreate the job's members to change it"]
     );
+}
+
+#[test]
+fn update_making_an_existing_pod_a_member_is_denied() {
+    // An unrelated pod (say a finished one) relabelled into a job: it was
+    // never wired, and its exit would count as the job's.
+    let member = tf_pod("worker", json!({}));
+    let mut old = member.clone();
+    old["metadata"]["labels"] = json!({"app": "batch"});
+    old["metadata"]["annotations"] = json!({});
+    assert_eq!(
+        problems_with(Kind::Pod, &member, Some(&old), &[]),
+        vec!["an existing pod cannot join job \"mnist\": dljob wires a member pod when it is created; create the pod with dljob.dev/job, dljob.dev/role and dljob.dev/index instead of adding them"]
+    );
+    // Its index is as fixed as its role.
+    let mut moved = member.clone();
+    moved["metadata"]["annotations"]["dljob.dev/index"] = json!("0");
+    assert_eq!(
+        problems_with(Kind::Pod, &moved, Some(&member), &[]),
+        vec!["dljob.dev/index cannot change on an existing member (\"1\" → \"0\"): delete and recreate the job's members to change it"]
+    );
+    // An annotation of its own is still any member's to add.
+    let mut noted = member.clone();
+    noted["metadata"]["annotations"]["team.example/owner"] = json!("ada");
+    assert!(problems_with(Kind::Pod, &noted, Some(&member), &[]).is_empty());
+    // A StatefulSet still joins by UPDATE: its template is rewritten and its
+    // pods come again, wired.
+    let joined = sts(2, json!({"dljob.dev/framework": "pytorch"}));
+    let mut before = joined.clone();
+    before["metadata"]["labels"] = json!({"app": "bert"});
+    before["metadata"]["annotations"] = json!({});
+    assert!(problems_with(Kind::StatefulSet, &joined, Some(&before), &[]).is_empty());
 }
 
 #[test]
