@@ -333,17 +333,20 @@ def test_gpu_launcher_runs_its_own_ranks(openmpi, horovod_gpu_launcher):
 
 
 def test_large_job_tree_spawn(openmpi, horovod):
-    """Past `routed_radix` (64) hosts the daemons mpirun starts start the rest
-    (tree spawn); radix 1 makes a 2-worker job do it. OpenMPI 4 forwards the
-    FQDN and ssh args intact; PRRTE forwards short host names and cuts the
-    ssh args at '=' (`-o ConnectionAttempts`), so OpenMPI 5 needs the
-    injected env to turn tree spawn off."""
+    """Past `routed_radix` (64) hosts the daemons mpirun starts would start
+    the rest (tree spawn), over ssh from the workers; radix 1 makes a
+    2-worker job do it. Workers hold no private key (they mount only the
+    Secret's authorized_keys), and PRRTE would forward short host names and
+    cut the ssh args at '=' besides: the injected env turns tree spawn off in
+    both, so the launcher reaches every worker itself."""
     launcher = horovod.pod("launcher")
     workers = [horovod.pod("worker", i) for i in range(2)]
     radix = {"OMPI_MCA_routed_radix": "1", "PRTE_MCA_routed_radix": "1"}
     run = run_mpi(horovod, launcher, openmpi, extra=radix)
     assert_ranks(run, {0: workers[0].hostname, 1: workers[1].hostname})
     assert all(c.get("error") is None for c in run.ssh), run
+    assert_launched_by_ssh(run, openmpi, launcher, [w.svc_host for w in workers])
+    assert [c for c in run.ssh if c["from"] != launcher.hostname] == [], run
 
 
 def test_each_openmpi_ignores_the_others_names(openmpi, horovod):

@@ -197,11 +197,24 @@ pub fn webhook_configurations(
             name: VALIDATING_WEBHOOK_NAME.to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
             client_config: endpoint.client_config("/validate", ca_bundle),
-            rules: Some(rules(
-                &["CREATE", "UPDATE"],
-                &["CREATE", "UPDATE"],
-                &["CREATE", "UPDATE"],
-            )),
+            rules: Some({
+                let mut rules = rules(
+                    &["CREATE", "UPDATE"],
+                    &["CREATE", "UPDATE"],
+                    &["CREATE", "UPDATE"],
+                );
+                // `kubectl debug` adds a container through this subresource,
+                // which the pods rule does not cover: it may not mount
+                // dljob's reserved volumes either.
+                rules.push(RuleWithOperations {
+                    api_groups: Some(vec![String::new()]),
+                    api_versions: Some(vec!["v1".to_owned()]),
+                    operations: Some(vec!["UPDATE".to_owned()]),
+                    resources: Some(vec!["pods/ephemeralcontainers".to_owned()]),
+                    scope: Some("Namespaced".to_owned()),
+                });
+                rules
+            }),
             object_selector: Some(object_selector()),
             namespace_selector: Some(namespace_selector()),
             match_policy: Some("Equivalent".to_owned()),

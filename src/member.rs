@@ -69,6 +69,9 @@ pub enum Rule {
     DuplicateReplica,
     /// What the pods would get is more than Linux or the API server accepts.
     TooLarge,
+    /// A volume or mount using a volume name dljob reserves, otherwise
+    /// than dljob does.
+    ReservedVolume,
     /// A member the chosen gang scheduler would not group with the others.
     GangConflict,
     /// `dljob.dev/tensorboard` names a volume the pod lacks, does not mount
@@ -108,6 +111,7 @@ impl Rule {
             Rule::PeerDisagrees => "PeerDisagrees",
             Rule::DuplicateReplica => "DuplicateReplica",
             Rule::TooLarge => "TooLarge",
+            Rule::ReservedVolume => "ReservedVolume",
             Rule::GangConflict => "GangConflict",
             Rule::TensorBoardVolume => "TensorBoardVolume",
         }

@@ -4,7 +4,7 @@
 use json_patch::Patch;
 use serde_json::{json, Value};
 
-use crate::config::Config;
+use crate::config::{Config, HostVolume};
 use crate::contract as c;
 use crate::edits::{List, PodEdits};
 use crate::frameworks::{self, Env, Member};
@@ -254,11 +254,45 @@ pub fn size_violations(m: &MemberSpec, object: &Value, config: &Config) -> Vec<S
     let Some(pod) = object::at(object, m.kind.pod_path()) else {
         return Vec::new();
     };
-    let index = m
-        .index
-        .unwrap_or_else(|| m.spec.replicas.count_or_zero(&m.role).saturating_sub(1));
-    plan_pod_at(m, pod, config, index)
+    plan_pod_at(m, pod, config, last_index(m))
         .map_or_else(Vec::new, |plan| plan_size_violations(m, pod, &plan))
+}
+
+/// The member's own index, or a workload's highest.
+fn last_index(m: &MemberSpec) -> u32 {
+    m.index
+        .unwrap_or_else(|| m.spec.replicas.count_or_zero(&m.role).saturating_sub(1))
+}
+
+/// What the validating webhook refuses in a member's pod (or pod
+/// template), from one plan: [`size_violations`], and dljob's reserved
+/// volume names used otherwise than dljob uses them
+/// ([`reserved_volume_names`]).
+///
+/// On a pod's UPDATE only what can still change is judged: its ephemeral
+/// containers (`kubectl debug`); the rest of its spec is immutable and was
+/// judged when it was created.
+pub fn pod_violations(
+    m: &MemberSpec,
+    object: &Value,
+    config: &Config,
+    operation: Operation,
+) -> Violations {
+    let mut v = Violations::default();
+    let Some(pod) = object::at(object, m.kind.pod_path()) else {
+        return v;
+    };
+    let plan = plan_pod_at(m, pod, config, last_index(m));
+    let whole = m.kind != Kind::Pod || operation == Operation::Create;
+    if let (Some(plan), true) = (&plan, whole) {
+        for problem in plan_size_violations(m, pod, plan) {
+            v.push(member::Rule::TooLarge, problem);
+        }
+    }
+    for problem in reserved_volume_problems(m, pod, config, plan.as_ref(), whole) {
+        v.push(member::Rule::ReservedVolume, problem);
+    }
+    v
 }
 
 /// [`size_violations`] of a plan already made for `pod`.
@@ -336,29 +370,11 @@ fn pod_patch(
 
     // The hostfile annotation where a launcher reads it, projected by a
     // downwardAPI volume; the SSH Secret where members use SSH.
-    let mut volumes: Vec<(Value, Value)> = Vec::with_capacity(2);
+    let has_hostfile = plan.hostfile.is_some();
     if let Some(hostfile) = plan.hostfile {
         edits.set_annotation(c::HOSTFILE, Value::String(hostfile));
-        volumes.push((
-            json!({
-                "name": HOSTFILE_VOLUME,
-                "downwardAPI": {"items": [{
-                    "path": "hostfile",
-                    "fieldRef": {"fieldPath": HOSTFILE_FIELD}
-                }]}
-            }),
-            json!({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": true}),
-        ));
     }
-    if m.framework.uses_ssh() {
-        volumes.push((
-            json!({
-                "name": SSH_VOLUME,
-                "secret": {"secretName": ssh_secret_name(&m.job), "defaultMode": SSH_MODE}
-            }),
-            json!({"name": SSH_VOLUME, "mountPath": m.ssh_path(), "readOnly": true}),
-        ));
-    }
+    let volumes = framework_volumes(m, has_hostfile);
 
     let containers = object::containers(spec);
     let fc = plan.container;
@@ -393,14 +409,29 @@ fn pod_patch(
                 warnings,
             );
             for hv in &acc.volumes {
-                let mount = json!({"name": hv.name, "mountPath": hv.mount_path, "readOnly": true});
-                if merge_mount(&mut edits, i, name, mount, warnings)
+                if merge_mount(&mut edits, i, name, host_mount(hv), warnings)
                     && !wanted.iter().any(|v| object::name_of(v) == hv.name)
                 {
-                    wanted.push(json!({"name": hv.name, "hostPath": {"path": hv.host_path}}));
+                    wanted.push(host_volume(hv));
                 }
             }
         }
+    }
+    // Said when dljob adds them, not again on a re-invocation.
+    let host_paths: Vec<&str> = wanted
+        .iter()
+        .filter(|v| {
+            !edits
+                .items(List::Volumes)
+                .any(|e| object::name_of(e) == object::name_of(v))
+        })
+        .filter_map(|v| v.pointer("/hostPath/path").and_then(Value::as_str))
+        .collect();
+    if !host_paths.is_empty() {
+        warnings.push(format!(
+            "dljob mounts the node's {} (read-only hostPath, the accelerators of the webhook's config): Pod Security admits this pod only where the namespace's level is privileged, not baseline or restricted",
+            host_paths.join(", ")
+        ));
     }
     for volume in wanted {
         merge_volume(&mut edits, volume, warnings);
@@ -472,6 +503,179 @@ fn gang_marks(
             Some(_) => {}
         }
     }
+}
+
+/// The hostfile volume (where the framework's launcher reads one) and the
+/// SSH Secret's (where members use SSH), each with its mount in the
+/// framework container. The Secret is whole (private key, client config)
+/// in the pods of the role that runs `mpirun`, and only its
+/// `authorized_keys` in the others, whose sshd needs nothing else.
+fn framework_volumes(m: &MemberSpec, hostfile: bool) -> Vec<(Value, Value)> {
+    let mut volumes = Vec::with_capacity(2);
+    if hostfile {
+        volumes.push((
+            json!({
+                "name": HOSTFILE_VOLUME,
+                "downwardAPI": {"items": [{
+                    "path": "hostfile",
+                    "fieldRef": {"fieldPath": HOSTFILE_FIELD}
+                }]}
+            }),
+            json!({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": true}),
+        ));
+    }
+    if let Some(client) = m.framework.ssh_client_role() {
+        let mut secret = json!({"secretName": ssh_secret_name(&m.job), "defaultMode": SSH_MODE});
+        if m.role != client {
+            secret["items"] = json!([{"key": SSH_AUTHORIZED_KEYS, "path": SSH_AUTHORIZED_KEYS}]);
+        }
+        volumes.push((
+            json!({"name": SSH_VOLUME, "secret": secret}),
+            json!({"name": SSH_VOLUME, "mountPath": m.ssh_path(), "readOnly": true}),
+        ));
+    }
+    volumes
+}
+
+/// The key of the SSH Secret every sshd reads.
+pub const SSH_AUTHORIZED_KEYS: &str = "authorized_keys";
+
+/// An accelerator's host directory as a volume: it must already exist on
+/// the node (`type: Directory`: never created by the kubelet).
+fn host_volume(hv: &HostVolume) -> Value {
+    json!({"name": hv.name, "hostPath": {"path": hv.host_path, "type": "Directory"}})
+}
+
+/// Every mount of an accelerator's host directory is read-only.
+fn host_mount(hv: &HostVolume) -> Value {
+    json!({"name": hv.name, "mountPath": hv.mount_path, "readOnly": true})
+}
+
+/// The names of the volumes dljob adds to member pods: reserved, a user's
+/// volume or mount may not use one for anything else.
+pub fn reserved_volume_names(config: &Config) -> Vec<&str> {
+    let mut names = vec![HOSTFILE_VOLUME, SSH_VOLUME];
+    for acc in config.accelerators.values() {
+        names.extend(acc.volumes.iter().map(|hv| hv.name.as_str()));
+    }
+    names
+}
+
+/// What a member's pod (or pod template) does with dljob's reserved volume
+/// names that dljob would not: a volume of that name defined otherwise,
+/// or a mount of it in a container dljob does not mount it in, or
+/// mounted otherwise (read-write, elsewhere) — e.g. a sidecar that would get
+/// the node's driver directory read-write by naming it. One message per
+/// volume or mount, naming it and the fix.
+fn reserved_volume_problems(
+    m: &MemberSpec,
+    pod: &Value,
+    config: &Config,
+    plan: Option<&PodPlan>,
+    whole: bool,
+) -> Vec<String> {
+    let reserved = reserved_volume_names(config);
+    let spec = &pod["spec"];
+    let list = |v: &'_ Value, key: &str| -> Vec<Value> {
+        v.get(key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    // dljob's own: (volume, [(container index, mount)]).
+    let mut ours: Vec<(Value, Vec<(usize, Value)>)> = Vec::new();
+    if let Some(plan) = plan {
+        for (volume, mount) in framework_volumes(m, plan.hostfile.is_some()) {
+            ours.push((volume, vec![(plan.container, mount)]));
+        }
+    }
+    for (i, container) in object::containers(spec).iter().enumerate() {
+        for (resource, acc) in &config.accelerators {
+            if !object::requests_resource(container, resource) {
+                continue;
+            }
+            for hv in &acc.volumes {
+                match ours.iter_mut().find(|(v, _)| object::name_of(v) == hv.name) {
+                    Some((_, mounts)) => mounts.push((i, host_mount(hv))),
+                    None => ours.push((host_volume(hv), vec![(i, host_mount(hv))])),
+                }
+            }
+        }
+    }
+    let what = |name: &str| -> String {
+        if name == HOSTFILE_VOLUME {
+            "the job's hostfile".to_owned()
+        } else if name == SSH_VOLUME {
+            format!("the job's SSH Secret {}", ssh_secret_name(&m.job))
+        } else {
+            let resources: Vec<&str> = config
+                .accelerators
+                .iter()
+                .filter(|(_, acc)| acc.volumes.iter().any(|hv| hv.name == name))
+                .map(|(r, _)| r.as_str())
+                .collect();
+            format!(
+                "the node's driver libraries of containers that request {}",
+                resources.join(" or ")
+            )
+        }
+    };
+    let mut problems = Vec::new();
+    let volumes = if whole {
+        list(spec, "volumes")
+    } else {
+        Vec::new()
+    };
+    for volume in volumes {
+        let name = object::name_of(&volume);
+        if !reserved.contains(&name) {
+            continue;
+        }
+        let same = ours
+            .iter()
+            .any(|(v, _)| object::name_of(v) == name && object::contains(&volume, v));
+        if !same {
+            problems.push(format!(
+                "volume \"{name}\" is a name dljob reserves for {}, and this one is defined otherwise: rename the volume (dljob adds its own)",
+                what(name)
+            ));
+        }
+    }
+    let containers = object::containers(spec);
+    let groups = [
+        ("container", containers.to_vec()),
+        ("init container", list(spec, "initContainers")),
+        ("ephemeral container", list(spec, "ephemeralContainers")),
+    ];
+    for (group, items) in groups
+        .iter()
+        .filter(|(g, _)| whole || *g == "ephemeral container")
+    {
+        for (i, container) in items.iter().enumerate() {
+            for mount in list(container, "volumeMounts") {
+                let name = object::name_of(&mount);
+                if !reserved.contains(&name) {
+                    continue;
+                }
+                let as_ours = *group == "container"
+                    && ours.iter().any(|(v, mounts)| {
+                        object::name_of(v) == name
+                            && mounts
+                                .iter()
+                                .any(|(c, ours)| *c == i && object::contains(&mount, ours))
+                    });
+                if !as_ours {
+                    let path = mount.get("mountPath").and_then(Value::as_str).unwrap_or("");
+                    problems.push(format!(
+                        "{group} \"{}\" mounts volume \"{name}\" at {path}, which dljob reserves for {} and mounts read-only only where it wires it: remove the mount, or use a volume of your own",
+                        object::name_of(container),
+                        what(name)
+                    ));
+                }
+            }
+        }
+    }
+    problems
 }
 
 /// Adds each var unless the container sets it; a different user value is

@@ -142,13 +142,37 @@ pub fn name_of(v: &Value) -> &str {
     v.get("name").and_then(Value::as_str).unwrap_or("")
 }
 
-/// A quantity (number or string) as a whole count, if it is one.
-pub fn whole_quantity(v: &Value) -> Option<u32> {
+/// The value of a Kubernetes quantity (`4`, `500m`, `0.0`, `1k`, `1Ki`,
+/// `1e3`), given as a JSON string or number; None when it is not one.
+/// Compared as the API server compares them: `0m`, `0.0` and `0k` are zero.
+pub fn quantity_value(v: &Value) -> Option<f64> {
     match v {
-        Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
-        Value::String(s) => s.trim().parse().ok(),
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => {
+            let s = s.trim();
+            // The usual case, a plain count, without the full parser.
+            if let Ok(n) = s.parse::<u64>() {
+                return Some(n as f64);
+            }
+            kube_quantity::ParsedQuantity::try_from(s)
+                .ok()?
+                .to_bytes_f64()
+                .filter(|x| x.is_finite())
+        }
         _ => None,
     }
+}
+
+/// A quantity as a whole count (`4`, `4000m`), if it is one.
+pub fn whole_quantity(v: &Value) -> Option<u32> {
+    let x = quantity_value(v)?;
+    (x >= 0.0 && x.fract() == 0.0 && x <= f64::from(u32::MAX)).then_some(x as u32)
+}
+
+/// Whether a quantity is zero. One that does not parse is not (the API
+/// server refuses it anyway).
+pub fn is_zero_quantity(v: &Value) -> bool {
+    quantity_value(v) == Some(0.0)
 }
 
 /// The container's count of `resource` (limits, else requests), if named.
@@ -162,7 +186,7 @@ pub fn resource_count<'v>(container: &'v Value, resource: &str) -> Option<&'v Va
 /// Whether the container requests `resource` in limits or requests (a zero
 /// quantity does not count).
 pub fn requests_resource(container: &Value, resource: &str) -> bool {
-    resource_count(container, resource).is_some_and(|q| whole_quantity(q) != Some(0))
+    resource_count(container, resource).is_some_and(|q| !is_zero_quantity(q))
 }
 
 /// Whether the container requests an extended resource — a device such as
@@ -177,7 +201,7 @@ pub fn requests_extended_resource(container: &Value) -> bool {
             .and_then(Value::as_object)
             .is_some_and(|m| {
                 m.iter()
-                    .any(|(k, v)| is_extended_resource(k) && whole_quantity(v) != Some(0))
+                    .any(|(k, v)| is_extended_resource(k) && !is_zero_quantity(v))
             })
     })
 }
@@ -253,6 +277,43 @@ mod tests {
             &json!({"resources": {"limits": {"nvidia.com/gpu": 0}}}),
             "nvidia.com/gpu"
         ));
+    }
+
+    #[test]
+    fn quantities_compare_as_kubernetes_quantities() {
+        // Every spelling of zero the API server admits for a device.
+        for zero in [
+            json!("0"),
+            json!("0m"),
+            json!("0.0"),
+            json!("0k"),
+            json!(" 0 "),
+            json!(0),
+            json!(0.0),
+        ] {
+            assert!(is_zero_quantity(&zero), "{zero}");
+            let c = json!({"resources": {"limits": {"nvidia.com/gpu": zero}}});
+            assert!(!requests_resource(&c, "nvidia.com/gpu"), "{c}");
+            assert!(!requests_extended_resource(&c), "{c}");
+        }
+        assert_eq!(whole_quantity(&json!("4000m")), Some(4));
+        assert_eq!(whole_quantity(&json!("2")), Some(2));
+        assert_eq!(whole_quantity(&json!("1k")), Some(1000));
+        assert_eq!(whole_quantity(&json!("1Ki")), Some(1024));
+        assert_eq!(whole_quantity(&json!("500m")), None, "not whole");
+        assert_eq!(whole_quantity(&json!("-1")), None);
+        assert_eq!(whole_quantity(&json!("8E")), None, "beyond a count");
+        assert_eq!(quantity_value(&json!("two")), None);
+        // Not a quantity: not zero (the API server refuses it anyway).
+        assert!(!is_zero_quantity(&json!("two")));
+        assert!(requests_resource(
+            &json!({"resources": {"limits": {"nvidia.com/gpu": "500m"}}}),
+            "nvidia.com/gpu"
+        ));
+        assert_eq!(
+            gpu_count(&json!({"resources": {"limits": {"nvidia.com/gpu": "2000m"}}})),
+            Some(2)
+        );
     }
 
     #[test]

@@ -33,9 +33,11 @@ pub fn validate(
             return Err(v);
         }
     };
-    for problem in crate::mutate::size_violations(&parsed.member, object, config) {
-        v.push(Rule::TooLarge, problem);
-    }
+    let operation = match old {
+        Some(_) => crate::mutate::Operation::Update,
+        None => crate::mutate::Operation::Create,
+    };
+    v.0.extend(crate::mutate::pod_violations(&parsed.member, object, config, operation).0);
     for problem in crate::tensorboard::check(&parsed.member, object) {
         v.push(Rule::TensorBoardVolume, problem);
     }

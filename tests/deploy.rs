@@ -232,6 +232,7 @@ fn assert_webhook_invariants(docs: &[Value]) -> (WebhookClientConfig, WebhookCli
             rule("", "pods", &["CREATE", "UPDATE"]),
             rule("apps", "statefulsets", &["CREATE", "UPDATE"]),
             rule("batch", "jobs", &["CREATE", "UPDATE"]),
+            rule("", "pods/ephemeralcontainers", &["UPDATE"]),
         ]
     );
     assert_eq!(v.object_selector, Some(only_labelled_objects()));

@@ -446,9 +446,29 @@ fn accelerator_config_applies_to_every_container_requesting_the_resource() {
     assert_eq!(
         libs,
         vec![
-            &json!({"name": "nvidia-libraries", "hostPath": {"path": "/home/kubernetes/bin/nvidia/lib64"}})
+            &json!({"name": "nvidia-libraries", "hostPath": {"path": "/home/kubernetes/bin/nvidia/lib64", "type": "Directory"}})
         ]
     );
+    // The pod now needs Pod Security's privileged level: said once, when
+    // the volume is added.
+    assert_eq!(
+        m.warnings,
+        vec!["dljob mounts the node's /home/kubernetes/bin/nvidia/lib64 (read-only hostPath, the accelerators of the webhook's config): Pod Security admits this pod only where the namespace's level is privileged, not baseline or restricted"]
+    );
+    // A zero count is no request, however it is written.
+    for zero in ["0", "0m", "0.0", "0k"] {
+        let mut idle = p.clone();
+        idle["spec"]["containers"] = json!([{"name": "mxnet", "image": "mx", "resources": {"limits": {"nvidia.com/gpu": zero}}}]);
+        let m = create(Kind::Pod, &idle, &cfg);
+        assert!(
+            !m.object["spec"]["volumes"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|v| v["name"] == "nvidia-libraries")),
+            "{zero}: {}",
+            m.object["spec"]
+        );
+        assert!(m.warnings.is_empty(), "{zero}: {:?}", m.warnings);
+    }
     assert!(env_of(&m.object, 0)
         .contains(&("LD_LIBRARY_PATH".into(), "/usr/local/nvidia/lib64".into())));
     assert_idempotent(Kind::Pod, &m.object, &cfg);
@@ -471,9 +491,14 @@ fn mpi_worker_gets_ssh_secret_and_a_slots_warning_and_the_launcher_the_hostfile(
         m.object["metadata"]["annotations"].get("dljob.dev/hostfile"),
         None
     );
+    // Their sshd reads authorized_keys; the private key stays with the
+    // launcher.
     assert_eq!(
         m.object["spec"]["volumes"],
-        json!([{"name": "dljob-ssh", "secret": {"secretName": "hvd-ssh", "defaultMode": 384}}])
+        json!([{"name": "dljob-ssh", "secret": {
+            "secretName": "hvd-ssh", "defaultMode": 384,
+            "items": [{"key": "authorized_keys", "path": "authorized_keys"}]
+        }}])
     );
     assert_eq!(
         m.object["spec"]["containers"][0]["volumeMounts"],
@@ -501,6 +526,17 @@ fn mpi_worker_gets_ssh_secret_and_a_slots_warning_and_the_launcher_the_hostfile(
     assert_eq!(
         m.object["metadata"]["annotations"]["dljob.dev/hostfile"],
         "hvd-worker-0.hvd.ml.svc slots=4\nhvd-worker-1.hvd.ml.svc slots=4\n"
+    );
+    // The launcher runs mpirun: the whole Secret (key, client config).
+    let ssh = m.object["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "dljob-ssh")
+        .unwrap();
+    assert_eq!(
+        ssh,
+        &json!({"name": "dljob-ssh", "secret": {"secretName": "hvd-ssh", "defaultMode": 384}})
     );
     assert_eq!(
         env(&m.object, "OMPI_MCA_orte_default_hostfile").as_deref(),

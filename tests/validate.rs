@@ -1005,3 +1005,117 @@ fn a_malformed_tensorboard_value_is_refused_and_members_must_agree_on_it() {
         vec!["dljob.dev/tensorboard is logs:runs/other here but logs:runs/mnist on Pod \"chief\" of job \"mnist\"; every member of a job must agree"]
     );
 }
+
+/// The webhook config of a GPU cluster: the node's driver libraries for
+/// every container that requests `nvidia.com/gpu`.
+fn gpu_config() -> Config {
+    Config::from_yaml(
+        "accelerators:\n  nvidia.com/gpu:\n    volumes:\n    - {name: nvidia-libraries, hostPath: /home/kubernetes/bin/nvidia/lib64, mountPath: /usr/local/nvidia/lib64}\n",
+    )
+    .unwrap()
+}
+
+fn problems_under(config: &Config, kind: Kind, obj: &Value, old: Option<&Value>) -> Vec<String> {
+    match validate(kind, obj, old, Some("ml"), config, &[]) {
+        Ok(_) => Vec::new(),
+        Err(v) => v.0.into_iter().map(|v| v.message).collect(),
+    }
+}
+
+/// A TensorFlow worker with a GPU trainer and a sidecar, as admission
+/// left it: the libraries mounted read-only in the trainer only.
+fn gpu_worker(config: &Config) -> Value {
+    let mut p = tf_pod("worker", json!({}));
+    p["spec"]["containers"] = json!([
+        {"name": "tensorflow", "image": "tf", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        {"name": "sidecar", "image": "s"}
+    ]);
+    dljob::mutate::mutate(
+        Kind::Pod,
+        &p,
+        Some("ml"),
+        dljob::mutate::Operation::Create,
+        config,
+    )
+    .unwrap()
+    .unwrap()
+    .object
+}
+
+#[test]
+fn dljobs_volume_names_are_reserved_for_what_dljob_mounts() {
+    let config = gpu_config();
+    let wired = gpu_worker(&config);
+    assert_eq!(
+        problems_under(&config, Kind::Pod, &wired, None),
+        Vec::<String>::new()
+    );
+
+    // A sidecar naming the volume would get the node's directory.
+    let mut sidecar = wired.clone();
+    sidecar["spec"]["containers"][1]["volumeMounts"] =
+        json!([{"name": "nvidia-libraries", "mountPath": "/host-libs"}]);
+    assert_eq!(
+        problems_under(&config, Kind::Pod, &sidecar, None),
+        vec!["container \"sidecar\" mounts volume \"nvidia-libraries\" at /host-libs, which dljob reserves for the node's driver libraries of containers that request nvidia.com/gpu and mounts read-only only where it wires it: remove the mount, or use a volume of your own"]
+    );
+    // The GPU container itself, read-write.
+    let mut writable = wired.clone();
+    writable["spec"]["containers"][0]["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .filter(|m| m["name"] == "nvidia-libraries")
+        .for_each(|m| m["readOnly"] = json!(false));
+    assert_eq!(
+        problems_under(&config, Kind::Pod, &writable, None),
+        vec!["container \"tensorflow\" mounts volume \"nvidia-libraries\" at /usr/local/nvidia/lib64, which dljob reserves for the node's driver libraries of containers that request nvidia.com/gpu and mounts read-only only where it wires it: remove the mount, or use a volume of your own"]
+    );
+    // An init container, or a debug container added later.
+    let mut init = wired.clone();
+    init["spec"]["initContainers"] = json!([{"name": "fetch", "image": "f", "volumeMounts": [{"name": "dljob-hostfile", "mountPath": "/h"}]}]);
+    assert_eq!(
+        problems_under(&config, Kind::Pod, &init, None),
+        vec!["init container \"fetch\" mounts volume \"dljob-hostfile\" at /h, which dljob reserves for the job's hostfile and mounts read-only only where it wires it: remove the mount, or use a volume of your own"]
+    );
+    let mut debugged = wired.clone();
+    debugged["spec"]["ephemeralContainers"] = json!([{"name": "debugger-x", "image": "busybox",
+        "volumeMounts": [{"name": "nvidia-libraries", "mountPath": "/libs"}]}]);
+    assert_eq!(
+        problems_under(&config, Kind::Pod, &debugged, Some(&wired)),
+        vec!["ephemeral container \"debugger-x\" mounts volume \"nvidia-libraries\" at /libs, which dljob reserves for the node's driver libraries of containers that request nvidia.com/gpu and mounts read-only only where it wires it: remove the mount, or use a volume of your own"]
+    );
+    // A user's own volume under one of the names, whatever it holds.
+    let mut own = tf_pod("worker", json!({}));
+    own["spec"]["volumes"] = json!([
+        {"name": "nvidia-libraries", "hostPath": {"path": "/"}},
+        {"name": "dljob-ssh", "emptyDir": {}}
+    ]);
+    assert_eq!(
+        problems_under(&config, Kind::Pod, &own, None),
+        vec![
+            "volume \"nvidia-libraries\" is a name dljob reserves for the node's driver libraries of containers that request nvidia.com/gpu, and this one is defined otherwise: rename the volume (dljob adds its own)",
+            "volume \"dljob-ssh\" is a name dljob reserves for the job's SSH Secret mnist-ssh, and this one is defined otherwise: rename the volume (dljob adds its own)",
+        ]
+    );
+    // The same in a StatefulSet's pod template.
+    let mut set = sts(2, json!({"dljob.dev/framework": "pytorch"}));
+    set["spec"]["template"]["spec"]["volumes"] =
+        json!([{"name": "dljob-hostfile", "emptyDir": {}}]);
+    assert_eq!(
+        problems_under(&config, Kind::StatefulSet, &set, None),
+        vec!["volume \"dljob-hostfile\" is a name dljob reserves for the job's hostfile, and this one is defined otherwise: rename the volume (dljob adds its own)"]
+    );
+    // Any other name is the user's business.
+    let mut other = wired.clone();
+    other["spec"]["containers"][1]["volumeMounts"] =
+        json!([{"name": "scratch", "mountPath": "/s"}]);
+    other["spec"]["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "scratch", "emptyDir": {}}));
+    assert_eq!(
+        problems_under(&config, Kind::Pod, &other, None),
+        Vec::<String>::new()
+    );
+}

@@ -40,8 +40,8 @@ impl Framework for Chainer {
     fn uses_slots(&self) -> bool {
         true
     }
-    fn uses_ssh(&self) -> bool {
-        true
+    fn ssh_client_role(&self) -> Option<&'static str> {
+        Some("master")
     }
     fn gated_role(&self) -> Option<&'static str> {
         Some("master")

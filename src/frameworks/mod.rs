@@ -151,10 +151,17 @@ pub trait Framework: Sync {
     fn uses_slots(&self) -> bool {
         false
     }
-    /// Whether members reach each other over SSH (mpi, chainer): the job
-    /// gets an SSH key Secret, mounted in every member.
+    /// The role that runs `mpirun` and reaches the others over SSH (mpi's
+    /// launcher, chainer's master), for frameworks whose members use SSH:
+    /// the job then gets an SSH key Secret, whole in this role's pods (the
+    /// private key and the client config), only `authorized_keys` in the
+    /// others' (their sshd's).
+    fn ssh_client_role(&self) -> Option<&'static str> {
+        None
+    }
+    /// Whether members reach each other over SSH.
     fn uses_ssh(&self) -> bool {
-        false
+        self.ssh_client_role().is_some()
     }
     /// Whether the framework takes `dljob.dev/elastic` (a `min:max` node
     /// range its launcher rendezvous on).

@@ -47,8 +47,8 @@ impl Framework for Mpi {
     fn uses_slots(&self) -> bool {
         true
     }
-    fn uses_ssh(&self) -> bool {
-        true
+    fn ssh_client_role(&self) -> Option<&'static str> {
+        Some("launcher")
     }
     fn gated_role(&self) -> Option<&'static str> {
         Some("launcher")
@@ -65,9 +65,11 @@ impl Framework for Mpi {
 ///   without resolving them, so the launcher's own FQDN would look remote
 ///   and it would ssh to itself), said explicitly so that PRRTE's mapping of
 ///   `orte_*` names can never carry OpenMPI 4's `true` over;
-/// - PRRTE's tree spawn (past 64 hosts, daemons ssh on to the rest) passes
-///   on short hostnames and truncates the ssh arguments: mpirun reaches
-///   every host itself instead;
+/// - tree spawn (past 64 hosts, daemons ssh on to the rest) is off in
+///   both: only the launcher holds the job's private key (workers mount
+///   only `authorized_keys`), and PRRTE's passes on short hostnames and
+///   truncates the ssh arguments besides; mpirun reaches every host
+///   itself;
 /// - slots come from the hostfile's `slots=N`; `orte_set_default_slots`
 ///   only covers a host given without it.
 pub(super) fn mpi_env(
@@ -100,6 +102,7 @@ pub(super) fn mpi_env(
     set(env, "OMPI_MCA_orte_keep_fqdn_hostnames", "true");
     set(env, "OMPI_MCA_orte_set_default_slots", slots);
     set(env, "OMPI_MCA_plm_rsh_args", SSH_ARGS);
+    set(env, "OMPI_MCA_plm_rsh_no_tree_spawn", "true");
     set(env, "PRTE_MCA_prte_default_hostfile", HOSTFILE_PATH);
     set(env, "PRTE_MCA_prte_keep_fqdn_hostnames", "false");
     set(env, "PRTE_MCA_plm_ssh_args", SSH_ARGS);
@@ -208,6 +211,7 @@ mod tests {
             ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
             ("OMPI_MCA_orte_set_default_slots", "1"),
             ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
+            ("OMPI_MCA_plm_rsh_no_tree_spawn", "true"),
             ("PRTE_MCA_prte_default_hostfile", "/etc/dljob/hostfile"),
             ("PRTE_MCA_prte_keep_fqdn_hostnames", "false"),
             ("PRTE_MCA_plm_ssh_args", "-o ConnectionAttempts=10"),

@@ -189,7 +189,7 @@ fn framework_container_of(meta: &ObjectMeta, containers: &[Container]) -> Option
                     .flat_map(|m| m.iter())
                     .any(|(k, q)| {
                         crate::object::is_extended_resource(k)
-                            && q.0.trim().parse::<u32>().ok() != Some(0)
+                            && !crate::object::is_zero_quantity(&Value::String(q.0.clone()))
                     })
             }),
         })
