@@ -5,7 +5,13 @@
 //! cargo build --release
 //! cargo bench --bench load -- [--connections 16] [--duration 10] [--rate 5000]
 //!                             [--runs 3] [--proto h1|h2] [--max-requests 1000000]
+//! cargo bench --bench load -- --idle-connections 10000 [--server-arg ARG]...
 //! ```
+//!
+//! The second form (idle mode) opens that many TLS connections that
+//! complete the handshake and send nothing, and reports how many the
+//! server kept open (`--max-connections`), its RSS with them open and when
+//! it closed them (`--first-request-timeout-secs`).
 //!
 //! Each run starts the release binary (`target/release/dljob serve
 //! --no-reconciler`, or `--server PATH`) as a child process on a free
@@ -78,6 +84,10 @@ struct Options {
     max_requests: u64,
     server: PathBuf,
     log: Option<PathBuf>,
+    /// Idle mode: open this many TLS connections that send nothing.
+    idle_connections: Option<usize>,
+    /// Extra arguments for `dljob serve` (e.g. `--max-connections 10000`).
+    server_args: Vec<String>,
 }
 
 fn parse_options(args: &[String]) -> Result<Options, String> {
@@ -90,6 +100,8 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         max_requests: 1_000_000,
         server: Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/dljob"),
         log: None,
+        idle_connections: None,
+        server_args: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -116,6 +128,10 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             }
             "--server" => o.server = PathBuf::from(value()?),
             "--log" => o.log = Some(PathBuf::from(value()?)),
+            "--idle-connections" => {
+                o.idle_connections = Some(num(value()?)?.clamp(1, 50_000) as usize)
+            }
+            "--server-arg" => o.server_args.push(value()?),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -224,6 +240,7 @@ impl ServerProcess {
             .arg("--self-signed-ca-out")
             .arg(&ca)
             .arg("--no-reconciler")
+            .args(&o.server_args)
             .env_remove("RUST_LOG")
             .env_remove("DLJOB_CONFIG")
             .env_remove("DLJOB_TLS_CERT")
@@ -310,7 +327,8 @@ enum Sender {
     H2(http2::SendRequest<Full<Bytes>>),
 }
 
-async fn connect(addr: SocketAddr, ca_pem: &str, proto: Proto) -> Sender {
+/// A client trusting the server's CA, offering `proto`.
+fn tls_connector(ca_pem: &str, proto: Proto) -> TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
@@ -326,9 +344,13 @@ async fn connect(addr: SocketAddr, ca_pem: &str, proto: Proto) -> Sender {
         Proto::H1 => b"http/1.1".to_vec(),
         Proto::H2 => b"h2".to_vec(),
     }];
+    TlsConnector::from(Arc::new(config))
+}
+
+async fn connect(addr: SocketAddr, ca_pem: &str, proto: Proto) -> Sender {
     let tcp = TcpStream::connect(addr).await.unwrap();
     tcp.set_nodelay(true).unwrap();
-    let tls = TlsConnector::from(Arc::new(config))
+    let tls = tls_connector(ca_pem, proto)
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .unwrap();
@@ -730,6 +752,103 @@ async fn run_once(o: &Options, run: usize) -> RunResult {
     }
 }
 
+// ------------------------------------------------------------- idle mode
+
+/// Raises this process's open-file limit to its hard limit (the server,
+/// started after, inherits it): each side holds one descriptor per
+/// connection.
+fn raise_fd_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+        lim.rlim_cur
+    }
+}
+
+/// `--idle-connections N`: opens N TLS connections (half HTTP/1.1, half
+/// h2 by ALPN) that complete the handshake and never send a request, and
+/// reports how many the server kept, its RSS with them open, and when it
+/// closed them.
+async fn idle_run(o: &Options, n: usize, run: usize) {
+    let server = ServerProcess::start(o, run);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (rss_before, _) = server.memory();
+    let connectors = [
+        tls_connector(&server.ca_pem, Proto::H1),
+        tls_connector(&server.ca_pem, Proto::H2),
+    ];
+    let opened = Instant::now();
+    let closed_at: Arc<std::sync::Mutex<Vec<Duration>>> = Arc::default();
+    let handshakes = Arc::new(AtomicU64::new(0));
+    // 200 handshakes at a time; every connection then waits for the
+    // server to close it (or for this run to end).
+    let gate = Arc::new(tokio::sync::Semaphore::new(200));
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let connector = connectors[i % 2].clone();
+        let (addr, gate) = (server.addr, gate.clone());
+        let (closed_at, handshakes) = (closed_at.clone(), handshakes.clone());
+        tasks.push(tokio::spawn(async move {
+            let permit = gate.acquire_owned().await.unwrap();
+            let Ok(tcp) = TcpStream::connect(addr).await else {
+                return;
+            };
+            let tls = connector
+                .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                .await;
+            drop(permit);
+            let Ok(mut tls) = tls else {
+                return; // closed at once: past the server's limit
+            };
+            handshakes.fetch_add(1, Ordering::Relaxed);
+            let mut buf = [0u8; 16];
+            let _ = tokio::time::timeout(
+                Duration::from_secs(60),
+                tokio::io::AsyncReadExt::read(&mut tls, &mut buf),
+            )
+            .await;
+            closed_at.lock().unwrap().push(opened.elapsed());
+        }));
+    }
+    // Every handshake done (or refused).
+    while gate.available_permits() < 200 || handshakes.load(Ordering::Relaxed) == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if opened.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let setup = opened.elapsed();
+    let kept = handshakes.load(Ordering::Relaxed);
+    let (rss_open, _) = server.memory();
+    let still_open = kept - closed_at.lock().unwrap().len() as u64;
+    for t in tasks {
+        let _ = t.await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (rss_after, hwm) = server.memory();
+    let closed = closed_at.lock().unwrap();
+    let last = closed.iter().max().copied().unwrap_or_default();
+    println!(
+        "run {}: {n} connections attempted, {kept} completed the TLS handshake ({} closed at once), {still_open} open {:.1} s after the first; server RSS {:.1} MiB before, {:.1} MiB with them open, {:.1} MiB after they closed (VmHWM {:.1} MiB); the last was closed {:.1} s after the first was opened",
+        run + 1,
+        n as u64 - kept,
+        setup.as_secs_f64(),
+        rss_before as f64 / 1024.0,
+        rss_open as f64 / 1024.0,
+        rss_after as f64 / 1024.0,
+        hwm as f64 / 1024.0,
+        last.as_secs_f64(),
+    );
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -774,6 +893,24 @@ fn main() {
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(n) = o.idle_connections {
+        let limit = raise_fd_limit();
+        println!(
+            "dljob load, idle mode: {n} TLS connections that send no request, {} run(s), open-file limit {limit}, server {} {}",
+            o.runs,
+            o.server.display(),
+            o.server_args.join(" ")
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(nproc)
+            .enable_all()
+            .build()
+            .unwrap();
+        for run in 0..o.runs {
+            runtime.block_on(idle_run(&o, n, run));
+        }
+        return;
+    }
     println!(
         "dljob load: {} connections ({}, TLS, keep-alive), {} s per phase, fixed rate {}/s, {} run(s), cap {} requests/phase, {nproc} CPUs shared by client and server (not pinned); server {}",
         o.connections,

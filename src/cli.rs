@@ -181,6 +181,21 @@ pub struct ServeArgs {
     /// with 408 and disconnected.
     #[arg(long, default_value_t = 10)]
     pub read_timeout_secs: u64,
+    /// Client connections open at once. One more is closed as soon as it
+    /// is accepted (counted in dljob_webhook_connections_closed_total), so
+    /// that idle or slow clients cannot exhaust the replica's memory; the
+    /// API server needs a few (HTTP/2).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), env = "DLJOB_MAX_CONNECTIONS")]
+    pub max_connections: u32,
+    /// Seconds from accepting a connection (TLS handshake included) to its
+    /// first request; a connection that sends none is closed.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub first_request_timeout_secs: u64,
+    /// Seconds a connection may stay open between requests. Keep it above
+    /// the client's own idle timeout (the API server's is 90 s), so that it
+    /// closes first and no request races the close.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_secs: u64,
     /// Where the self-signed CA is kept (without --tls-cert), its key beside
     /// it (.key): reused while valid, so that a cluster told to trust it
     /// keeps trusting the webhook across restarts; made anew when missing

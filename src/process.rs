@@ -88,6 +88,11 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         let settings = Settings {
             max_body_bytes: args.max_body_bytes,
             read_timeout: Duration::from_secs(args.read_timeout_secs.max(1)),
+            connections: crate::webhook::Limits {
+                max_connections: args.max_connections as usize,
+                first_request: Duration::from_secs(args.first_request_timeout_secs),
+                idle: Duration::from_secs(args.idle_timeout_secs),
+            },
             reload_interval: RELOAD_INTERVAL,
             log_reviews: args.log_reviews,
             ..Settings::new(args.listen, tls.clone())

@@ -1052,6 +1052,144 @@ async fn slow_and_stalled_clients_are_cut_off_and_the_server_keeps_serving() {
     .await
 }
 
+/// Waits until the server closes `stream` (end of stream or an error),
+/// at most `within`; how long it took.
+async fn closed_within(
+    stream: &mut TlsStream<TcpStream>,
+    within: Duration,
+) -> Result<Duration, tokio::time::error::Elapsed> {
+    let start = std::time::Instant::now();
+    let mut buf = [0u8; 64];
+    tokio::time::timeout(within, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await?;
+    Ok(start.elapsed())
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_are_closed_at_once() {
+    bounded(async {
+        let s = start(|s| {
+            s.connections = webhook::Limits {
+                max_connections: 10,
+                first_request: Duration::from_secs(60),
+                idle: Duration::from_secs(60),
+            }
+        })
+        .await;
+        let mut open = Vec::new();
+        for i in 0..10 {
+            let alpn: &[&[u8]] = if i % 2 == 0 { &[b"http/1.1"] } else { &[b"h2"] };
+            open.push(tls(s.addr, &s.ca, alpn).await.unwrap());
+        }
+        // One more is closed as soon as it is accepted.
+        for _ in 0..5 {
+            assert!(
+                tls(s.addr, &s.ca, &[b"h2"]).await.is_err(),
+                "a connection past the limit completed its handshake"
+            );
+        }
+        // A place freed is taken again.
+        drop(open.pop());
+        let c = loop {
+            if let Ok(c) = connect(s.addr, &s.ca, Proto::H1).await {
+                break c;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let (_, metrics) = c.get("/metrics").await;
+        assert!(
+            counter(
+                &metrics,
+                r#"dljob_webhook_connections_closed_total{reason="limit"}"#
+            ) >= 5,
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("dljob_webhook_connections 10\n"),
+            "{metrics}"
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_at_their_deadlines() {
+    bounded(async {
+        let first = Duration::from_millis(500);
+        let idle = Duration::from_millis(800);
+        let s = start(|s| {
+            s.connections = webhook::Limits {
+                max_connections: 1024,
+                first_request: first,
+                idle,
+            }
+        })
+        .await;
+
+        // 200 connections that finish the TLS handshake (half h1, half h2)
+        // and never send an HTTP byte: each is closed at its deadline.
+        let mut idle_ones = Vec::new();
+        for i in 0..200 {
+            let alpn: &[&[u8]] = if i % 2 == 0 { &[b"http/1.1"] } else { &[b"h2"] };
+            idle_ones.push(tls(s.addr, &s.ca, alpn).await.unwrap());
+        }
+        for stream in &mut idle_ones {
+            closed_within(stream, Duration::from_secs(20))
+                .await
+                .expect("an idle connection stayed open");
+        }
+        drop(idle_ones);
+
+        // A connection that keeps sending requests, each within the idle
+        // timeout, stays open longer than the timeout; once it stops, it is
+        // closed.
+        let mut stream = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
+        let started = std::time::Instant::now();
+        while started.elapsed() < idle * 2 {
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+                .await
+                .unwrap();
+            let mut buf = [0u8; 256];
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(
+                buf[..n].starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&buf[..n])
+            );
+            tokio::time::sleep(idle / 4).await;
+        }
+        closed_within(&mut stream, Duration::from_secs(20))
+            .await
+            .expect("the connection stayed open after its last request");
+
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+        let (_, metrics) = c.get("/metrics").await;
+        for (reason, n) in [("first_request_timeout", 200), ("idle_timeout", 1)] {
+            assert_eq!(
+                counter(
+                    &metrics,
+                    &format!(r#"dljob_webhook_connections_closed_total{{reason="{reason}"}}"#)
+                ),
+                n,
+                "{reason}: {metrics}"
+            );
+        }
+        assert!(
+            metrics.contains("dljob_webhook_connections 1\n"),
+            "{metrics}"
+        );
+    })
+    .await
+}
+
 /// A request body fed chunk by chunk from the test.
 fn futures_channel_body() -> (BodyTx, http_body_util::StreamBody<tokio_stream_like::Rx>) {
     let (tx, rx) = tokio::sync::mpsc::channel(4);

@@ -6,6 +6,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -61,6 +62,32 @@ impl Rejection {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClosedLabels {
+    reason: &'static str,
+}
+
+/// Why the server closed a client connection (see [`super::conn`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// Accepted past `--max-connections`.
+    Limit,
+    /// No request within `--first-request-timeout-secs` of accept.
+    FirstRequest,
+    /// No request within `--idle-timeout-secs` of the last.
+    Idle,
+}
+
+impl Closed {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Limit => "limit",
+            Self::FirstRequest => "first_request_timeout",
+            Self::Idle => "idle_timeout",
+        }
+    }
+}
+
 type HistogramFamily = Family<EndpointLabels, Histogram, fn() -> Histogram>;
 
 /// Handles to the webhook's metrics.
@@ -71,6 +98,8 @@ pub struct Metrics {
     latency: HistogramFamily,
     rejected: Family<RejectedLabels, Counter>,
     tls_reloads: Family<ReloadLabels, Counter>,
+    connections: Gauge,
+    closed: Family<ClosedLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -87,6 +116,8 @@ impl Metrics {
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             rejected: Family::default(),
             tls_reloads: Family::default(),
+            connections: Gauge::default(),
+            closed: Family::default(),
         };
         registry.register(
             "dljob_webhook_reviews",
@@ -113,7 +144,33 @@ impl Metrics {
             "Certificate reloads, by outcome",
             m.tls_reloads.clone(),
         );
+        registry.register(
+            "dljob_webhook_connections",
+            "Client connections open",
+            m.connections.clone(),
+        );
+        registry.register(
+            "dljob_webhook_connections_closed",
+            "Client connections the server closed, by reason: limit (over --max-connections), first_request_timeout, idle_timeout",
+            m.closed.clone(),
+        );
         m
+    }
+
+    pub fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    pub fn connection_dropped(&self) {
+        self.connections.dec();
+    }
+
+    pub fn connection_closed(&self, why: Closed) {
+        self.closed
+            .get_or_create(&ClosedLabels {
+                reason: why.as_str(),
+            })
+            .inc();
     }
 
     pub fn observe_review(&self, endpoint: Endpoint, s: &Summary, latency: Duration) {

@@ -2,7 +2,8 @@
 //!
 //! - [`admission`]: AdmissionReview bytes ⇄ the pure core (no I/O);
 //!   [`wire`]: the borrowed view of a review it reads, the bytes it answers.
-//! - [`server`]: axum routes, body limits and timeouts, TLS, shutdown.
+//! - [`server`]: axum routes, body limits and timeouts, TLS, shutdown;
+//!   [`conn`]: the bounds on client connections (count, deadlines).
 //! - [`tls`], [`reload`]: certificate and config files, re-read on change.
 //! - [`metrics`]: the Prometheus metrics.
 //!
@@ -10,11 +11,13 @@
 //! the reconciler.
 
 pub mod admission;
+pub mod conn;
 pub mod metrics;
 pub mod reload;
 pub mod server;
 pub mod tls;
 pub mod wire;
 
+pub use conn::Limits;
 pub use server::{run, Inputs, Running, Settings, StartError};
 pub use tls::TlsSource;

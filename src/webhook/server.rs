@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::admission::{self, Answer, Endpoint, Summary};
+use super::conn::{Guard, Limits};
 use super::metrics::{Metrics, Rejection};
 use super::tls::{self, TlsError, TlsSource};
 use crate::config::Config;
@@ -39,6 +40,9 @@ pub struct Settings {
     /// body; also the TLS handshake limit. Slower clients get 408 or are
     /// disconnected.
     pub read_timeout: Duration,
+    /// How many connections may be open, and how long one may wait for
+    /// its first request and between requests.
+    pub connections: Limits,
     /// How often the certificate files are checked for changes.
     pub reload_interval: Duration,
     /// Log every review at INFO; otherwise only denials and reviews with
@@ -54,6 +58,7 @@ impl Settings {
             tls,
             max_body_bytes: 3 * 1024 * 1024,
             read_timeout: Duration::from_secs(10),
+            connections: Limits::DEFAULT,
             reload_interval: Duration::from_secs(2),
             log_reviews: false,
         }
@@ -176,20 +181,18 @@ pub async fn run(
         read_timeout: settings.read_timeout,
         log_reviews: settings.log_reviews,
     };
+    let guard = Guard::new(settings.connections, state.metrics.clone());
     let app = router(state);
 
     let handle = Handle::new();
     let read_timeout = settings.read_timeout;
+    // Under TLS: the connection limits (the first-request deadline runs
+    // from accept, through the handshake) and TCP_NODELAY (an HTTP/2
+    // response goes out as separate HEADERS and DATA writes, which Nagle's
+    // algorithm plus the peer's delayed ACK would hold back ~40 ms).
     let mut server = axum_server::from_tcp_rustls(listener, loaded.rustls.clone())
         .map_err(bind)?
-        // TCP_NODELAY: an HTTP/2 response goes out as separate HEADERS and
-        // DATA writes, which Nagle's algorithm plus the peer's delayed ACK
-        // would hold back ~40 ms.
-        .map(|acceptor| {
-            acceptor
-                .handshake_timeout(read_timeout)
-                .acceptor(axum_server::accept::NoDelayAcceptor::new())
-        })
+        .map(|acceptor| acceptor.handshake_timeout(read_timeout).acceptor(guard))
         .handle(handle.clone());
     let http = server.http_builder();
     http.http1()
