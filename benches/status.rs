@@ -100,8 +100,8 @@ fn pod(
             restart_count: u32::from(last.is_some()),
             last,
         }),
-        manifest: None,
         gated: false,
+        marked: false,
         name,
     }
 }
@@ -151,18 +151,29 @@ fn pytorch_1000() -> (JobPlan, Observed) {
     let workloads = vec![
         Workload::StatefulSet {
             name: "mnist-master".into(),
+            uid: format!("uid-{}", "mnist-master"),
+            marked: false,
             role: "master".into(),
             replicas: 1,
             offset: None,
         },
         Workload::StatefulSet {
             name: "mnist-worker".into(),
+            uid: format!("uid-{}", "mnist-worker"),
+            marked: false,
             role: "worker".into(),
             replicas: 999,
             offset: None,
         },
     ];
-    (plan, Observed { pods, workloads })
+    (
+        plan,
+        Observed {
+            pods,
+            workloads,
+            saved: vec![],
+        },
+    )
 }
 
 /// tensorflow chief=1,ps=50,worker=949: the chief (an Indexed Job) and 40
@@ -223,6 +234,8 @@ fn tensorflow_1000(chief_done: bool) -> (JobPlan, Observed) {
     let workloads = vec![
         Workload::Job {
             name: "mnist-chief".into(),
+            uid: format!("uid-{}", "mnist-chief"),
+            marked: false,
             role: "chief".into(),
             suspended: false,
             completions: Some(1),
@@ -231,12 +244,16 @@ fn tensorflow_1000(chief_done: bool) -> (JobPlan, Observed) {
         },
         Workload::StatefulSet {
             name: "mnist-ps".into(),
+            uid: format!("uid-{}", "mnist-ps"),
+            marked: false,
             role: "ps".into(),
             replicas: 50,
             offset: None,
         },
         Workload::Job {
             name: "mnist-worker".into(),
+            uid: format!("uid-{}", "mnist-worker"),
+            marked: false,
             role: "worker".into(),
             suspended: false,
             completions: Some(949),
@@ -244,7 +261,14 @@ fn tensorflow_1000(chief_done: bool) -> (JobPlan, Observed) {
             offset: None,
         },
     ];
-    (plan, Observed { pods, workloads })
+    (
+        plan,
+        Observed {
+            pods,
+            workloads,
+            saved: vec![],
+        },
+    )
 }
 
 fn bench_one_job(c: &mut Criterion) {
@@ -282,20 +306,33 @@ fn bench_one_job(c: &mut Criterion) {
     assert_eq!(out.status.phase, Phase::Succeeded);
     assert_eq!(out.status.replicas["worker"].succeeded, 40);
     assert_eq!(
-        out.actions,
-        vec![
+        out.actions[..3],
+        [
             Action::SuspendJob {
-                name: "mnist-chief".into()
+                name: "mnist-chief".into(),
+                uid: "uid-mnist-chief".into(),
             },
             Action::ScaleStatefulSetToZero {
                 name: "mnist-ps".into(),
+                uid: "uid-mnist-ps".into(),
                 from: 50
             },
             Action::SuspendJob {
-                name: "mnist-worker".into()
+                name: "mnist-worker".into(),
+                uid: "uid-mnist-worker".into(),
             },
         ]
     );
+    // What the run leaves (the chief and the 40 workers that exited 0; the
+    // others go with their workloads) is marked as the finished run's.
+    assert_eq!(out.actions.len(), 3 + 41);
+    assert!(out.actions[3..].iter().all(|a| matches!(
+        a,
+        Action::MarkFinished {
+            kind: dljob::reconciler::status::MemberKind::Pod,
+            ..
+        }
+    )));
     g.bench_function("tensorflow-1000-pods/chief-succeeded", |b| {
         b.iter(|| status::next(&plan, black_box(&finished), Some(&previous), Some(1), now()))
     });
@@ -418,7 +455,7 @@ fn cluster() -> Cluster {
 /// from.
 fn observe_members(c: &Cluster, namespace: &str, job: &str) -> Observed {
     let mut observed = Observed::default();
-    for entry in c.index.members(namespace, job) {
+    for entry in c.index.members(namespace, job, None) {
         let name = &entry.member.name;
         match entry.member.kind {
             Kind::Pod => {

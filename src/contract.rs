@@ -40,6 +40,14 @@ pub const WORKERS_READY_GATE: &str = "dljob.dev/workers-ready";
 pub const HOSTFILE: &str = "dljob.dev/hostfile";
 /// Annotation written by the reconciler on stopped StatefulSets.
 pub const SCALED_FROM: &str = "dljob.dev/scaled-from";
+/// The reconciler's mark on what is left of a finished run (pods, and the
+/// workloads a `None` clean-pod policy leaves running): the uid of the
+/// DLJob whose run it was. Such a member never counts toward a later run
+/// of the same job, and makes no new DLJob.
+pub const FINISHED_RUN: &str = "dljob.dev/finished-run";
+/// On a PodTemplate the reconciler saved a bare pod's manifest in, to
+/// recreate it after a retry: the pod's name.
+pub const RECREATES: &str = "dljob.dev/recreates";
 /// Policy annotations.
 pub const RESTART_POLICY: &str = "dljob.dev/restart-policy";
 pub const BACKOFF_LIMIT: &str = "dljob.dev/backoff-limit";
@@ -92,7 +100,7 @@ pub const JOB_WIDE_ANNOTATIONS: &[&str] = &[
 pub const MEMBER_ANNOTATIONS: &[&str] = &[INDEX, CONTAINER, ORDERED_START, INDEX_OFFSET];
 
 /// Annotations dljob itself writes.
-pub const OWN_ANNOTATIONS: &[&str] = &[HOSTFILE, SCALED_FROM];
+pub const OWN_ANNOTATIONS: &[&str] = &[HOSTFILE, SCALED_FROM, FINISHED_RUN];
 
 /// Directory the hostfile volume is mounted at.
 pub const HOSTFILE_DIR: &str = "/etc/dljob";

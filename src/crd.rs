@@ -210,8 +210,7 @@ pub struct DLJobStatus {
     /// that a restart is counted once even across reconciler restarts.
     #[serde(default)]
     pub counted_exits: BTreeMap<String, String>,
-    /// Bare pods deleted for a retry and not yet recreated, with the
-    /// manifest to recreate them from.
+    /// Bare pods deleted for a retry and not yet recreated.
     #[serde(default)]
     pub pending_recreates: Vec<PendingRecreate>,
     /// mpi/chainer: the SSH Secret the reconciler created (or found already
@@ -260,23 +259,16 @@ pub struct CoordinatorStatus {
     pub reason: Option<String>,
 }
 
-/// A bare pod to recreate once the deleted one is gone.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+/// A bare pod to recreate once the deleted one is gone, from the manifest
+/// saved of it: a PodTemplate `dljob-recreate-<uid>` the DLJob owns (the
+/// status holds no manifest: a pod's env may hold what readers of DLJobs
+/// must not see).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingRecreate {
     pub name: String,
     /// uid of the pod that was deleted.
     pub uid: String,
-    /// The pod to create (metadata and spec of the deleted one).
-    #[schemars(schema_with = "preserved_object")]
-    pub manifest: Value,
-}
-
-fn preserved_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true
-    })
 }
 
 /// The CRD as YAML, exactly what `crds/dljob.yaml` holds.

@@ -8,7 +8,7 @@
 //! or item. Pointer escaping (`~1`) is jsonptr's.
 
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
 use serde_json::{Map, Value};
 
 /// A list of the pod that dljob appends to.
@@ -59,6 +59,7 @@ pub struct PodEdits<'o> {
     pod: &'o Value,
     labels: Vec<(&'static str, Value)>,
     annotations: Vec<(&'static str, Value)>,
+    removed_annotations: Vec<&'static str>,
     spec: Vec<(&'static str, Value)>,
     appends: Vec<(List, Vec<Value>)>,
 }
@@ -69,6 +70,7 @@ impl<'o> PodEdits<'o> {
             pod,
             labels: Vec::new(),
             annotations: Vec::new(),
+            removed_annotations: Vec::new(),
             spec: Vec::new(),
             appends: Vec::with_capacity(6),
         }
@@ -87,6 +89,11 @@ impl<'o> PodEdits<'o> {
     /// Sets `metadata.annotations[key]`.
     pub fn set_annotation(&mut self, key: &'static str, value: Value) {
         self.annotations.push((key, value));
+    }
+
+    /// Removes `metadata.annotations[key]` (the original pod's).
+    pub fn remove_annotation(&mut self, key: &'static str) {
+        self.removed_annotations.push(key);
     }
 
     /// Sets `spec[key]`.
@@ -118,6 +125,13 @@ impl<'o> PodEdits<'o> {
     pub fn into_patch(self) -> Patch {
         let mut ops = Vec::new();
         let meta = self.pod.get("metadata");
+        let original = meta.and_then(|m| m.get("annotations"));
+        for key in self.removed_annotations {
+            if original.and_then(|a| a.get(key)).is_some() {
+                let path = PointerBuf::from_tokens(["metadata", "annotations", key]);
+                ops.push(PatchOperation::Remove(RemoveOperation { path }));
+            }
+        }
         set_keys(
             &mut ops,
             &["metadata", "labels"],

@@ -213,6 +213,9 @@ pub struct MemberSpec {
     /// container (requests, else limits) — kept for a workload or a plain
     /// pod when the gang scheduler's PodGroup wants `minResources`.
     pub pod_requests: Vec<(String, String)>,
+    /// [`c::FINISHED_RUN`] on the object itself: left of a finished run (the
+    /// uid of its DLJob).
+    pub finished_run: Option<String>,
 }
 
 impl fmt::Debug for MemberSpec {
@@ -467,6 +470,8 @@ pub fn parse(
         ordered_start,
         index_offset,
         pod_requests,
+        finished_run: object::meta_str(object, &[], "annotations", c::FINISHED_RUN)
+            .map(str::to_owned),
     };
     slots_warning(&member, object, &mut warnings);
     container_warning(&member, object, &mut warnings);

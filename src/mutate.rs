@@ -121,6 +121,20 @@ pub fn mutate(
 /// that the pods reach the pod webhook and the Service; the rest happens
 /// per pod, where the index is known.
 fn mutate_workload(m: &MemberSpec, obj: &mut Value, op: Operation, warnings: &mut Vec<String>) {
+    if op == Operation::Create {
+        // As for pods (see `forget_finished_run`).
+        let annotations = obj
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut);
+        if let Some(a) = annotations {
+            if a.remove(c::FINISHED_RUN).is_some() {
+                warnings.push(format!(
+                    "annotation {} removed: the reconciler marks what a finished run left with it, and a new workload belongs to the job's next run",
+                    c::FINISHED_RUN
+                ));
+            }
+        }
+    }
     if m.topology_inferred {
         set_missing(
             obj,
@@ -343,6 +357,7 @@ fn pod_patch(
     warnings: &mut Vec<String>,
 ) -> Patch {
     let mut edits = PodEdits::new(pod);
+    forget_finished_run(pod, &mut edits, warnings);
     let Some(plan) = plan else {
         warnings.push("the pod has no containers; dljob injected nothing".to_owned());
         return edits.into_patch();
@@ -449,6 +464,20 @@ fn pod_patch(
         );
     }
     edits.into_patch()
+}
+
+/// A new pod carrying [`c::FINISHED_RUN`] (copied from a pod the reconciler
+/// marked, say with `kubectl get -o yaml`) loses it: the mark is the
+/// reconciler's on what a finished run left, and a new pod is the job's
+/// next run.
+fn forget_finished_run(pod: &Value, edits: &mut PodEdits<'_>, warnings: &mut Vec<String>) {
+    if object::meta_str(pod, &[], "annotations", c::FINISHED_RUN).is_some() {
+        edits.remove_annotation(c::FINISHED_RUN);
+        warnings.push(format!(
+            "annotation {} removed: the reconciler marks what a finished run left with it, and a new pod belongs to the job's next run",
+            c::FINISHED_RUN
+        ));
+    }
 }
 
 /// What the job's gang scheduler reads on each pod: its labels and

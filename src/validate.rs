@@ -150,7 +150,21 @@ fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
             continue; // the same object
         }
         let who = format!("{} \"{}\"", peer.kind.as_str(), peer.name);
-        for (what, value, theirs) in m.spec.differences(&peer.spec) {
+        // Left running by a finished run: it binds a new run to nothing,
+        // but still holds its replica's hostname.
+        let (who, finished) = match &peer.finished_run {
+            Some(_) => (
+                format!("{who} (left running by a finished run of the job: delete it first)"),
+                true,
+            ),
+            None => (who, false),
+        };
+        for (what, value, theirs) in m
+            .spec
+            .differences(&peer.spec)
+            .into_iter()
+            .filter(|_| !finished)
+        {
             v.push(Rule::PeerDisagrees, format!(
                 "{what} is {value} here but {theirs} on {who} of job \"{}\"; every member of a job must agree",
                 m.job

@@ -524,14 +524,25 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
         ),
         (("apps", "statefulsets"), &["list", "patch", "watch"]),
         (("apps", "statefulsets/scale"), &["patch"]),
-        // Applied, never read: no reflector watches Deployments.
-        (("apps", "deployments"), &["create", "patch"]),
+        // Read (whose is it?) before any write; no reflector watches them.
+        (("apps", "deployments"), &["create", "get", "patch"]),
         (("batch", "jobs"), &["list", "patch", "watch"]),
-        (("", "services"), &["create", "list", "patch", "watch"]),
+        (
+            ("", "services"),
+            &["create", "get", "list", "patch", "watch"],
+        ),
         // Create only: no cluster-wide read of every Secret.
         (("", "secrets"), &["create"]),
-        (("scheduling.volcano.sh", "podgroups"), &["create", "patch"]),
-        (("scheduling.x-k8s.io", "podgroups"), &["create", "patch"]),
+        // A bare pod's manifest while it is recreated.
+        (("", "podtemplates"), &["create", "delete", "get", "list"]),
+        (
+            ("scheduling.volcano.sh", "podgroups"),
+            &["create", "get", "patch"],
+        ),
+        (
+            ("scheduling.x-k8s.io", "podgroups"),
+            &["create", "get", "patch"],
+        ),
         (("events.k8s.io", "events"), &["create", "patch"]),
     ]
     .into_iter()

@@ -986,3 +986,53 @@ fn coscheduling_pods_carry_the_pod_group_label() {
         None
     );
 }
+
+/// The reconciler's mark on what a finished run left is not carried into
+/// a new member by a copied manifest: removed, with a word.
+#[test]
+fn a_new_member_loses_a_copied_finished_run_mark() {
+    let marked = pod(
+        "mnist",
+        "master",
+        "pytorch",
+        "master=1",
+        json!({"dljob.dev/finished-run": "uid-old"}),
+    );
+    let m = create(Kind::Pod, &marked, &Config::default());
+    assert_eq!(
+        m.object["metadata"]["annotations"].get("dljob.dev/finished-run"),
+        None
+    );
+    assert_eq!(
+        m.warnings,
+        vec!["annotation dljob.dev/finished-run removed: the reconciler marks what a finished run left with it, and a new pod belongs to the job's next run"]
+    );
+    assert_patch_reproduces(&marked, &m.object);
+    let sts = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "w", "namespace": "ml",
+            "labels": {"dljob.dev/job": "bert", "dljob.dev/role": "worker"},
+            "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/finished-run": "uid-old"}},
+        "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c"}]}}}
+    });
+    let m = create(Kind::StatefulSet, &sts, &Config::default());
+    assert_eq!(
+        m.object["metadata"]["annotations"].get("dljob.dev/finished-run"),
+        None
+    );
+    assert_eq!(m.warnings.len(), 1);
+    // On UPDATE (the reconciler's own mark) it stays.
+    let updated = mutate(
+        Kind::StatefulSet,
+        &sts,
+        Some("ml"),
+        Operation::Update,
+        &Config::default(),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        updated.object["metadata"]["annotations"]["dljob.dev/finished-run"],
+        "uid-old"
+    );
+}

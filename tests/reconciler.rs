@@ -85,6 +85,7 @@ fn statefulset(job: &str, framework: &str, replicas: &str, role: &str, size: u32
     let mut own = meta.clone();
     own["name"] = json!(role);
     own["namespace"] = json!(NS);
+    own["uid"] = json!(format!("uid-sts-{role}"));
     serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
         "metadata": own,
@@ -105,6 +106,7 @@ fn indexed_job(job: &str, framework: &str, replicas: &str, role: &str) -> Job {
     let mut own = meta.clone();
     own["name"] = json!(role);
     own["namespace"] = json!(NS);
+    own["uid"] = json!(format!("uid-job-{role}"));
     serde_json::from_value(json!({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": own,
@@ -313,6 +315,49 @@ fn read_pod(pod: Pod) -> Call {
     )
 }
 
+/// Saving a bare pod before it is deleted for a retry: read whole, its
+/// manifest kept in a PodTemplate the DLJob controls (never in the status).
+fn save_pod(pod: Pod) -> [Call; 2] {
+    let name = pod.metadata.name.clone().unwrap();
+    let uid = pod.metadata.uid.clone().unwrap();
+    let image = pod.spec.as_ref().unwrap().containers[0].image.clone();
+    [
+        read_pod(pod),
+        call(
+            "POST",
+            format!("/api/v1/namespaces/{NS}/podtemplates?&fieldManager=dljob"),
+            move |b| {
+                assert_eq!(b["metadata"]["name"], format!("dljob-recreate-{uid}"));
+                assert_eq!(b["metadata"]["labels"], json!({"dljob.dev/job": "mnist"}));
+                assert_eq!(
+                    b["metadata"]["annotations"],
+                    json!({"dljob.dev/recreates": name})
+                );
+                let owner = &b["metadata"]["ownerReferences"][0];
+                assert_eq!(
+                    (&owner["uid"], &owner["controller"]),
+                    (&json!("job-uid"), &json!(true))
+                );
+                // Its own spec, not pinned to the old node.
+                let t = &b["template"];
+                assert_eq!(t["spec"]["containers"][0]["image"], json!(image));
+                assert_eq!(t["spec"].get("nodeName"), None);
+                assert_eq!(t["metadata"]["labels"]["dljob.dev/job"], "mnist");
+            },
+            Value::Null,
+        ),
+    ]
+}
+
+fn delete_pod(name: &'static str) -> Call {
+    call(
+        "DELETE",
+        format!("/api/v1/namespaces/{NS}/pods/{name}?"),
+        move |b| assert_eq!(b["preconditions"], json!({"uid": format!("uid-{name}")})),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}}),
+    )
+}
+
 /// Serves `calls` in order, then asserts that no other call comes before
 /// every client is dropped.
 async fn verify(mut handle: Handle, calls: Vec<Call>) {
@@ -377,6 +422,16 @@ async fn reconcile_expecting(
     metrics
 }
 
+/// The API server's 404.
+fn not_found(message: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": message, "reason": "NotFound", "code": 404})
+}
+
+fn services_uri() -> String {
+    format!("/api/v1/namespaces/{NS}/services?&fieldManager=dljob")
+}
+
 fn status_uri() -> String {
     format!("/apis/dljob.dev/v1alpha1/namespaces/{NS}/dljobs/mnist/status?&force=true&fieldManager=dljob")
 }
@@ -422,11 +477,12 @@ async fn new_job_gets_its_service_a_status_and_an_event() {
         ctx,
         handle,
         vec![
+            // Not in the cache of labelled Services: created, never applied
+            // over what may be someone else's.
             call(
-                "PATCH",
-                format!("/api/v1/namespaces/{NS}/services/mnist?&force=true&fieldManager=dljob"),
+                "POST",
+                services_uri(),
                 |b| {
-                    // A server-side apply body names its type.
                     assert_eq!((&b["apiVersion"], &b["kind"]), (&json!("v1"), &json!("Service")));
                     assert_eq!(b["metadata"]["name"], "mnist");
                     assert_eq!(b["metadata"]["ownerReferences"][0]["uid"], "job-uid");
@@ -506,7 +562,7 @@ async fn unchanged_job_is_reconciled_without_any_call() {
         vec![],
     );
     let plan = controller::plan_of(&job).unwrap();
-    let observed = controller::observe_members(&ctx, NS, "mnist");
+    let observed = controller::observe_members(&ctx, NS, "mnist", "job-uid");
     let earlier = Timestamp::from_second(1_699_999_000).unwrap();
     job.status = Some(status::next(&plan, &observed, None, Some(1), earlier).status);
     reconcile_expecting(job, ctx, handle, vec![]).await;
@@ -528,7 +584,7 @@ fn worker_oom_killed(job: &mut DLJob) -> (Arc<Context>, Handle) {
         vec![],
     );
     let plan = controller::plan_of(job).unwrap();
-    let observed = controller::observe_members(&ctx, NS, "mnist");
+    let observed = controller::observe_members(&ctx, NS, "mnist", "job-uid");
     job.status = Some(status::next(&plan, &observed, None, Some(1), now()).status);
     context(
         World {
@@ -563,68 +619,87 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
         job,
         ctx,
         handle,
-        vec![
-            read_pod(oom_killed_worker()),
-            call(
-                "PATCH",
-                status_uri(),
-                |b| {
-                    let s = &b["status"];
-                    assert_eq!(s["phase"], "Restarting");
-                    assert_eq!(s["restarts"], 1);
-                    assert_eq!(s["replicas"]["worker"]["restarts"], 1);
-                    assert_eq!(
-                        s["countedExits"],
-                        json!({"worker-0": "uid-worker-0/containerd://c1"})
-                    );
-                    let recreate = &s["pendingRecreates"][0];
-                    assert_eq!(recreate["name"], "worker-0");
-                    assert_eq!(recreate["uid"], "uid-worker-0");
-                    // Recreated from its own spec, not pinned to the old node.
-                    assert_eq!(
-                        recreate["manifest"]["spec"]["containers"][0]["image"],
-                        "train"
-                    );
-                    assert_eq!(recreate["manifest"]["spec"].get("nodeName"), None);
-                    assert_eq!(
-                        recreate["manifest"]["metadata"]["labels"]["dljob.dev/role"],
-                        "worker"
-                    );
-                },
-                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
-            ),
-            call(
-                "POST",
-                events_uri(),
-                |b| {
-                    assert_eq!(b["reason"], "Restarting");
-                    assert_eq!(b["type"], "Warning");
-                },
-                Value::Null,
-            ),
-            call(
-                "DELETE",
-                format!("/api/v1/namespaces/{NS}/pods/worker-0?"),
-                |b| assert_eq!(b["preconditions"], json!({"uid": "uid-worker-0"})),
-                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "worker-0"}}),
-            ),
-        ],
+        [
+            vec![
+                call(
+                    "PATCH",
+                    status_uri(),
+                    |b| {
+                        let s = &b["status"];
+                        assert_eq!(s["phase"], "Restarting");
+                        assert_eq!(s["restarts"], 1);
+                        assert_eq!(s["replicas"]["worker"]["restarts"], 1);
+                        assert_eq!(
+                            s["countedExits"],
+                            json!({"worker-0": "uid-worker-0/containerd://c1"})
+                        );
+                        // The pod to recreate, by name and uid; its manifest
+                        // (env values and all) is not in the status.
+                        assert_eq!(
+                            s["pendingRecreates"],
+                            json!([{"name": "worker-0", "uid": "uid-worker-0"}])
+                        );
+                    },
+                    with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
+                ),
+                call(
+                    "POST",
+                    events_uri(),
+                    |b| {
+                        assert_eq!(b["reason"], "Restarting");
+                        assert_eq!(b["type"], "Warning");
+                    },
+                    Value::Null,
+                ),
+            ],
+            save_pod(oom_killed_worker()).into(),
+            vec![delete_pod("worker-0")],
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
     )
     .await;
     assert_eq!(metrics.restarts.get(), 1);
 }
 
 /// The bare pod to recreate was already replaced by the time the
-/// reconciler reads it (another uid): the cache is behind. Nothing is
-/// written and nothing deleted; the next reconcile decides again.
+/// reconciler reads it to save it (another uid): the cache is behind. The
+/// new pod is neither saved nor deleted (the delete's uid precondition
+/// fails); the next reconcile sees it.
 #[tokio::test]
-async fn a_bare_pod_replaced_before_it_is_read_leaves_the_decision_for_later() {
+async fn a_bare_pod_replaced_before_it_is_saved_is_left_alone() {
     let mut job = dljob("pytorch", PYTORCH);
     let (ctx, handle) = worker_oom_killed(&mut job);
+    let jj = job.clone();
     let mut replaced = bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running());
     replaced.metadata.uid = Some("uid-worker-0-new".into());
-    let metrics = reconcile_expecting(job, ctx, handle, vec![read_pod(replaced)]).await;
-    assert_eq!(metrics.restarts.get(), 0);
+    let precondition_failed = json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+        "message": "Operation cannot be fulfilled on Pod \"worker-0\": Precondition failed: UID in precondition: uid-worker-0, UID in object meta: uid-worker-0-new"
+    });
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |_| {},
+                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
+            ),
+            event("Restarting"),
+            read_pod(replaced),
+            call(
+                "DELETE",
+                format!("/api/v1/namespaces/{NS}/pods/worker-0?"),
+                |b| assert_eq!(b["preconditions"], json!({"uid": "uid-worker-0"})),
+                precondition_failed,
+            ),
+        ],
+    )
+    .await;
 }
 
 /// restart-scope Job: the worker's OOM kill deletes every member (each
@@ -636,21 +711,11 @@ async fn a_job_scope_retry_deletes_every_member() {
     job.spec.policies.restart_scope = dljob::contract::RestartScope::Job;
     let (ctx, handle) = worker_oom_killed(&mut job);
     let jj = job.clone();
-    let delete = |name: &'static str| {
-        call(
-            "DELETE",
-            format!("/api/v1/namespaces/{NS}/pods/{name}?"),
-            move |b| assert_eq!(b["preconditions"], json!({"uid": format!("uid-{name}")})),
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}}),
-        )
-    };
     let metrics = reconcile_expecting(
         job,
         ctx,
         handle,
-        vec![
-            read_pod(bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running())),
-            read_pod(oom_killed_worker()),
+        [vec![
             call(
                 "PATCH",
                 status_uri(),
@@ -680,9 +745,15 @@ async fn a_job_scope_retry_deletes_every_member() {
                 },
                 Value::Null,
             ),
-            delete("master-0"),
-            delete("worker-0"),
         ],
+        save_pod(bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running())).into(),
+        vec![delete_pod("master-0")],
+        save_pod(oom_killed_worker()).into(),
+        vec![delete_pod("worker-0")],
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
     )
     .await;
     assert_eq!(metrics.restarts.get(), 1);
@@ -754,23 +825,33 @@ async fn coordinator_success_stops_statefulsets_and_suspends_jobs() {
                 with_status(&jj, &json!({"status": {"phase": "Succeeded"}})),
             ),
             event("CoordinatorSucceeded"),
+            // Each write to a user's workload names the uid observed: a
+            // set or Job recreated under the same name is left alone.
             call(
                 "PATCH",
                 format!("/apis/apps/v1/namespaces/{NS}/statefulsets/worker?&fieldManager=dljob"),
-                |b| assert_eq!(b, &json!({"metadata": {"annotations": {"dljob.dev/scaled-from": "2"}}})),
+                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-sts-worker", "annotations": {"dljob.dev/scaled-from": "2"}}})),
                 sts_json,
             ),
             call(
                 "PATCH",
                 format!("/apis/apps/v1/namespaces/{NS}/statefulsets/worker/scale?&fieldManager=dljob"),
-                |b| assert_eq!(b, &json!({"spec": {"replicas": 0}})),
+                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-sts-worker"}, "spec": {"replicas": 0}})),
                 json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "worker"}, "spec": {"replicas": 0}}),
             ),
             call(
                 "PATCH",
                 format!("/apis/batch/v1/namespaces/{NS}/jobs/chief?&fieldManager=dljob"),
-                |b| assert_eq!(b, &json!({"spec": {"suspend": true}})),
+                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-job-chief"}, "spec": {"suspend": true}})),
                 serde_json::to_value(&chief).unwrap(),
+            ),
+            // The chief's finished pod stays: marked as this run's, so that a
+            // later run of the job never counts its exit.
+            call(
+                "PATCH",
+                format!("/api/v1/namespaces/{NS}/pods/chief-0?&fieldManager=dljob"),
+                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-chief-0", "annotations": {"dljob.dev/finished-run": "job-uid"}}})),
+                Value::Null,
             ),
         ],
     )
@@ -795,8 +876,9 @@ fn mpi_world() -> World {
 }
 
 /// One reconcile of a new mpi job whose Secret create is answered with
-/// `created` (a Secret, or a 409 Status); returns the status it wrote.
-async fn mpi_reconcile(created: Value) -> Value {
+/// `created` (a Secret, or a 409 Status), then the Events `events` (by
+/// reason); returns the status it wrote.
+async fn mpi_reconcile(created: Value, events: &[&'static str]) -> Value {
     let mut job = dljob("mpi", MPI);
     job.spec.port = 22;
     let (ctx, handle) = context(mpi_world(), vec![]);
@@ -831,13 +913,14 @@ async fn mpi_reconcile(created: Value) -> Value {
                 status_uri(),
                 move |b| {
                     assert_eq!(b["status"]["phase"], "Pending");
-                    assert_eq!(b["status"]["sshSecret"], "mnist-ssh");
                     *keep.lock().unwrap() = b["status"].clone();
                 },
                 with_status(&jj, &json!({"status": {"phase": "Pending"}})),
             ),
-            event("Pending"),
-        ],
+        ]
+        .into_iter()
+        .chain(events.iter().map(|reason| event(reason)))
+        .collect(),
     )
     .await;
     let status = written.lock().unwrap().clone();
@@ -846,7 +929,8 @@ async fn mpi_reconcile(created: Value) -> Value {
 
 #[tokio::test]
 async fn mpi_job_gets_an_ssh_secret_once() {
-    let status = mpi_reconcile(Value::Null).await;
+    let status = mpi_reconcile(Value::Null, &["Pending"]).await;
+    assert_eq!(status["sshSecret"], "mnist-ssh");
     // The next reconcile reads the recorded Secret from the status: no
     // Secret call (the reconciler cannot list or get Secrets), no call at all.
     let mut job = dljob("mpi", MPI);
@@ -922,12 +1006,27 @@ async fn the_launcher_gate_is_removed_once_the_worker_runs() {
     .await;
 }
 
+/// A Secret `<job>-ssh` that this DLJob did not create (the reconciler
+/// never reads Secrets, so it cannot tell whose it is): not recorded as the
+/// job's, reported with the fix, once; the create is tried again later.
 #[tokio::test]
-async fn an_ssh_secret_that_already_exists_counts_as_created() {
+async fn an_ssh_secret_that_already_exists_is_reported_not_taken() {
     let conflict = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
         "message": "secrets \"mnist-ssh\" already exists", "reason": "AlreadyExists", "code": 409});
-    let status = mpi_reconcile(conflict).await;
-    assert_eq!(status["sshSecret"], "mnist-ssh");
+    let status = mpi_reconcile(conflict, &["Pending", "OwnershipConflict"]).await;
+    assert_eq!(status.get("sshSecret"), None);
+    let condition = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "OwnershipConflict")
+        .unwrap();
+    assert_eq!(condition["status"], "True");
+    assert_eq!(condition["reason"], "NotControlledByThisJob");
+    assert_eq!(
+        condition["message"],
+        "Secret/mnist-ssh exists and was not created by dljob for this DLJob (dljob never reads Secrets, so it cannot tell whose it is); the job's pods would mount it: delete it (dljob then creates the job's own) or rename the job"
+    );
 }
 
 /// A pytorch job `master=1,worker=2` whose workers are the StatefulSet
@@ -965,7 +1064,7 @@ fn scaled_world(size: u32) -> World {
 fn status_of(job: &DLJob, world: World) -> dljob::crd::DLJobStatus {
     let (ctx, _) = context(world, vec![]);
     let plan = controller::plan_of(job).unwrap();
-    let observed = controller::observe_members(&ctx, NS, "mnist");
+    let observed = controller::observe_members(&ctx, NS, "mnist", "job-uid");
     status::next(&plan, &observed, job.status.as_ref(), Some(1), now()).status
 }
 
@@ -1058,14 +1157,16 @@ async fn a_statefulset_scaled_beyond_its_role_gets_a_condition_and_one_event() {
     .await;
 }
 
-/// A Service someone edited (its selector no longer selects the job's
-/// pods) is applied again; one the API server merely defaulted is not
-/// (every other scenario here has one, and expects no Service call).
+/// A Service this DLJob controls that someone edited (its selector no
+/// longer selects the job's pods) is applied again, only to the object read
+/// (its uid in the body); one the API server merely defaulted is not (every
+/// other scenario here has one, and expects no Service call).
 #[tokio::test]
 async fn a_drifted_service_is_applied_again() {
     let job = dljob("pytorch", PYTORCH);
     let mut edited = served(23456);
     edited.spec.as_mut().unwrap().selector = Some([("app".to_owned(), "other".to_owned())].into());
+    let served_uid = edited.metadata.uid.clone().unwrap();
     let world = World {
         pods: vec![
             bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
@@ -1084,7 +1185,10 @@ async fn a_drifted_service_is_applied_again() {
             call(
                 "PATCH",
                 format!("/api/v1/namespaces/{NS}/services/mnist?&force=true&fieldManager=dljob"),
-                |b| assert_eq!(b["spec"]["selector"], json!({"dljob.dev/job": "mnist"})),
+                move |b| {
+                    assert_eq!(b["spec"]["selector"], json!({"dljob.dev/job": "mnist"}));
+                    assert_eq!(b["metadata"]["uid"], json!(served_uid));
+                },
                 Value::Null,
             ),
             call(
@@ -1124,9 +1228,17 @@ async fn volcano_reconcile(pod_group_answer: Value, served_kind: bool) -> Vec<Va
         ctx,
         handle,
         vec![
+            // No reflector watches PodGroups: read, absent (or the kind not
+            // served: the same 404), then created.
             call(
-                "PATCH",
-                format!("/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups/mnist?&force=true&fieldManager=dljob"),
+                "GET",
+                format!("/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups/mnist"),
+                |_| {},
+                not_found("podgroups.scheduling.volcano.sh \"mnist\" not found"),
+            ),
+            call(
+                "POST",
+                format!("/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups?&fieldManager=dljob"),
                 |b| {
                     assert_eq!(
                         b,
@@ -1325,74 +1437,107 @@ fn tensorboard_world(state: fn() -> Value) -> World {
     }
 }
 
-fn tensorboard_deployment_uri() -> String {
-    format!("/apis/apps/v1/namespaces/{NS}/deployments/mnist-tensorboard?&force=true&fieldManager=dljob")
+/// The TensorBoard Deployment as the cluster holds it once created: what
+/// dljob declared, with `replicas` pods, plus what the API server fills in
+/// (a uid, defaults).
+fn tensorboard_deployment_served(replicas: i32) -> Value {
+    let (declared, _) = dljob::reconciler::resources::tensorboard(
+        &tensorboard_dljob(),
+        &dljob::config::TensorBoardConfig::default(),
+        now(),
+    )
+    .unwrap();
+    let mut d = serde_json::to_value(declared).unwrap();
+    d["metadata"]["uid"] = json!("uid-tb");
+    d["metadata"]["generation"] = json!(1);
+    d["spec"]["replicas"] = json!(replicas);
+    d["spec"]["revisionHistoryLimit"] = json!(10);
+    d["spec"]["progressDeadlineSeconds"] = json!(600);
+    let c = &mut d["spec"]["template"]["spec"]["containers"][0];
+    c["imagePullPolicy"] = json!("IfNotPresent");
+    c["terminationMessagePath"] = json!("/dev/termination-log");
+    d
 }
 
-fn tensorboard_service_uri() -> String {
-    format!("/api/v1/namespaces/{NS}/services/mnist-tensorboard?&force=true&fieldManager=dljob")
-}
-
-/// The apply of the TensorBoard Deployment: owned by the DLJob, labelled
-/// so that neither the webhook nor the job's Service take its pod for a
-/// member, `replicas` pods mounting the job's volume read-only.
-fn tensorboard_deployment(replicas: i32) -> Call {
+/// The read of the TensorBoard Deployment (no reflector watches
+/// Deployments), answered with `answer`.
+fn read_tensorboard_deployment(answer: Value) -> Call {
     call(
-        "PATCH",
-        tensorboard_deployment_uri(),
-        move |b| {
-            assert_eq!(
-                (&b["apiVersion"], &b["kind"]),
-                (&json!("apps/v1"), &json!("Deployment"))
-            );
-            assert_eq!(
-                b["metadata"],
-                json!({
-                    "name": "mnist-tensorboard", "namespace": NS,
-                    "labels": {"dljob.dev/job": "mnist", "dljob.dev/tensorboard-of": "mnist"},
-                    "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob",
-                        "name": "mnist", "uid": "job-uid", "controller": true}]
-                })
-            );
-            let spec = &b["spec"];
-            assert_eq!(spec["replicas"], replicas);
-            assert_eq!(
-                spec["selector"],
-                json!({"matchLabels": {"dljob.dev/tensorboard-of": "mnist"}})
-            );
-            let pod = &spec["template"];
-            assert_eq!(
-                pod["metadata"],
-                json!({"labels": {"dljob.dev/tensorboard-of": "mnist"}})
-            );
-            let container = &pod["spec"]["containers"][0];
-            assert_eq!(container["image"], "tensorflow/tensorflow:2.20.0");
-            assert_eq!(
-                container["args"],
-                json!(["--logdir=/logs/runs/mnist", "--bind_all", "--port=6006"])
-            );
-            assert_eq!(
-                container["volumeMounts"][0],
-                json!({"name": "logs", "mountPath": "/logs", "readOnly": true})
-            );
-            assert_eq!(
-                pod["spec"]["volumes"][0],
-                json!({"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}})
-            );
-            assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
-            assert_eq!(
-                container["securityContext"]["capabilities"],
-                json!({"drop": ["ALL"]})
-            );
-        },
+        "GET",
+        format!("/apis/apps/v1/namespaces/{NS}/deployments/mnist-tensorboard"),
+        |_| {},
+        answer,
+    )
+}
+
+/// The TensorBoard Deployment created: owned by the DLJob, labelled so that
+/// neither the webhook nor the job's Service take its pod for a member, one
+/// pod mounting the job's volume read-only.
+fn create_tensorboard_deployment() -> Call {
+    call(
+        "POST",
+        format!("/apis/apps/v1/namespaces/{NS}/deployments?&fieldManager=dljob"),
+        tensorboard_deployment_body(1, None),
         Value::Null,
     )
 }
 
+/// A check of a TensorBoard Deployment body with `replicas` pods (and the
+/// uid of the object it is applied to, for an apply).
+fn tensorboard_deployment_body(replicas: i32, uid: Option<&'static str>) -> impl Fn(&Value) + Send {
+    move |b: &Value| {
+        assert_eq!(
+            (&b["apiVersion"], &b["kind"]),
+            (&json!("apps/v1"), &json!("Deployment"))
+        );
+        let mut meta = json!({
+            "name": "mnist-tensorboard", "namespace": NS,
+            "labels": {"dljob.dev/job": "mnist", "dljob.dev/tensorboard-of": "mnist"},
+            "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob",
+                "name": "mnist", "uid": "job-uid", "controller": true}]
+        });
+        if let Some(uid) = uid {
+            meta["uid"] = json!(uid);
+        }
+        assert_eq!(b["metadata"], meta);
+        let spec = &b["spec"];
+        assert_eq!(spec["replicas"], replicas);
+        assert_eq!(
+            spec["selector"],
+            json!({"matchLabels": {"dljob.dev/tensorboard-of": "mnist"}})
+        );
+        let pod = &spec["template"];
+        assert_eq!(
+            pod["metadata"],
+            json!({"labels": {"dljob.dev/tensorboard-of": "mnist"}})
+        );
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(container["image"], "tensorflow/tensorflow:2.20.0");
+        assert_eq!(
+            container["args"],
+            json!(["--logdir=/logs/runs/mnist", "--bind_all", "--port=6006"])
+        );
+        assert_eq!(
+            container["volumeMounts"][0],
+            json!({"name": "logs", "mountPath": "/logs", "readOnly": true})
+        );
+        assert_eq!(
+            pod["spec"]["volumes"][0],
+            json!({"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}})
+        );
+        assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(
+            container["securityContext"]["capabilities"],
+            json!({"drop": ["ALL"]})
+        );
+    }
+}
+
+/// The TensorBoard Service created (not in the cache of labelled Services).
 fn tensorboard_service() -> Call {
     call(
-        "PATCH",
-        tensorboard_service_uri(),
+        "POST",
+        services_uri(),
         |b| {
             assert_eq!(
                 (&b["apiVersion"], &b["kind"]),
@@ -1469,7 +1614,10 @@ async fn a_job_with_tensorboard_gets_its_deployment_and_service() {
         handle,
         vec![
             // The headless Service is there as declared: no call.
-            tensorboard_deployment(1),
+            read_tensorboard_deployment(not_found(
+                "deployments.apps \"mnist-tensorboard\" not found",
+            )),
+            create_tensorboard_deployment(),
             tensorboard_service(),
             call(
                 "PATCH",
@@ -1488,31 +1636,74 @@ async fn a_finished_job_stops_its_tensorboard_and_keeps_its_service() {
     let mut job = tensorboard_dljob();
     let (ctx, _) = context(tensorboard_world(|| terminated(0, "Completed")), vec![]);
     let plan = controller::plan_of(&job).unwrap();
-    let observed = controller::observe_members(&ctx, NS, "mnist");
+    let observed = controller::observe_members(&ctx, NS, "mnist", "job-uid");
     let earlier = Timestamp::from_second(1_699_999_000).unwrap();
     job.status = Some(status::next(&plan, &observed, None, Some(1), earlier).status);
     assert_eq!(
         job.status.as_ref().unwrap().phase,
         dljob::crd::Phase::Succeeded
     );
+    // The world a reconcile of the finished run left: its pods marked, the
+    // TensorBoard Service there.
+    let finished_world = || {
+        let mut world = tensorboard_world(|| terminated(0, "Completed"));
+        for p in &mut world.pods {
+            p.metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert("dljob.dev/finished-run".into(), "job-uid".into());
+        }
+        let mut tb: Service = served(6006);
+        tb.metadata.name = Some("mnist-tensorboard".into());
+        tb.metadata.labels = Some(
+            [
+                ("dljob.dev/job".to_owned(), "mnist".to_owned()),
+                ("dljob.dev/tensorboard-of".to_owned(), "mnist".to_owned()),
+            ]
+            .into(),
+        );
+        tb.spec.as_mut().unwrap().selector =
+            Some([("dljob.dev/tensorboard-of".to_owned(), "mnist".to_owned())].into());
+        tb.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.7".into());
+        tb.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+        tb.spec.as_mut().unwrap().ports = Some(vec![serde_json::from_value(json!(
+            {"name": "tensorboard", "port": 6006, "targetPort": "tensorboard", "protocol": "TCP"}
+        ))
+        .unwrap()]);
+        world.services.push(tb);
+        world
+    };
     // Finished as the status says (clean-pod policy Running): the
-    // Deployment is applied with no pod; nothing else changes.
-    let (ctx, handle) = context(tensorboard_world(|| terminated(0, "Completed")), vec![]);
+    // Deployment, read with one pod, is applied with none, to the object
+    // read; nothing else changes.
+    let (ctx, handle) = context(finished_world(), vec![]);
     reconcile_expecting(
         job.clone(),
         ctx,
         handle,
-        vec![tensorboard_deployment(0), tensorboard_service()],
+        vec![
+            read_tensorboard_deployment(tensorboard_deployment_served(1)),
+            call(
+                "PATCH",
+                format!("/apis/apps/v1/namespaces/{NS}/deployments/mnist-tensorboard?&force=true&fieldManager=dljob"),
+                tensorboard_deployment_body(0, Some("uid-tb")),
+                Value::Null,
+            ),
+        ],
     )
     .await;
-    // With the policy None, TensorBoard runs on.
+    // With the policy None, TensorBoard runs on: read, as declared, not
+    // written.
     job.spec.policies.clean_pod = dljob::contract::CleanPodPolicy::None;
-    let (ctx, handle) = context(tensorboard_world(|| terminated(0, "Completed")), vec![]);
+    let (ctx, handle) = context(finished_world(), vec![]);
     reconcile_expecting(
         job,
         ctx,
         handle,
-        vec![tensorboard_deployment(1), tensorboard_service()],
+        vec![read_tensorboard_deployment(tensorboard_deployment_served(
+            1,
+        ))],
     )
     .await;
 }
@@ -1543,12 +1734,12 @@ fn peers_are_the_live_members_of_the_job() {
         peers.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
         ["master-0"]
     );
-    assert_eq!(index.members(NS, "mnist").len(), 2);
+    assert_eq!(index.members(NS, "mnist", None).len(), 2);
     // A relist that no longer has the master forgets it.
     index.apply_event::<Pod>(&watcher::Event::Init, &config);
     index.apply_event::<Pod>(&watcher::Event::InitDone, &config);
     assert!(index.peers(NS, "mnist").is_empty());
-    assert!(index.members(NS, "other").is_empty());
+    assert!(index.members(NS, "other", None).is_empty());
 }
 
 #[test]
@@ -1708,11 +1899,8 @@ async fn first_write_after_an_outage(down_for: Duration) -> (String, Duration) {
 async fn a_reconcile_follows_within_seconds_after_the_api_server_is_back() {
     for down_for in [Duration::from_secs(120), Duration::from_secs(5)] {
         let (write, after) = first_write_after_an_outage(down_for).await;
-        // The reconcile's first call: the job's headless Service.
-        assert_eq!(
-            write,
-            format!("PATCH /api/v1/namespaces/{NS}/services/mnist")
-        );
+        // The reconcile's first write: the job's headless Service, created.
+        assert_eq!(write, format!("POST /api/v1/namespaces/{NS}/services"));
         // Each watch retries at most WATCH_BACKOFF_MAX after its last
         // failure; the controller's debounce adds one second.
         assert!(
@@ -1780,4 +1968,517 @@ async fn the_member_caches_are_synced_once_pods_statefulsets_and_jobs_listed() {
     .expect("synced once every member kind listed");
     task.abort();
     drop(held);
+}
+
+// ---- whose objects are whose (trust on a shared cluster) ---------------------
+
+/// A headless Service `victim` someone else made (labels and selector
+/// `app: prod`, no owner), and then a pod labelled `dljob.dev/job: victim`.
+fn victim_service() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "mnist", "namespace": NS, "uid": "uid-prod-svc",
+            "labels": {"app": "prod"}, "resourceVersion": "41",
+            "managedFields": [{"manager": "kubectl-client-side-apply", "operation": "Update"}]},
+        "spec": {"clusterIP": "None", "selector": {"app": "prod"},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}
+    })
+}
+
+fn already_exists(what: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": format!("{what} already exists"), "reason": "AlreadyExists", "code": 409})
+}
+
+fn running_pytorch() -> World {
+    World {
+        pods: vec![
+            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
+        ],
+        ..World::default()
+    }
+}
+
+/// The OwnershipConflict condition of a written status.
+fn ownership_condition(status: &Value) -> Value {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "OwnershipConflict")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// The Service is not in the cache of labelled Services: dljob creates,
+/// gets AlreadyExists, reads whose it is, and — it is not this DLJob's —
+/// writes nothing to it: no apply, no force, no owner reference; the DLJob
+/// says so (condition and one Warning Event naming the object, who
+/// controls it and the fix).
+#[tokio::test]
+async fn someone_elses_service_of_the_jobs_name_is_left_alone_and_reported() {
+    let job = dljob("pytorch", PYTORCH);
+    let (ctx, handle) = context(running_pytorch(), vec![job.clone()]);
+    let jj = job.clone();
+    let message = "Service/mnist exists and is controlled by no controller; dljob leaves it alone: rename the job (dljob.dev/job) or that Service";
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "POST",
+                services_uri(),
+                |_| {},
+                already_exists("services \"mnist\""),
+            ),
+            call(
+                "GET",
+                format!("/api/v1/namespaces/{NS}/services/mnist"),
+                |b| assert!(b.is_null()),
+                victim_service(),
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                move |b| {
+                    let c = ownership_condition(&b["status"]);
+                    assert_eq!(
+                        (&c["status"], &c["reason"], &c["message"]),
+                        (
+                            &json!("True"),
+                            &json!("NotControlledByThisJob"),
+                            &json!(message)
+                        )
+                    );
+                    // The job's own status goes on.
+                    assert_eq!(b["status"]["phase"], "Running");
+                },
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            event("Running"),
+            call(
+                "POST",
+                events_uri(),
+                move |b| {
+                    assert_eq!(b["type"], "Warning");
+                    assert_eq!(b["reason"], "OwnershipConflict");
+                    assert_eq!(b["note"], message);
+                },
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
+}
+
+/// The same Service labelled `dljob.dev/job: mnist` by its owner (so in
+/// the cache): still not this DLJob's — no call to it at all; the
+/// condition, already set, is kept without a second Event.
+#[tokio::test]
+async fn a_foreign_service_carrying_the_job_label_is_not_taken_either() {
+    let mut foreign: Service = serde_json::from_value(victim_service()).unwrap();
+    foreign
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("dljob.dev/job".into(), "mnist".into());
+    foreign.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "name": "prod-api", "uid": "u9", "controller": true
+    }))
+    .unwrap()]);
+    let mut job = dljob("pytorch", PYTORCH);
+    let message = "Service/mnist exists and is controlled by Deployment \"prod-api\"; dljob leaves it alone: rename the job (dljob.dev/job) or that Service";
+    let world = || World {
+        services: vec![foreign.clone()],
+        ..running_pytorch()
+    };
+    let (ctx, handle) = context(world(), vec![]);
+    let jj = job.clone();
+    let written = Arc::new(std::sync::Mutex::new(Value::Null));
+    let keep = written.clone();
+    reconcile_expecting(
+        job.clone(),
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                move |b| {
+                    assert_eq!(ownership_condition(&b["status"])["message"], message);
+                    *keep.lock().unwrap() = b["status"].clone();
+                },
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            event("Running"),
+            event("OwnershipConflict"),
+        ],
+    )
+    .await;
+    // The next reconcile, with that status: nothing to write, nothing said.
+    job.status = Some(serde_json::from_value(written.lock().unwrap().clone()).unwrap());
+    let (ctx, handle) = context(world(), vec![]);
+    reconcile_expecting(job, ctx, handle, vec![]).await;
+}
+
+/// Objects dljob reads rather than watches (the TensorBoard Deployment, a
+/// PodGroup) follow the same rule: one controlled by someone else is read,
+/// not written.
+#[tokio::test]
+async fn someone_elses_deployment_of_the_tensorboards_name_is_read_not_written() {
+    let job = tensorboard_dljob();
+    let (ctx, handle) = context(tensorboard_world(running), vec![job.clone()]);
+    let jj = job.clone();
+    let mut theirs = tensorboard_deployment_served(3);
+    theirs["metadata"]["ownerReferences"] = json!([]);
+    theirs["metadata"]["labels"] = json!({"app": "dashboard"});
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            read_tensorboard_deployment(theirs),
+            tensorboard_service(),
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    assert_eq!(
+                        ownership_condition(&b["status"])["message"],
+                        "Deployment/mnist-tensorboard exists and is controlled by no controller; dljob leaves it alone: rename the job (dljob.dev/job) or that Deployment"
+                    );
+                },
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            event("Running"),
+            event("OwnershipConflict"),
+        ],
+    )
+    .await;
+}
+
+/// The Service of an earlier DLJob of the same name (deleted, its Service
+/// not yet collected) is not this one's either: reported as such; and one
+/// of this DLJob's that is replaced between the read and the write (the
+/// API server refuses the uid in the body) is left to the next reconcile.
+#[tokio::test]
+async fn an_earlier_runs_service_waits_for_the_collector_and_a_replaced_one_is_not_written() {
+    let job = dljob("pytorch", PYTORCH);
+    let mut earlier = served(23456);
+    earlier.metadata.owner_references.as_mut().unwrap()[0].uid = "old-job-uid".into();
+    let (ctx, handle) = context(
+        World {
+            services: vec![earlier],
+            ..running_pytorch()
+        },
+        vec![],
+    );
+    let jj = job.clone();
+    reconcile_expecting(
+        job.clone(),
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    assert_eq!(
+                        ownership_condition(&b["status"])["message"],
+                        "Service/mnist exists and is controlled by an earlier DLJob \"mnist\" (uid old-job-uid), deleted: the garbage collector removes it shortly; dljob leaves it alone: rename the job (dljob.dev/job) or that Service"
+                    );
+                },
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            event("Running"),
+            event("OwnershipConflict"),
+        ],
+    )
+    .await;
+
+    let mut drifted = served(23456);
+    drifted.spec.as_mut().unwrap().selector = Some([("app".to_owned(), "x".to_owned())].into());
+    let uid = drifted.metadata.uid.clone().unwrap();
+    let (ctx, handle) = context(
+        World {
+            services: vec![drifted],
+            ..running_pytorch()
+        },
+        vec![],
+    );
+    let immutable = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
+        "message": format!("Service \"mnist\" is invalid: metadata.uid: Invalid value: \"{uid}\": field is immutable")});
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![call(
+            "PATCH",
+            format!("/api/v1/namespaces/{NS}/services/mnist?&force=true&fieldManager=dljob"),
+            move |b| assert_eq!(b["metadata"]["uid"], json!(uid)),
+            immutable,
+        )],
+    )
+    .await;
+}
+
+// ---- a run's members -------------------------------------------------------
+
+/// `pod` marked as left by the finished run of the DLJob `uid`.
+fn left_by(mut pod: Pod, uid: &str) -> Pod {
+    pod.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("dljob.dev/finished-run".into(), uid.into());
+    pod
+}
+
+/// The job failed (its master OOM-killed, its worker exited 1) and kept its
+/// pods (clean-pod-policy None): each was marked by that run's DLJob. The
+/// DLJob is deleted and the job started again with new pod names: what the
+/// old run left makes no DLJob, and counts for nothing in the new one.
+#[tokio::test]
+async fn a_rerun_under_the_same_name_starts_clean() {
+    let mut old_master = bare_pod(
+        "mnist",
+        "pytorch",
+        PYTORCH,
+        "master",
+        0,
+        terminated(137, "OOMKilled"),
+    );
+    old_master.metadata.name = Some("master-old".into());
+    old_master.metadata.uid = Some("uid-master-old".into());
+    let mut old_worker = bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running());
+    old_worker.metadata.name = Some("worker-old".into());
+    old_worker.metadata.uid = Some("uid-worker-old".into());
+    let leftovers = vec![
+        left_by(old_master, "old-job-uid"),
+        left_by(old_worker, "old-job-uid"),
+    ];
+
+    // Only leftovers (one still running): no DLJob is made for them.
+    let (ctx, handle) = context(
+        World {
+            pods: leftovers.clone(),
+            ..World::default()
+        },
+        vec![],
+    );
+    let verifier = tokio::spawn(verify(handle, vec![]));
+    assert_eq!(create_missing_within_5s(&ctx).await, 0);
+    drop(ctx);
+    verifier.await.unwrap();
+
+    // The new run: its own pods beside the leftovers. Its DLJob counts
+    // only its own: Running, no restart used, the master its own.
+    let mut pods = leftovers;
+    pods.push(bare_pod(
+        "mnist",
+        "pytorch",
+        PYTORCH,
+        "master",
+        0,
+        running(),
+    ));
+    pods.push(bare_pod(
+        "mnist",
+        "pytorch",
+        PYTORCH,
+        "worker",
+        0,
+        running(),
+    ));
+    let job = dljob("pytorch", PYTORCH);
+    let (ctx, handle) = context(
+        World {
+            pods,
+            services: vec![served(23456)],
+            ..World::default()
+        },
+        vec![],
+    );
+    let jj = job.clone();
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    let s = &b["status"];
+                    assert_eq!(s["phase"], "Running");
+                    assert_eq!(s["restarts"], 0);
+                    assert_eq!(s["active"], "2/2");
+                    assert_eq!(s["countedExits"], json!({}));
+                    assert_eq!(
+                        s["coordinator"],
+                        json!({"replica": "master-0", "pod": "master-0"})
+                    );
+                },
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            event("Running"),
+        ],
+    )
+    .await;
+}
+
+/// A finished run under clean-pod-policy None marks what it leaves
+/// running: a StatefulSet too (so that deleting the DLJob does not make a
+/// new one for it), with the set's uid as a precondition.
+#[tokio::test]
+async fn a_finished_run_marks_the_statefulset_it_leaves_running() {
+    const TF: &str = "chief=1,ps=1";
+    let mut job = dljob("tensorflow", TF);
+    job.spec.policies.clean_pod = dljob::contract::CleanPodPolicy::None;
+    job.status = Some(dljob::crd::DLJobStatus {
+        phase: dljob::crd::Phase::Running,
+        ..Default::default()
+    });
+    let chief = left_by(
+        bare_pod(
+            "mnist",
+            "tensorflow",
+            TF,
+            "chief",
+            0,
+            terminated(0, "Completed"),
+        ),
+        "job-uid",
+    );
+    let ps = left_by(
+        owned_pod("StatefulSet", "ps", "tensorflow", TF, "ps", 0, running()),
+        "job-uid",
+    );
+    let (ctx, handle) = context(
+        World {
+            pods: vec![chief, ps],
+            statefulsets: vec![statefulset("mnist", "tensorflow", TF, "ps", 1)],
+            services: vec![served(23456)],
+            ..World::default()
+        },
+        vec![],
+    );
+    let jj = job.clone();
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |b| assert_eq!(b["status"]["phase"], "Succeeded"),
+                with_status(&jj, &json!({"status": {"phase": "Succeeded"}})),
+            ),
+            event("CoordinatorSucceeded"),
+            call(
+                "PATCH",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/ps?&fieldManager=dljob"),
+                |b| {
+                    assert_eq!(
+                        b,
+                        &json!({"metadata": {"uid": "uid-sts-ps", "annotations": {"dljob.dev/finished-run": "job-uid"}}})
+                    )
+                },
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
+}
+
+/// A pending recreate: the saved manifests are listed (only this DLJob's
+/// count: one of that name anyone else made is ignored), the pod is created
+/// from its own.
+#[tokio::test]
+async fn a_deleted_bare_pod_comes_back_from_its_saved_manifest() {
+    let mut job = dljob("pytorch", PYTORCH);
+    job.status = Some(dljob::crd::DLJobStatus {
+        phase: dljob::crd::Phase::Restarting,
+        pending_recreates: vec![dljob::crd::PendingRecreate {
+            name: "worker-0".into(),
+            uid: "uid-worker-0".into(),
+        }],
+        ..Default::default()
+    });
+    let saved = |owner_uid: &str, image: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "PodTemplate",
+            "metadata": {"name": "dljob-recreate-uid-worker-0", "namespace": NS, "uid": format!("t-{owner_uid}"),
+                "labels": {"dljob.dev/job": "mnist"},
+                "annotations": {"dljob.dev/recreates": "worker-0"},
+                "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist",
+                    "uid": owner_uid, "controller": true}]},
+            "template": {
+                "metadata": {"labels": {"dljob.dev/job": "mnist", "dljob.dev/role": "worker"},
+                    "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/replicas": PYTORCH, "dljob.dev/index": "0"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "pytorch", "image": image}]}
+            }
+        })
+    };
+    let (ctx, handle) = context(
+        World {
+            pods: vec![bare_pod(
+                "mnist",
+                "pytorch",
+                PYTORCH,
+                "master",
+                0,
+                running(),
+            )],
+            services: vec![served(23456)],
+            ..World::default()
+        },
+        vec![],
+    );
+    let jj = job.clone();
+    // Listed twice: dljob's own, then a planted one (another controller)
+    // that would win were it not left out.
+    let list = json!({"apiVersion": "v1", "kind": "PodTemplateList", "metadata": {"resourceVersion": "9"},
+        "items": [saved("job-uid", "train"), saved("someone-else", "evil")]});
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "GET",
+                format!(
+                    "/api/v1/namespaces/{NS}/podtemplates?&labelSelector=dljob.dev%2Fjob%3Dmnist"
+                ),
+                |_| {},
+                list,
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    assert_eq!(
+                        b["status"]["pendingRecreates"],
+                        json!([{"name": "worker-0", "uid": "uid-worker-0"}])
+                    )
+                },
+                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
+            ),
+            call(
+                "POST",
+                format!("/api/v1/namespaces/{NS}/pods?&fieldManager=dljob"),
+                |b| {
+                    assert_eq!(b["metadata"]["name"], "worker-0");
+                    assert_eq!(b["metadata"]["labels"]["dljob.dev/role"], "worker");
+                    assert_eq!(b["spec"]["containers"][0]["image"], "train");
+                },
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
 }

@@ -1119,3 +1119,23 @@ fn dljobs_volume_names_are_reserved_for_what_dljob_mounts() {
         Vec::<String>::new()
     );
 }
+
+/// A member a finished run left running (marked `dljob.dev/finished-run`)
+/// binds the job's next run to nothing — another topology or policy is
+/// fine — but still holds its replica's hostname.
+#[test]
+fn a_member_left_by_a_finished_run_only_keeps_its_replica() {
+    let cfg = Config::default();
+    let mut old = tf_pod("worker", json!({"dljob.dev/finished-run": "uid-old"}));
+    old["metadata"]["name"] = json!("w-old");
+    let peers = peers_of([(Kind::Pod, &old)], Some("ml"), &cfg);
+    let mut rerun = tf_pod("worker", json!({"dljob.dev/backoff-limit": "5"}));
+    rerun["metadata"]["annotations"]["dljob.dev/index"] = json!("0");
+    assert!(problems_with(Kind::Pod, &rerun, None, &peers).is_empty());
+    let mut same = rerun.clone();
+    same["metadata"]["annotations"]["dljob.dev/index"] = json!("1");
+    assert_eq!(
+        problems_with(Kind::Pod, &same, None, &peers),
+        vec!["Pod \"w-old\" (left running by a finished run of the job: delete it first) already is worker 1 of job \"mnist\"; give this pod another dljob.dev/index"]
+    );
+}

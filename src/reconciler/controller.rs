@@ -7,9 +7,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, PodTemplate, PodTemplateSpec, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -19,7 +23,7 @@ use serde_json::json;
 use super::metrics::Metrics;
 use super::observe::{self, MemberIndex};
 use super::resources::{self, Keep, Owned};
-use super::status::{self, Action, JobPlan, Observed};
+use super::status::{self, Action, JobPlan, MemberKind, Observed};
 use crate::config::Config;
 use crate::contract as c;
 use crate::crd::DLJob;
@@ -103,6 +107,7 @@ pub fn plan_of(job: &DLJob) -> Result<JobPlan, Error> {
     })
 }
 
+/// `result`, with the API errors of `codes` counted as success.
 fn tolerate(result: Result<(), kube::Error>, codes: &[u16]) -> Result<(), kube::Error> {
     match result {
         Err(kube::Error::Api(s)) if codes.contains(&s.code) => Ok(()),
@@ -113,11 +118,42 @@ fn tolerate(result: Result<(), kube::Error>, codes: &[u16]) -> Result<(), kube::
 const NOT_FOUND: u16 = 404;
 const CONFLICT: u16 = 409;
 
+/// A write made only to the object with the uid it names (`metadata.uid`
+/// in the body) found another object of that name: the API server answers
+/// 422 (uid is immutable) for a patch, 409 for a create-by-apply or the
+/// scale subresource. The object observed is gone: nothing to do.
+fn replaced(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s)
+        if (s.code == 422 && s.message.contains("metadata.uid")) || s.code == CONFLICT)
+}
+
+/// `result` with "gone" (404) and "replaced" ([`replaced`]) as success.
+fn tolerate_gone_or_replaced(result: Result<(), kube::Error>) -> Result<(), kube::Error> {
+    match result {
+        Err(kube::Error::Api(s)) if s.code == NOT_FOUND => Ok(()),
+        Err(e) if replaced(&e) => Ok(()),
+        other => other,
+    }
+}
+
+/// `metadata` for a merge patch: `uid` (a precondition: a replaced object
+/// of the same name refuses the patch) beside `rest`. An object observed
+/// without a uid (never one from the API server) is patched unguarded.
+fn guarded(uid: &str, rest: serde_json::Value) -> serde_json::Value {
+    let mut meta = rest;
+    if !uid.is_empty() {
+        meta["uid"] = json!(uid);
+    }
+    meta
+}
+
 /// What the reflectors hold of an owned object.
 pub enum Current {
+    /// Not in the cache of labelled objects: absent, or someone else's
+    /// without the label — a create tells.
     Absent,
     Present(serde_json::Value),
-    /// A kind no reflector watches: assume it drifted.
+    /// A kind no reflector watches: it is read.
     Unwatched,
 }
 
@@ -140,6 +176,29 @@ impl Stores {
     }
 }
 
+/// Whose an object is, by its controller owner reference: this DLJob's
+/// (`job_uid`) or not — then said in words (for the condition), or None.
+pub fn foreign_controller(
+    meta: &kube::api::ObjectMeta,
+    job_name: &str,
+    job_uid: &str,
+) -> Option<String> {
+    let controller = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true));
+    match controller {
+        Some(r) if r.uid == job_uid && r.kind == "DLJob" => None,
+        Some(r) if r.kind == "DLJob" && r.name == job_name => Some(format!(
+            "an earlier DLJob \"{}\" (uid {}), deleted: the garbage collector removes it shortly",
+            r.name, r.uid
+        )),
+        Some(r) => Some(format!("{} \"{}\"", r.kind, r.name)),
+        None => Some("no controller".to_owned()),
+    }
+}
+
 /// What keeping one owned object did.
 #[derive(Debug, PartialEq, Eq)]
 enum Kept {
@@ -150,55 +209,107 @@ enum Kept {
     /// The API server (or the scheduler's webhook) refused an optional
     /// object, e.g. a PodGroup naming a queue that does not exist.
     Refused(String),
+    /// An object of that name that this DLJob does not control: left
+    /// alone, and why (for the condition).
+    Foreign(String),
+    /// The object changed under the write: the next reconcile reads again.
+    Retry,
 }
 
-/// Keeps one owned object as its [`Keep`] says: applies it when the
-/// cluster's copy is missing or lacks what it declares (force: dljob owns
-/// those fields), creates a create-once object (AlreadyExists is success).
-/// A kind the cluster does not serve is reported, not retried as an error.
+/// Keeps one owned object, under one rule for every kind: create it when
+/// absent; change it only while its controller owner reference is this
+/// DLJob (`job_uid`), and only when it lacks what dljob declares (then with
+/// the uid read, so that a replaced object is not written); otherwise write
+/// nothing and report whose it is. A create-once object (the SSH Secret,
+/// never read: dljob does not read Secrets) is created, and one already
+/// there is reported. A kind the cluster does not serve is reported, not
+/// retried as an error.
 async fn keep(
     client: &Client,
     namespace: &str,
     owned: &Owned,
     current: Current,
+    job: (&str, &str),
 ) -> Result<Kept, kube::Error> {
+    let (job_name, job_uid) = job;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &owned.resource);
-    match owned.keep {
-        Keep::CreateOnce => {
-            create_if_absent(api, &owned.object).await?;
-            Ok(Kept::Written)
-        }
-        Keep::Apply => {
-            if let Current::Present(ref value) = current {
-                let desired =
-                    serde_json::to_value(&owned.object).map_err(kube::Error::SerdeError)?;
-                if resources::satisfies(value, &desired) {
-                    return Ok(Kept::Unchanged);
+    let existing = match current {
+        Current::Present(value) => Some(value),
+        Current::Absent => None,
+        Current::Unwatched if owned.keep == Keep::CreateOnce => None,
+        Current::Unwatched => api
+            .get_opt(owned.name())
+            .await?
+            .map(|o| serde_json::to_value(o).unwrap_or_default()),
+    };
+    let existing = match existing {
+        Some(e) => e,
+        None => {
+            let pp = PostParams {
+                field_manager: Some(MANAGER.to_owned()),
+                ..PostParams::default()
+            };
+            match api.create(&pp, &owned.object).await {
+                Ok(_) => return Ok(Kept::Written),
+                Err(kube::Error::Api(s)) if s.code == CONFLICT => {
+                    if owned.keep == Keep::CreateOnce {
+                        return Ok(Kept::Foreign(format!(
+                            "{} exists and was not created by dljob for this DLJob (dljob never reads Secrets, so it cannot tell whose it is); the job's pods would mount it: delete it (dljob then creates the job's own) or rename the job",
+                            owned.describe()
+                        )));
+                    }
+                    match api.get_opt(owned.name()).await? {
+                        Some(o) => serde_json::to_value(o).unwrap_or_default(),
+                        None => return Ok(Kept::Retry),
+                    }
                 }
-                tracing::info!(object = %owned.describe(), %namespace, "repairing drift");
-            }
-            let applied = api
-                .patch(
-                    owned.name(),
-                    &PatchParams::apply(MANAGER).force(),
-                    &Patch::Apply(&owned.object),
-                )
-                .await;
-            match applied {
-                Ok(_) => Ok(Kept::Written),
                 Err(kube::Error::Api(s)) if s.code == NOT_FOUND && owned.install_hint.is_some() => {
                     tracing::warn!(object = %owned.describe(), kind = %owned.kind(), "the cluster does not serve this kind");
-                    Ok(Kept::NotServed)
+                    return Ok(Kept::NotServed);
                 }
                 // An optional object refused must not stop the job's status,
                 // restarts and gate: it is reported, and retried next time.
                 Err(kube::Error::Api(s)) if owned.install_hint.is_some() => {
                     tracing::warn!(object = %owned.describe(), error = %s.message, "an owned object was refused");
-                    Ok(Kept::Refused(s.message))
+                    return Ok(Kept::Refused(s.message));
                 }
-                Err(e) => Err(e),
+                Err(e) => return Err(e),
             }
         }
+    };
+    let meta: kube::api::ObjectMeta =
+        serde_json::from_value(existing["metadata"].clone()).unwrap_or_default();
+    if let Some(who) = foreign_controller(&meta, job_name, job_uid) {
+        return Ok(Kept::Foreign(format!(
+            "{} exists and is controlled by {who}; dljob leaves it alone: rename the job ({}) or that {}",
+            owned.describe(),
+            c::JOB,
+            owned.resource.kind
+        )));
+    }
+    let desired = serde_json::to_value(&owned.object).map_err(kube::Error::SerdeError)?;
+    if resources::satisfies(&existing, &desired) {
+        return Ok(Kept::Unchanged);
+    }
+    tracing::info!(object = %owned.describe(), %namespace, "repairing drift");
+    // dljob controls it: its fields are dljob's to take back.
+    let mut body = owned.object.clone();
+    body.metadata.uid = meta.uid;
+    let applied = api
+        .patch(
+            owned.name(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await;
+    match applied {
+        Ok(_) => Ok(Kept::Written),
+        Err(e) if replaced(&e) => Ok(Kept::Retry),
+        Err(kube::Error::Api(s)) if owned.install_hint.is_some() => {
+            tracing::warn!(object = %owned.describe(), error = %s.message, "an owned object was refused");
+            Ok(Kept::Refused(s.message))
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -212,6 +323,36 @@ where
         ..PostParams::default()
     };
     tolerate(api.create(&pp, object).await.map(drop), &[CONFLICT])
+}
+
+/// The PodTemplate a bare pod's manifest is saved in while it is
+/// recreated: named by the pod's uid.
+pub fn saved_name(pod_uid: &str) -> String {
+    format!("dljob-recreate-{pod_uid}")
+}
+
+/// The job's saved manifests this DLJob controls, by the uid of the pod
+/// saved (a PodTemplate of that name anyone else made is not used).
+async fn saved_manifests(
+    client: &Client,
+    namespace: &str,
+    job: &DLJob,
+) -> Result<BTreeMap<String, PodTemplate>, kube::Error> {
+    let api: Api<PodTemplate> = Api::namespaced(client.clone(), namespace);
+    let name = job.name_any();
+    let uid = job.uid().unwrap_or_default();
+    let list = api
+        .list(&ListParams::default().labels(&format!("{}={name}", c::JOB)))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|t| foreign_controller(&t.metadata, &name, &uid).is_none())
+        .filter_map(|t| {
+            let pod_uid = t.name_any().strip_prefix("dljob-recreate-")?.to_owned();
+            Some((pod_uid, t))
+        })
+        .collect())
 }
 
 /// One reconcile of one DLJob, timed and counted.
@@ -243,12 +384,14 @@ pub fn error_policy(job: Arc<DLJob>, error: &Error, _ctx: Arc<Context>) -> Reque
 async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     let name = job.name_any();
     let namespace = job.namespace().unwrap_or_default();
+    let uid = job.uid().unwrap_or_default();
     let plan = plan_of(job)?;
     let client = &ctx.client;
 
     let config = ctx.config.borrow().clone();
     let mut created_secret = None;
     let mut not_served = Vec::new();
+    let mut foreign = Vec::new();
     if let Err(why) = resources::tensorboard_volume(job) {
         tracing::warn!(job = %name, %namespace, %why, "no TensorBoard for this job");
     }
@@ -258,12 +401,13 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         .scheduler()
         .and_then(|s| s.pod_group_kind())
         .and_then(|_| {
-            let members = ctx.index.members(&namespace, &name);
+            let members = ctx.index.members(&namespace, &name, Some(&uid));
             resources::min_resources(&job.spec, members.iter().map(|e| &e.member))
         });
     let now = (ctx.now)();
     for owned in resources::owned(job, &config, now, min_resources, resources::generate_key)? {
-        match keep(client, &namespace, &owned, ctx.stores.current(&owned)).await? {
+        let current = ctx.stores.current(&owned);
+        match keep(client, &namespace, &owned, current, (&name, &uid)).await? {
             Kept::Written if owned.keep == Keep::CreateOnce => {
                 created_secret = Some(owned.name().to_owned());
             }
@@ -276,39 +420,45 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
             Kept::Refused(message) => {
                 not_served.push(format!("{} was refused: {message}", owned.describe()))
             }
-            _ => {}
+            Kept::Foreign(why) => {
+                tracing::warn!(job = %name, %namespace, "{why}");
+                foreign.push(why);
+            }
+            Kept::Retry => return Ok(Requeue::requeue(Duration::from_secs(1))),
+            Kept::Unchanged | Kept::Written => {}
         }
     }
 
-    let mut observed = observe_members(ctx, &namespace, &name);
-    let decide = |observed: &Observed| {
-        status::next(
-            &plan,
-            observed,
-            job.status.as_ref(),
-            job.metadata.generation,
-            (ctx.now)(),
-        )
+    let mut observed = observe_members(ctx, &namespace, &name, &uid);
+    // The manifests saved to recreate bare pods: read while any is pending.
+    let pending = job
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.pending_recreates.is_empty());
+    let saved = if pending {
+        saved_manifests(client, &namespace, job).await?
+    } else {
+        BTreeMap::new()
     };
-    let mut out = decide(&observed);
-    if !out.manifests_wanted.is_empty() {
-        // Bare pods to recreate: their spec is read from the API server
-        // (the cache keeps none), then the same decision is made with it.
-        if !read_manifests(client, &namespace, &mut observed, &out.manifests_wanted).await? {
-            return Ok(Requeue::requeue(Duration::from_secs(1))); // the cache is behind
-        }
-        out = decide(&observed);
-        if !out.manifests_wanted.is_empty() {
-            // Never delete a bare pod without what brings it back.
-            return Ok(Requeue::requeue(Duration::from_secs(1)));
-        }
-    }
+    observed.saved = saved.keys().cloned().collect();
+    let mut out = status::next(
+        &plan,
+        &observed,
+        job.status.as_ref(),
+        job.metadata.generation,
+        (ctx.now)(),
+    );
     if created_secret.is_some() {
         out.status.ssh_secret = created_secret;
     }
     out.events.extend(status::set_owned_condition(
         &mut out.status.conditions,
         &not_served,
+        (ctx.now)(),
+    ));
+    out.events.extend(status::set_ownership_condition(
+        &mut out.status.conditions,
+        &foreign,
         (ctx.now)(),
     ));
 
@@ -343,8 +493,14 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         }
     }
     ctx.metrics.restarts.inc_by(u64::from(out.new_restarts));
+    let target = Target {
+        client,
+        namespace: &namespace,
+        job,
+        saved: &saved,
+    };
     for action in &out.actions {
-        execute(client, &namespace, &name, action).await?;
+        target.execute(action).await?;
     }
     let tensorboard_stops = job
         .spec
@@ -358,39 +514,17 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     Ok(Requeue::requeue(requeue))
 }
 
-/// Reads the bare pods `wanted` (name, uid) and gives each its manifest in
-/// `observed`. False when one is gone or was replaced: the cache is behind
-/// and the decision is to be made again once it has caught up.
-async fn read_manifests(
-    client: &Client,
-    namespace: &str,
-    observed: &mut Observed,
-    wanted: &[(String, String)],
-) -> Result<bool, kube::Error> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    for (name, uid) in wanted {
-        let Some(pod) = pods.get_opt(name).await? else {
-            return Ok(false);
-        };
-        if pod.metadata.uid.as_deref() != Some(uid) {
-            return Ok(false);
-        }
-        if let Some(p) = observed.pods.iter_mut().find(|p| &p.uid == uid) {
-            p.manifest = Some(observe::recreate_manifest(&pod));
-        }
-    }
-    Ok(true)
-}
-
-/// The job's members as the status function takes them.
+/// The members of the run of DLJob `uid`, as the status function takes
+/// them: what another DLJob's finished run left ([`c::FINISHED_RUN`]) is
+/// not the run's.
 ///
 /// Pods come from the member index; workloads from the stores, every
 /// StatefulSet and Job labelled with the job: one `kubectl scale`d beyond
 /// its role's count no longer parses as a member (the webhook refuses that
 /// size), yet it is the job's, to report and to stop.
-pub fn observe_members(ctx: &Context, namespace: &str, job: &str) -> Observed {
+pub fn observe_members(ctx: &Context, namespace: &str, job: &str, uid: &str) -> Observed {
     let mut observed = Observed::default();
-    for entry in ctx.index.members(namespace, job) {
+    for entry in ctx.index.members(namespace, job, Some(uid)) {
         let m = &entry.member;
         if m.kind == Kind::Pod {
             observed.pods.extend(entry.pod);
@@ -398,7 +532,8 @@ pub fn observe_members(ctx: &Context, namespace: &str, job: &str) -> Observed {
     }
     let labels = |meta: &kube::api::ObjectMeta| -> Option<String> {
         let l = meta.labels.as_ref()?;
-        (meta.namespace.as_deref() == Some(namespace) && l.get(c::JOB)? == job)
+        let left = observe::finished_run(meta).is_some_and(|run| run != uid);
+        (meta.namespace.as_deref() == Some(namespace) && l.get(c::JOB)? == job && !left)
             .then(|| l.get(c::ROLE).cloned().unwrap_or_default())
     };
     let mut workloads: Vec<(String, status::Workload)> = Vec::new();
@@ -421,92 +556,222 @@ pub fn observe_members(ctx: &Context, namespace: &str, job: &str) -> Observed {
     observed
 }
 
-/// Executes one action; each is idempotent (gone, already done and
-/// precondition conflicts are success).
-pub async fn execute(
-    client: &Client,
-    namespace: &str,
-    job: &str,
-    action: &Action,
-) -> Result<(), kube::Error> {
-    let merge = PatchParams {
-        field_manager: Some(MANAGER.to_owned()),
-        ..PatchParams::default()
-    };
-    match action {
-        Action::DeletePod { name, uid } => {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(uid.clone()),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            tolerate(
-                pods.delete(name, &dp).await.map(drop),
-                &[NOT_FOUND, CONFLICT],
-            )
+/// Where one reconcile's actions go.
+struct Target<'a> {
+    client: &'a Client,
+    namespace: &'a str,
+    job: &'a DLJob,
+    /// The saved manifests, by the uid of the pod saved.
+    saved: &'a BTreeMap<String, PodTemplate>,
+}
+
+impl Target<'_> {
+    fn merge() -> PatchParams {
+        PatchParams {
+            field_manager: Some(MANAGER.to_owned()),
+            ..PatchParams::default()
         }
-        Action::RemoveSchedulingGate { name, uid } => {
-            // Strategic merge: schedulingGates merge by name, so this
-            // removes dljob's gate and nothing else; the uid test makes it
-            // a no-op on a recreated pod of the same name.
-            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-            let patch = json!({
-                "metadata": {"uid": uid},
-                "spec": {"schedulingGates": [{"$patch": "delete", "name": c::WORKERS_READY_GATE}]}
-            });
-            tolerate(
-                pods.patch(name, &merge, &Patch::Strategic(&patch))
-                    .await
-                    .map(drop),
-                &[NOT_FOUND, CONFLICT],
-            )
+    }
+
+    /// Executes one action; each is idempotent (gone, already done and a
+    /// member replaced under the same name are success).
+    async fn execute(&self, action: &Action) -> Result<(), Error> {
+        let (client, namespace) = (self.client, self.namespace);
+        let pods = || Api::<Pod>::namespaced(client.clone(), namespace);
+        let merge = Self::merge();
+        match action {
+            Action::SavePod { name, uid } => self.save_pod(name, uid).await?,
+            Action::DeletePod { name, uid } => {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                tolerate(
+                    pods().delete(name, &dp).await.map(drop),
+                    &[NOT_FOUND, CONFLICT],
+                )?
+            }
+            Action::RemoveSchedulingGate { name, uid } => {
+                // Strategic merge: schedulingGates merge by name, so this
+                // removes dljob's gate and nothing else; the uid makes it a
+                // no-op on a recreated pod of the same name.
+                let patch = json!({
+                    "metadata": guarded(uid, json!({})),
+                    "spec": {"schedulingGates": [{"$patch": "delete", "name": c::WORKERS_READY_GATE}]}
+                });
+                tolerate_gone_or_replaced(
+                    pods()
+                        .patch(name, &merge, &Patch::Strategic(&patch))
+                        .await
+                        .map(drop),
+                )?
+            }
+            Action::CreatePod { name, uid } => {
+                let Some(saved) = self.saved.get(uid) else {
+                    return Ok(()); // not saved: status::next gives it up
+                };
+                let template = saved.template.clone().unwrap_or_default();
+                let meta = template.metadata.unwrap_or_default();
+                let pod = Pod {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(namespace.to_owned()),
+                        labels: meta.labels,
+                        annotations: meta.annotations,
+                        ..Default::default()
+                    },
+                    spec: template.spec,
+                    status: None,
+                };
+                create_if_absent(pods(), &pod).await?
+            }
+            Action::DeleteSaved { uid } => {
+                let api: Api<PodTemplate> = Api::namespaced(client.clone(), namespace);
+                let dp = DeleteParams {
+                    preconditions: self.saved.get(uid).and_then(|t| t.uid()).map(|own| {
+                        Preconditions {
+                            uid: Some(own),
+                            resource_version: None,
+                        }
+                    }),
+                    ..DeleteParams::default()
+                };
+                tolerate(
+                    api.delete(&saved_name(uid), &dp).await.map(drop),
+                    &[NOT_FOUND, CONFLICT],
+                )?
+            }
+            Action::ScaleStatefulSetToZero { name, uid, from } => {
+                let sets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+                // The annotation first: with replicas still matching the
+                // topology the validating webhook admits the update; the
+                // scale subresource never reaches it.
+                let annotate = json!({"metadata": guarded(
+                    uid,
+                    json!({"annotations": {c::SCALED_FROM: from.to_string()}})
+                )});
+                match sets.patch(name, &merge, &Patch::Merge(&annotate)).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == NOT_FOUND => return Ok(()),
+                    Err(e) if replaced(&e) => return Ok(()),
+                    Err(e) => return Err(e.into()),
+                }
+                let scale = json!({"metadata": guarded(uid, json!({})), "spec": {"replicas": 0}});
+                tolerate_gone_or_replaced(
+                    sets.patch_scale(name, &merge, &Patch::Merge(&scale))
+                        .await
+                        .map(drop),
+                )?
+            }
+            Action::SuspendJob { name, uid } => {
+                let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+                let suspend =
+                    json!({"metadata": guarded(uid, json!({})), "spec": {"suspend": true}});
+                tolerate_gone_or_replaced(
+                    jobs.patch(name, &merge, &Patch::Merge(&suspend))
+                        .await
+                        .map(drop),
+                )?
+            }
+            Action::MarkFinished { kind, name, uid } => {
+                let mark = json!({"metadata": guarded(
+                    uid,
+                    json!({"annotations": {c::FINISHED_RUN: self.job.uid().unwrap_or_default()}})
+                )});
+                let patch = Patch::Merge(&mark);
+                let result = match kind {
+                    MemberKind::Pod => pods().patch(name, &merge, &patch).await.map(drop),
+                    MemberKind::StatefulSet => {
+                        Api::<StatefulSet>::namespaced(client.clone(), namespace)
+                            .patch(name, &merge, &patch)
+                            .await
+                            .map(drop)
+                    }
+                    MemberKind::Job => Api::<Job>::namespaced(client.clone(), namespace)
+                        .patch(name, &merge, &patch)
+                        .await
+                        .map(drop),
+                };
+                tolerate_gone_or_replaced(result)?
+            }
+            Action::DeleteDLJob => {
+                let jobs: Api<DLJob> = Api::namespaced(client.clone(), namespace);
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: self.job.uid(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::background()
+                };
+                tolerate(
+                    jobs.delete(&self.job.name_any(), &dp).await.map(drop),
+                    &[NOT_FOUND, CONFLICT],
+                )?
+            }
         }
-        Action::CreatePod { manifest, .. } => {
-            let pod: Pod =
-                serde_json::from_value(manifest.clone()).map_err(kube::Error::SerdeError)?;
-            create_if_absent(Api::<Pod>::namespaced(client.clone(), namespace), &pod).await
+        Ok(())
+    }
+
+    /// Keeps bare pod `name` (if it still has `uid`) in a PodTemplate the
+    /// DLJob owns, to recreate it from once it is deleted. One already
+    /// saved by this DLJob is kept; one of that name anyone else made stops
+    /// the retry (the pod is then not deleted).
+    async fn save_pod(&self, name: &str, uid: &str) -> Result<(), Error> {
+        let (client, namespace) = (self.client, self.namespace);
+        let Some(pod) = Api::<Pod>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await?
+        else {
+            return Ok(()); // gone: the delete that follows is a no-op
+        };
+        if pod.uid().as_deref() != Some(uid) {
+            return Ok(()); // replaced: the delete's precondition fails too
         }
-        Action::ScaleStatefulSetToZero { name, from } => {
-            let sets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-            // The annotation first: with replicas still matching the topology
-            // the validating webhook admits the update; the scale subresource
-            // never reaches it.
-            let annotate = json!({"metadata": {"annotations": {c::SCALED_FROM: from.to_string()}}});
-            tolerate(
-                sets.patch(name, &merge, &Patch::Merge(&annotate))
-                    .await
-                    .map(drop),
-                &[NOT_FOUND],
-            )?;
-            let scale = json!({"spec": {"replicas": 0}});
-            tolerate(
-                sets.patch_scale(name, &merge, &Patch::Merge(&scale))
-                    .await
-                    .map(drop),
-                &[NOT_FOUND],
-            )
-        }
-        Action::SuspendJob { name } => {
-            let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-            let suspend = json!({"spec": {"suspend": true}});
-            tolerate(
-                jobs.patch(name, &merge, &Patch::Merge(&suspend))
-                    .await
-                    .map(drop),
-                &[NOT_FOUND],
-            )
-        }
-        Action::DeleteDLJob => {
-            let jobs: Api<DLJob> = Api::namespaced(client.clone(), namespace);
-            tolerate(
-                jobs.delete(job, &DeleteParams::background())
-                    .await
-                    .map(drop),
-                &[NOT_FOUND],
-            )
+        let manifest = observe::recreate_manifest(&pod);
+        let job_name = self.job.name_any();
+        let template = PodTemplate {
+            metadata: kube::api::ObjectMeta {
+                name: Some(saved_name(uid)),
+                namespace: Some(namespace.to_owned()),
+                labels: Some(BTreeMap::from([(c::JOB.to_owned(), job_name.clone())])),
+                annotations: Some(BTreeMap::from([(c::RECREATES.to_owned(), name.to_owned())])),
+                owner_references: self.job.controller_owner_ref(&()).map(|o| vec![o]),
+                ..Default::default()
+            },
+            template: Some(PodTemplateSpec {
+                metadata: serde_json::from_value(json!({
+                    "labels": manifest["metadata"]["labels"],
+                    "annotations": manifest["metadata"]["annotations"],
+                }))
+                .ok(),
+                spec: serde_json::from_value(manifest["spec"].clone()).ok(),
+            }),
+        };
+        let api: Api<PodTemplate> = Api::namespaced(client.clone(), namespace);
+        let pp = PostParams {
+            field_manager: Some(MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        match api.create(&pp, &template).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == CONFLICT => {
+                let existing = api.get_opt(&saved_name(uid)).await?;
+                let uid_of_job = self.job.uid().unwrap_or_default();
+                match existing.and_then(|t| foreign_controller(&t.metadata, &job_name, &uid_of_job)) {
+                    None => Ok(()), // saved by this DLJob already
+                    Some(who) => Err(Error::BadSpec {
+                        job: job_name,
+                        reason: format!(
+                            "PodTemplate {} exists and is controlled by {who}: bare pod {name} is not deleted for its retry until it is gone",
+                            saved_name(uid)
+                        ),
+                    }),
+                }
+            }
+            Err(e) => Err(e.into()),
         }
     }
 }

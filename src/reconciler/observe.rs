@@ -275,6 +275,29 @@ pub struct Entry {
     /// event came. The pods themselves are not kept: a `Pod` value weighs
     /// kilobytes even trimmed, this a few hundred bytes.
     pub pod: Option<ObservedPod>,
+    /// Pods: the name of the workload that controls it, if any.
+    pub owner_name: Option<String>,
+}
+
+impl Entry {
+    /// Left of a finished run ([`c::FINISHED_RUN`]), as `job_uid` sees it:
+    /// marked by another DLJob, or (a pod) created by a workload so marked.
+    /// With no `job_uid` (no DLJob yet), any mark counts.
+    fn left_of_another_run(&self, job_uid: Option<&str>, members: &[&Entry]) -> bool {
+        let foreign = |mark: &Option<String>| {
+            mark.as_deref()
+                .is_some_and(|m| job_uid.is_none_or(|uid| uid != m))
+        };
+        if foreign(&self.member.finished_run) {
+            return true;
+        }
+        let Some(owner) = &self.owner_name else {
+            return false;
+        };
+        members.iter().any(|w| {
+            w.member.kind != Kind::Pod && &w.member.name == owner && foreign(&w.member.finished_run)
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -421,12 +444,24 @@ pub fn entry_of<K: MemberObject>(object: &K, config: &Config) -> Option<(JobKey,
         .as_ref()
         .and_then(|tb| crate::tensorboard::volume(K::KIND, &value, &tb.volume))
         .cloned();
+    let owner_name = (K::KIND == Kind::Pod)
+        .then(|| {
+            object
+                .meta()
+                .owner_references
+                .as_ref()?
+                .iter()
+                .find(|r| r.controller == Some(true))
+                .map(|r| r.name.clone())
+        })
+        .flatten();
     let mut entry = Entry {
         member,
         live: object.live(),
         framework_container,
         tensorboard_volume,
         pod: None,
+        owner_name,
     };
     entry.pod = object.observe(&entry);
     Some((
@@ -508,23 +543,33 @@ impl MemberIndex {
         }
     }
 
-    /// Every member of one job (live or not), pods by name.
-    pub fn members(&self, namespace: &str, job: &str) -> Vec<Entry> {
-        self.read()
-            .jobs
-            .get(&(namespace.to_owned(), job.to_owned()))
-            .map(|m| m.values().map(|e| Entry::clone(e)).collect())
-            .unwrap_or_default()
+    /// The members of one job's run (live or not), pods by name: those of
+    /// the DLJob `job_uid`, leaving out what another DLJob's finished run
+    /// left ([`c::FINISHED_RUN`]).
+    pub fn members(&self, namespace: &str, job: &str, job_uid: Option<&str>) -> Vec<Entry> {
+        let inner = self.read();
+        let Some(m) = inner.jobs.get(&(namespace.to_owned(), job.to_owned())) else {
+            return Vec::new();
+        };
+        let all: Vec<&Entry> = m.values().map(|e| &**e).collect();
+        all.iter()
+            .filter(|e| !e.left_of_another_run(job_uid, &all))
+            .map(|e| Entry::clone(e))
+            .collect()
     }
 
-    /// Jobs with at least one live member, and one of those members: the
-    /// first that holds the TensorBoard volume, if any does.
+    /// Jobs with at least one live member that no finished run left, and
+    /// one of those members: the first that holds the TensorBoard volume,
+    /// if any does. What a finished run left running makes no new DLJob.
     pub fn live_jobs(&self) -> Vec<(JobKey, Entry)> {
         self.read()
             .jobs
             .iter()
             .filter_map(|(k, m)| {
-                let mut live = m.values().filter(|e| e.live);
+                let all: Vec<&Entry> = m.values().map(|e| &**e).collect();
+                let mut live = all
+                    .iter()
+                    .filter(|e| e.live && !e.left_of_another_run(None, &all));
                 let first = live.clone().next()?;
                 let entry = live
                     .find(|e| e.tensorboard_volume.is_some())
@@ -596,11 +641,13 @@ fn framework_container_status(s: &ContainerStatus) -> FrameworkContainer {
 }
 
 /// The manifest a bare pod is recreated from: its metadata (name, labels,
-/// annotations) and spec, without what the cluster filled in for the old pod.
+/// annotations) and spec, without what the cluster filled in for the old pod
+/// or what a new pod may not be created with (debug containers).
 pub fn recreate_manifest(pod: &Pod) -> Value {
     let mut spec = serde_json::to_value(&pod.spec).unwrap_or(Value::Null);
     if let Some(s) = spec.as_object_mut() {
         s.remove("nodeName");
+        s.remove("ephemeralContainers");
     }
     let mut metadata = json!({
         "name": pod.name_any(),
@@ -646,9 +693,7 @@ pub fn observe_pod(entry: &Entry, pod: &Pod) -> Option<ObservedPod> {
         reason: status.and_then(|s| s.reason.clone()),
         deleting: pod.metadata.deletion_timestamp.is_some(),
         container,
-        // The cache keeps no spec to recreate from: read on demand
-        // (`status::Outcome::manifests_wanted`).
-        manifest: None,
+        marked: entry.member.finished_run.is_some(),
         gated: pod
             .spec
             .as_ref()
@@ -666,6 +711,8 @@ fn count(n: Option<i32>) -> Option<u32> {
 pub fn observe_statefulset(role: &str, sts: &StatefulSet) -> Workload {
     Workload::StatefulSet {
         name: sts.name_any(),
+        uid: sts.uid().unwrap_or_default(),
+        marked: finished_run(&sts.metadata).is_some(),
         role: role.to_owned(),
         replicas: count(sts.spec.replicas).unwrap_or(1),
         offset: index_offset(&sts.metadata, sts.spec.template.metadata.as_ref()),
@@ -677,6 +724,8 @@ pub fn observe_job(role: &str, job: &Job) -> Workload {
     let spec = job.spec.as_ref();
     Workload::Job {
         name: job.name_any(),
+        uid: job.uid().unwrap_or_default(),
+        marked: finished_run(&job.metadata).is_some(),
         role: role.to_owned(),
         suspended: spec.and_then(|s| s.suspend).unwrap_or(false),
         completions: count(spec.and_then(|s| s.completions)),
@@ -686,6 +735,15 @@ pub fn observe_job(role: &str, job: &Job) -> Workload {
             spec.and_then(|s| s.template.metadata.as_ref()),
         ),
     }
+}
+
+/// [`c::FINISHED_RUN`] on an object: the uid of the DLJob whose finished
+/// run left it.
+pub fn finished_run(meta: &ObjectMeta) -> Option<&str> {
+    meta.annotations
+        .as_ref()?
+        .get(c::FINISHED_RUN)
+        .map(String::as_str)
 }
 
 /// `dljob.dev/index-offset` of a member workload: its own, else its pod
@@ -861,14 +919,17 @@ mod tests {
             .as_ref()
             .unwrap()
             .contains_key("k8s.v1.cni.cncf.io/network-status"));
-        // Nothing to recreate it from in the cache: read when wanted.
-        let (_, entry) = entry_of(&trimmed, &Config::default()).unwrap();
-        assert_eq!(observe_pod(&entry, &trimmed).unwrap().manifest, None);
-        let manifest = recreate_manifest(&p);
+        // Nothing to recreate it from in the cache: read from the pod, when
+        // it is to be saved, without its node and debug containers.
+        let mut debugged = p.clone();
+        debugged.spec.as_mut().unwrap().ephemeral_containers = Some(vec![Default::default()]);
+        let manifest = recreate_manifest(&debugged);
         assert_eq!(
             manifest["spec"]["containers"][1]["env"][0]["name"],
             "MASTER_ADDR"
         );
+        assert_eq!(manifest["spec"].get("nodeName"), None);
+        assert_eq!(manifest["spec"].get("ephemeralContainers"), None);
     }
 
     /// What `dljob.dev/tensorboard` names survives trimming, alone among

@@ -5,14 +5,19 @@
 //! No client, no clock: the I/O layer observes, calls [`next`], writes the
 //! status if it changed and executes the actions, each of which is
 //! idempotent. Everything a restart of the reconciler must not forget — the
-//! exits already counted, the bare pods still to recreate — is in the status.
+//! exits already counted, the bare pods still to recreate — is in the status
+//! (a bare pod's manifest itself is kept in a PodTemplate, never in the
+//! status: it holds the pod's env).
+//!
+//! The observed members are the run's: pods and workloads another DLJob's
+//! finished run marked ([`c::FINISHED_RUN`]) are left out by the caller.
+//! When this run finishes, what is left of it is marked in turn.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use serde_json::Value;
 
 use crate::contract::{self as c, CleanPodPolicy, Policies, RestartPolicy, RestartScope, Topology};
 use crate::crd::{CoordinatorStatus, DLJobStatus, JobRestart, PendingRecreate, Phase, RoleStatus};
@@ -92,12 +97,10 @@ pub struct ObservedPod {
     /// Has a deletionTimestamp: it is going away, its exits do not count.
     pub deleting: bool,
     pub container: Option<FrameworkContainer>,
-    /// Bare pods: what to recreate it from (metadata and spec), when the
-    /// caller read it. The caches do not keep it: when a bare pod without
-    /// one is to be recreated, [`Outcome::manifests_wanted`] names it.
-    pub manifest: Option<Value>,
     /// Still held by dljob's scheduling gate ([`c::WORKERS_READY_GATE`]).
     pub gated: bool,
+    /// Already marked [`c::FINISHED_RUN`] by this job's finished run.
+    pub marked: bool,
 }
 
 /// A member workload, for the clean-pod policy and the size check.
@@ -105,14 +108,20 @@ pub struct ObservedPod {
 pub enum Workload {
     StatefulSet {
         name: String,
+        uid: String,
         role: String,
         replicas: u32,
         /// `dljob.dev/index-offset`: one of several sets of its role.
         offset: Option<u32>,
+        /// Already marked [`c::FINISHED_RUN`] by this job's finished run.
+        marked: bool,
     },
     Job {
         name: String,
+        uid: String,
         role: String,
+        /// Already marked [`c::FINISHED_RUN`] by this job's finished run.
+        marked: bool,
         suspended: bool,
         /// `spec.completions` (None: not set).
         completions: Option<u32>,
@@ -128,19 +137,49 @@ pub enum Workload {
 pub struct Observed {
     pub pods: Vec<ObservedPod>,
     pub workloads: Vec<Workload>,
+    /// The bare pods whose manifest is saved to recreate them from, by the
+    /// uid of the pod saved (read only while a recreate is pending).
+    pub saved: Vec<String>,
 }
 
-/// One idempotent change to the cluster.
+/// A member kind, for [`Action::MarkFinished`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberKind {
+    Pod,
+    StatefulSet,
+    Job,
+}
+
+/// One idempotent change to the cluster. Every change to a member is made
+/// only if it still has the uid observed (a pod or workload recreated under
+/// the same name is left alone).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
+    /// Read the bare pod and keep its manifest (in a PodTemplate the DLJob
+    /// owns) to recreate it from; before it is deleted.
+    SavePod { name: String, uid: String },
     /// Delete the pod if it still has this uid.
     DeletePod { name: String, uid: String },
-    /// Create a bare pod (AlreadyExists means done).
-    CreatePod { name: String, manifest: Value },
+    /// Create the bare pod `name` again from the manifest saved of the pod
+    /// `uid` (AlreadyExists means done).
+    CreatePod { name: String, uid: String },
+    /// Delete the saved manifest of the pod `uid`.
+    DeleteSaved { uid: String },
     /// Annotate `dljob.dev/scaled-from: from`, then scale to 0.
-    ScaleStatefulSetToZero { name: String, from: u32 },
+    ScaleStatefulSetToZero {
+        name: String,
+        uid: String,
+        from: u32,
+    },
     /// `spec.suspend: true`.
-    SuspendJob { name: String },
+    SuspendJob { name: String, uid: String },
+    /// Annotate the member [`c::FINISHED_RUN`]: what is left of a finished
+    /// run never counts toward a later run of the same job.
+    MarkFinished {
+        kind: MemberKind,
+        name: String,
+        uid: String,
+    },
     /// ttl-seconds-after-finished: delete the DLJob.
     DeleteDLJob,
     /// Remove dljob's scheduling gate from the pod if it still has this uid:
@@ -169,10 +208,6 @@ pub struct Outcome {
     pub requeue_after: Option<Duration>,
     /// Restarts counted by this call (for metrics).
     pub new_restarts: u32,
-    /// Bare pods to recreate whose manifest was not given, as (name, uid):
-    /// read them and call again with their manifests. The rest of the
-    /// outcome is then incomplete and is not to be acted on.
-    pub manifests_wanted: Vec<(String, String)>,
 }
 
 /// The class of an exit code.
@@ -312,7 +347,7 @@ pub fn next(
         }
     });
 
-    let mut manifests_wanted = Vec::new();
+    let mut lost = Vec::new();
     let (verdict, mut actions, new_restarts) = if prev.phase.is_finished() {
         let verdict = Verdict {
             phase: prev.phase,
@@ -324,16 +359,10 @@ pub fn next(
         let members = Members {
             live: &pods,
             all: &observed.pods,
+            saved: &observed.saved,
             coordinator: coordinator_pod,
         };
-        let decision = decide(
-            plan,
-            &members,
-            &mut status,
-            &mut roles,
-            now,
-            &mut manifests_wanted,
-        );
+        let decision = decide(plan, &members, &mut status, &mut roles, now, &mut lost);
         (decision.verdict, decision.actions, decision.new_restarts)
     };
 
@@ -351,6 +380,13 @@ pub fn next(
         status.pending_recreates.clear();
         status.job_restart = None;
         clean_up(plan.policies.clean_pod, &pods, observed, &mut actions);
+        mark_finished(plan.policies.clean_pod, &pods, observed, &mut actions);
+        actions.extend(
+            observed
+                .saved
+                .iter()
+                .map(|uid| Action::DeleteSaved { uid: uid.clone() }),
+        );
         if let (Some(ttl), Some(done)) = (
             plan.policies.ttl_seconds_after_finished,
             status.completion_time.as_ref(),
@@ -373,6 +409,16 @@ pub fn next(
             warning: verdict.phase == Phase::Failed || verdict.phase == Phase::Restarting,
             reason: verdict.reason.to_owned(),
             note: verdict.message.clone(),
+        });
+    }
+    if !lost.is_empty() {
+        events.push(JobEvent {
+            warning: true,
+            reason: "RecreateLost".to_owned(),
+            note: format!(
+                "bare pod(s) {} cannot be recreated: the manifest dljob saved to recreate them from (a PodTemplate owned by this DLJob) is gone; create them again from your manifests",
+                lost.join(", ")
+            ),
         });
     }
     if !prev.phase.is_finished() {
@@ -407,7 +453,6 @@ pub fn next(
         events,
         requeue_after,
         new_restarts,
-        manifests_wanted,
     }
 }
 
@@ -435,23 +480,20 @@ fn describe(p: &ObservedPod, e: &Exit) -> String {
 }
 
 /// Records that bare pod `p`, about to be deleted for a retry, is to come
-/// back from its manifest once it is gone — or, without its manifest, that
-/// the caller is to read it ([`Outcome::manifests_wanted`]).
-fn recreate_later(
-    pending: &mut Vec<PendingRecreate>,
-    manifests_wanted: &mut Vec<(String, String)>,
-    p: &ObservedPod,
-) {
-    if pending.iter().any(|r| r.uid == p.uid) {
-        return;
-    }
-    match &p.manifest {
-        Some(manifest) => pending.push(PendingRecreate {
+/// back from its manifest once it is gone, and has the manifest saved
+/// first (while the pod is not yet being deleted: by then it was).
+fn recreate_later(pending: &mut Vec<PendingRecreate>, actions: &mut Vec<Action>, p: &ObservedPod) {
+    if !pending.iter().any(|r| r.uid == p.uid) {
+        pending.push(PendingRecreate {
             name: p.name.clone(),
             uid: p.uid.clone(),
-            manifest: manifest.clone(),
-        }),
-        None => manifests_wanted.push((p.name.clone(), p.uid.clone())),
+        });
+    }
+    if !p.deleting {
+        actions.push(Action::SavePod {
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+        });
     }
 }
 
@@ -461,6 +503,8 @@ struct Members<'a> {
     live: &'a [&'a ObservedPod],
     /// Every observed pod, terminating ones included.
     all: &'a [ObservedPod],
+    /// The saved manifests, by the uid of the pod saved.
+    saved: &'a [String],
     /// The coordinator's pod, if it exists.
     coordinator: Option<&'a ObservedPod>,
 }
@@ -482,11 +526,12 @@ fn decide(
     status: &mut DLJobStatus,
     roles: &mut BTreeMap<String, RoleStatus>,
     now: Timestamp,
-    manifests_wanted: &mut Vec<(String, String)>,
+    lost: &mut Vec<String>,
 ) -> Decision {
     let Members {
         live: pods,
         all,
+        saved,
         coordinator,
     } = *members;
     let mut actions = Vec::new();
@@ -608,7 +653,7 @@ fn decide(
         if p.finished() {
             retrying = true;
             if p.owner == PodOwner::None {
-                recreate_later(&mut status.pending_recreates, manifests_wanted, p);
+                recreate_later(&mut status.pending_recreates, &mut actions, p);
             }
             actions.push(Action::DeletePod {
                 name: p.name.clone(),
@@ -624,7 +669,7 @@ fn decide(
         for p in all.iter().filter(|p| restart.uids.contains(&p.uid)) {
             retrying = true;
             if p.owner == PodOwner::None {
-                recreate_later(&mut status.pending_recreates, manifests_wanted, p);
+                recreate_later(&mut status.pending_recreates, &mut actions, p);
             }
             if !p.deleting {
                 actions.push(Action::DeletePod {
@@ -648,20 +693,33 @@ fn decide(
         .counted_exits
         .retain(|name, _| names.contains(&name.as_str()));
     // 5. Bare pods deleted for a retry come back from their own spec, once
-    // the old pod (maybe still terminating) is gone.
+    // the old pod (maybe still terminating) is gone. One whose saved
+    // manifest is gone (deleted by hand) cannot: it is dropped, and said.
     status.pending_recreates.retain(|r| {
         match all.iter().find(|p| p.name == r.name) {
             Some(p) => p.uid == r.uid, // still the old one: keep waiting
             None => true,
         }
     });
-    for r in &status.pending_recreates {
-        retrying = true;
-        if !all.iter().any(|p| p.name == r.name) {
+    status.pending_recreates.retain(|r| {
+        let gone = !all.iter().any(|p| p.name == r.name);
+        if gone && !saved.contains(&r.uid) {
+            lost.push(r.name.clone());
+            return false;
+        }
+        if gone {
             actions.push(Action::CreatePod {
                 name: r.name.clone(),
-                manifest: r.manifest.clone(),
+                uid: r.uid.clone(),
             });
+        }
+        retrying = true;
+        true
+    });
+    // A saved manifest whose pod was recreated (or given up) goes.
+    for uid in saved {
+        if !status.pending_recreates.iter().any(|r| &r.uid == uid) {
+            actions.push(Action::DeleteSaved { uid: uid.clone() });
         }
     }
 
@@ -715,15 +773,25 @@ fn clean_up(
     }
     for w in &observed.workloads {
         match w {
-            Workload::StatefulSet { name, replicas, .. } if *replicas > 0 => {
-                actions.push(Action::ScaleStatefulSetToZero {
-                    name: name.clone(),
-                    from: *replicas,
-                })
-            }
+            Workload::StatefulSet {
+                name,
+                uid,
+                replicas,
+                ..
+            } if *replicas > 0 => actions.push(Action::ScaleStatefulSetToZero {
+                name: name.clone(),
+                uid: uid.clone(),
+                from: *replicas,
+            }),
             Workload::Job {
-                name, suspended, ..
-            } if !suspended => actions.push(Action::SuspendJob { name: name.clone() }),
+                name,
+                uid,
+                suspended,
+                ..
+            } if !suspended => actions.push(Action::SuspendJob {
+                name: name.clone(),
+                uid: uid.clone(),
+            }),
             _ => {}
         }
     }
@@ -740,6 +808,68 @@ fn clean_up(
             });
         }
     }
+}
+
+/// Marks what is left of a finished run once the clean-pod policy has run
+/// ([`c::FINISHED_RUN`]): every pod it does not delete, and every workload
+/// it does not stop. A pod of a StatefulSet being scaled to 0 goes with it;
+/// a workload stopped (0 replicas, suspended) is not live and makes no new
+/// run until it is started again, as a new run. Each is marked once.
+fn mark_finished(
+    policy: CleanPodPolicy,
+    pods: &[&ObservedPod],
+    observed: &Observed,
+    actions: &mut Vec<Action>,
+) {
+    let deleted: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeletePod { uid, .. } => Some(uid.as_str()),
+            _ => None,
+        })
+        .collect();
+    let stopping = policy != CleanPodPolicy::None;
+    let mut marks = Vec::new();
+    for p in pods {
+        let goes = deleted.contains(&p.uid.as_str())
+            || (stopping && p.owner == PodOwner::StatefulSet)
+            || (stopping && p.owner == PodOwner::Job && !p.finished());
+        if !p.marked && !goes {
+            marks.push(Action::MarkFinished {
+                kind: MemberKind::Pod,
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+            });
+        }
+    }
+    if !stopping {
+        for w in &observed.workloads {
+            let (kind, name, uid, marked, live) = match w {
+                Workload::StatefulSet {
+                    name,
+                    uid,
+                    marked,
+                    replicas,
+                    ..
+                } => (MemberKind::StatefulSet, name, uid, *marked, *replicas > 0),
+                Workload::Job {
+                    name,
+                    uid,
+                    marked,
+                    suspended,
+                    ..
+                } => (MemberKind::Job, name, uid, *marked, !suspended),
+            };
+            if live && !marked {
+                marks.push(Action::MarkFinished {
+                    kind,
+                    name: name.clone(),
+                    uid: uid.clone(),
+                });
+            }
+        }
+    }
+    actions.extend(marks);
 }
 
 const CONDITION_TYPES: [&str; 5] = ["Created", "Running", "Restarting", "Succeeded", "Failed"];
@@ -818,6 +948,7 @@ pub fn size_mismatches(topology: &Topology, workloads: &[Workload]) -> Vec<Strin
                 role,
                 replicas,
                 offset,
+                ..
             } => (name, role, *replicas, *offset, "StatefulSet"),
             Workload::Job {
                 name,
@@ -826,6 +957,7 @@ pub fn size_mismatches(topology: &Topology, workloads: &[Workload]) -> Vec<Strin
                 completions,
                 parallelism,
                 offset,
+                ..
             } => {
                 if *suspended {
                     continue;
@@ -945,6 +1077,31 @@ pub fn set_owned_condition(
             cleared_message: "the gang scheduler's PodGroup is kept",
         },
         not_served,
+        now,
+    )
+}
+
+/// The condition saying an object dljob would keep for the job exists and
+/// is not this DLJob's: left alone.
+pub const OWNERSHIP_CONFLICT: &str = "OwnershipConflict";
+
+/// Sets [`OWNERSHIP_CONFLICT`] from the objects of the job's names that
+/// this DLJob does not control (each a message naming the object, whose it
+/// is and the fix); see [`set_problem_condition`].
+pub fn set_ownership_condition(
+    conditions: &mut Vec<Condition>,
+    foreign: &[String],
+    now: Timestamp,
+) -> Option<JobEvent> {
+    set_problem_condition(
+        conditions,
+        Problem {
+            type_: OWNERSHIP_CONFLICT,
+            reason: "NotControlledByThisJob",
+            cleared_reason: "OwnedObjectsKept",
+            cleared_message: "every object dljob keeps for the job is this DLJob's",
+        },
+        foreign,
         now,
     )
 }
@@ -1098,7 +1255,6 @@ fn set_condition(
 mod tests {
     use super::*;
     use crate::frameworks;
-    use serde_json::json;
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + s).unwrap()
@@ -1148,9 +1304,17 @@ mod tests {
                 last: None,
                 restart_count: 0,
             }),
-            manifest: (owner == PodOwner::None)
-                .then(|| json!({"metadata": {"name": name}, "spec": {}})),
+            marked: false,
             name,
+        }
+    }
+
+    /// The mark a finished run leaves on pod `name`.
+    fn mark(name: &str) -> Action {
+        Action::MarkFinished {
+            kind: MemberKind::Pod,
+            name: name.into(),
+            uid: format!("uid-{name}"),
         }
     }
 
@@ -1161,7 +1325,7 @@ mod tests {
     fn observed(pods: Vec<ObservedPod>) -> Observed {
         Observed {
             pods,
-            workloads: vec![],
+            ..Observed::default()
         }
     }
 
@@ -1237,15 +1401,22 @@ mod tests {
         assert_eq!(out.status.phase, Phase::Restarting);
         assert_eq!(out.status.restarts, 1);
         assert_eq!(out.new_restarts, 1);
-        let deleted: Vec<&str> = out
-            .actions
-            .iter()
-            .map(|a| match a {
-                Action::DeletePod { name, .. } => name.as_str(),
-                other => panic!("unexpected {other:?}"),
-            })
-            .collect();
-        assert_eq!(deleted, ["master-0", "worker-0", "worker-1"]);
+        // Every member goes; a bare pod's manifest is saved first.
+        let act = |a: &Action| match a {
+            Action::SavePod { name, .. } => format!("save {name}"),
+            Action::DeletePod { name, .. } => format!("delete {name}"),
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(
+            out.actions.iter().map(act).collect::<Vec<_>>(),
+            [
+                "save master-0",
+                "delete master-0",
+                "delete worker-0",
+                "save worker-1",
+                "delete worker-1"
+            ]
+        );
         let cause = "worker-1 (pod worker-1) exited with exit code 137 (Error)";
         assert_eq!(
             out.status.job_restart,
@@ -1307,8 +1478,13 @@ mod tests {
         assert_eq!(again.status.restarts, 1);
         assert_eq!(again.new_restarts, 0);
         assert!(again.events.is_empty());
-        // All gone: the bare pods are created again, the restart is over.
-        let gone = next(&p, &observed(vec![]), Some(&again.status), Some(1), t(15));
+        // All gone: the bare pods are created again from their saved
+        // manifests, the restart is over.
+        let saved = Observed {
+            saved: vec!["uid-master-0".into(), "uid-worker-1".into()],
+            ..observed(vec![])
+        };
+        let gone = next(&p, &saved, Some(&again.status), Some(1), t(15));
         assert_eq!(gone.status.job_restart, None);
         let created: Vec<&str> = gone
             .actions
@@ -1329,6 +1505,8 @@ mod tests {
         let t = Topology::parse("master=1,worker=6").unwrap();
         let set = |name: &str, replicas, offset| Workload::StatefulSet {
             name: name.into(),
+            uid: format!("uid-{name}"),
+            marked: false,
             role: "worker".into(),
             replicas,
             offset: Some(offset),
@@ -1583,13 +1761,18 @@ mod tests {
             ]
         );
         assert_eq!(s.replicas["worker"], counts(0, 1, 1, 0, 0));
-        // clean-pod-policy Running: only the bare pod that still runs.
+        // clean-pod-policy Running: only the bare pod that still runs; the
+        // finished ones stay, marked as this run's.
         assert_eq!(
             out.actions,
-            vec![Action::DeletePod {
-                name: "worker-1".into(),
-                uid: "uid-worker-1".into()
-            }]
+            vec![
+                Action::DeletePod {
+                    name: "worker-1".into(),
+                    uid: "uid-worker-1".into()
+                },
+                mark("master-0"),
+                mark("worker-0"),
+            ]
         );
         assert_eq!(
             out.events,
@@ -1646,7 +1829,8 @@ mod tests {
             Some(&condition("Failed", "True", "ExitCode", msg, t(5)))
         );
         assert_eq!(out.status.restarts, 0);
-        // The parameter server never exits on its own: it is stopped.
+        // The parameter server never exits on its own: it is stopped. The
+        // failed worker stays, marked as this run's.
         assert_eq!(
             out.actions,
             vec![
@@ -1658,6 +1842,7 @@ mod tests {
                     name: "ps-0".into(),
                     uid: "uid-ps-0".into()
                 },
+                mark("worker-0"),
             ]
         );
         assert!(out.events[0].warning);
@@ -1687,14 +1872,18 @@ mod tests {
             vec![PendingRecreate {
                 name: "worker-0".into(),
                 uid: "uid-worker-0".into(),
-                manifest: json!({"metadata": {"name": "worker-0"}, "spec": {}}),
             }]
         );
+        // Its manifest is saved (outside the status), then it is deleted.
+        let save = Action::SavePod {
+            name: "worker-0".into(),
+            uid: "uid-worker-0".into(),
+        };
         let delete = Action::DeletePod {
             name: "worker-0".into(),
             uid: "uid-worker-0".into(),
         };
-        assert_eq!(out.actions, vec![delete.clone()]);
+        assert_eq!(out.actions, vec![save.clone(), delete.clone()]);
         assert_eq!(out.new_restarts, 1);
         assert_eq!(
             s.conditions.last(),
@@ -1708,10 +1897,10 @@ mod tests {
         );
 
         // The same observation again (the delete was lost): no second count,
-        // the delete is repeated.
+        // the save and the delete are repeated.
         let again = next(&p, &obs, Some(s), None, t(1));
         assert_eq!(&again.status, s);
-        assert_eq!(again.actions, vec![delete]);
+        assert_eq!(again.actions, vec![save, delete]);
         assert_eq!(again.new_restarts, 0);
 
         // Terminating: wait, create nothing.
@@ -1727,34 +1916,63 @@ mod tests {
         assert_eq!(out.actions, vec![]);
         assert_eq!(out.status.restarts, 1);
 
-        // Gone: recreate it from its own spec.
-        let out = next(
-            &p,
-            &observed(vec![running("master", 0)]),
-            Some(&out.status),
-            None,
-            t(3),
-        );
+        // Gone: recreate it from its saved spec.
+        let saved = Observed {
+            saved: vec!["uid-worker-0".into()],
+            ..observed(vec![running("master", 0)])
+        };
+        let pending = out.status.clone();
+        let out = next(&p, &saved, Some(&pending), None, t(3));
         assert_eq!(
             out.actions,
             vec![Action::CreatePod {
                 name: "worker-0".into(),
-                manifest: json!({"metadata": {"name": "worker-0"}, "spec": {}}),
+                uid: "uid-worker-0".into(),
             }]
         );
         assert_eq!(out.status.phase, Phase::Restarting);
+        assert!(out.events.is_empty());
 
-        // Back with a new uid: nothing pending, Running again.
+        // Had its saved manifest gone (deleted by hand), it could not be:
+        // given up and said, and the job runs on without it.
+        let lost = next(
+            &p,
+            &observed(vec![running("master", 0)]),
+            Some(&pending),
+            None,
+            t(3),
+        );
+        assert_eq!(lost.actions, vec![]);
+        assert_eq!(lost.status.pending_recreates, vec![]);
+        assert_eq!(
+            lost.events,
+            vec![JobEvent {
+                warning: true,
+                reason: "RecreateLost".into(),
+                note: "bare pod(s) worker-0 cannot be recreated: the manifest dljob saved to recreate them from (a PodTemplate owned by this DLJob) is gone; create them again from your manifests".into(),
+            }]
+        );
+
+        // Back with a new uid: nothing pending, Running again, and the
+        // saved manifest goes.
         let mut back = running("worker", 0);
         back.uid = "uid-2".into();
         let out = next(
             &p,
-            &observed(vec![running("master", 0), back]),
+            &Observed {
+                saved: vec!["uid-worker-0".into()],
+                ..observed(vec![running("master", 0), back])
+            },
             Some(&out.status),
             None,
             t(4),
         );
-        assert_eq!(out.actions, vec![]);
+        assert_eq!(
+            out.actions,
+            vec![Action::DeleteSaved {
+                uid: "uid-worker-0".into()
+            }]
+        );
         assert_eq!(out.status.pending_recreates, vec![]);
         assert_eq!(out.status.counted_exits, BTreeMap::new());
         assert_eq!(out.status.phase, Phase::Running);
@@ -1781,12 +1999,15 @@ mod tests {
         w1.container.as_mut().unwrap().last = Some(exit(143, "Error", "c1"));
         w1.container.as_mut().unwrap().restart_count = 1;
         let obs = Observed {
+            saved: vec![],
             pods: vec![
                 pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running),
                 w1,
             ],
             workloads: vec![Workload::StatefulSet {
                 name: "w".into(),
+                uid: format!("uid-{}", "w"),
+                marked: false,
                 role: "worker".into(),
                 replicas: 2,
                 offset: None,
@@ -1807,12 +2028,15 @@ mod tests {
         let mut w0 = pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running);
         w0.container.as_mut().unwrap().last = Some(exit(0, "Completed", "c1"));
         let obs = Observed {
+            saved: vec![],
             pods: vec![
                 w0,
                 pod("worker", 1, PodOwner::StatefulSet, ContainerState::Running),
             ],
             workloads: vec![Workload::StatefulSet {
                 name: "train".into(),
+                uid: format!("uid-{}", "train"),
+                marked: false,
                 role: "worker".into(),
                 replicas: 2,
                 offset: None,
@@ -1828,14 +2052,18 @@ mod tests {
             out.actions,
             vec![Action::ScaleStatefulSetToZero {
                 name: "train".into(),
+                uid: format!("uid-{}", "train"),
                 from: 2
             }]
         );
         // Scaled: nothing more to do.
         let obs = Observed {
+            saved: vec![],
             pods: vec![],
             workloads: vec![Workload::StatefulSet {
                 name: "train".into(),
+                uid: format!("uid-{}", "train"),
+                marked: false,
                 role: "worker".into(),
                 replicas: 0,
                 offset: None,
@@ -1927,13 +2155,21 @@ mod tests {
                 t(10)
             ))
         );
-        // Running: the bare master still runs and is stopped.
+        // Running: the bare master still runs and is stopped; the worker
+        // that exited stays, marked.
         assert_eq!(
             out.actions,
-            vec![Action::DeletePod {
-                name: "master-0".into(),
-                uid: "uid-master-0".into()
-            }]
+            vec![
+                Action::DeletePod {
+                    name: "master-0".into(),
+                    uid: "uid-master-0".into()
+                },
+                Action::MarkFinished {
+                    kind: MemberKind::Pod,
+                    name: "worker-0".into(),
+                    uid: "uid-2".into()
+                }
+            ]
         );
     }
 
@@ -1953,7 +2189,7 @@ mod tests {
             out.status.conditions.last().unwrap().reason,
             "RestartPolicyNever"
         );
-        assert_eq!(out.actions, vec![]);
+        assert_eq!(out.actions, vec![mark("master-0")]);
     }
 
     #[test]
@@ -2028,6 +2264,7 @@ mod tests {
     fn statefulset_ordinals_are_counted_per_role_and_jobs_are_suspended() {
         let p = plan("tensorflow", "chief=1,ps=2,worker=2");
         let obs = Observed {
+            saved: vec![],
             pods: vec![
                 pod(
                     "chief",
@@ -2043,6 +2280,8 @@ mod tests {
             workloads: vec![
                 Workload::Job {
                     name: "chief".into(),
+                    uid: format!("uid-{}", "chief"),
+                    marked: false,
                     role: "chief".into(),
                     suspended: false,
                     completions: Some(1),
@@ -2051,12 +2290,16 @@ mod tests {
                 },
                 Workload::StatefulSet {
                     name: "ps".into(),
+                    uid: format!("uid-{}", "ps"),
+                    marked: false,
                     role: "ps".into(),
                     replicas: 2,
                     offset: None,
                 },
                 Workload::StatefulSet {
                     name: "worker".into(),
+                    uid: format!("uid-{}", "worker"),
+                    marked: false,
                     role: "worker".into(),
                     replicas: 2,
                     offset: None,
@@ -2078,16 +2321,22 @@ mod tests {
             out.actions,
             vec![
                 Action::SuspendJob {
-                    name: "chief".into()
+                    name: "chief".into(),
+                    uid: format!("uid-{}", "chief"),
                 },
                 Action::ScaleStatefulSetToZero {
                     name: "ps".into(),
+                    uid: format!("uid-{}", "ps"),
                     from: 2
                 },
                 Action::ScaleStatefulSetToZero {
                     name: "worker".into(),
+                    uid: format!("uid-{}", "worker"),
                     from: 2
                 },
+                // The chief's finished pod stays (its Job is suspended);
+                // the sets' pods go with them.
+                mark("chief-0"),
             ]
         );
     }
@@ -2118,8 +2367,74 @@ mod tests {
                 },
             ]
         );
+        // None leaves everything running, each pod marked as this run's
+        // (a DLJob made for the job later leaves them out), once.
         p.policies.clean_pod = CleanPodPolicy::None;
-        assert_eq!(next(&p, &obs, None, None, t(0)).actions, vec![]);
+        let done = next(&p, &obs, None, None, t(0));
+        assert_eq!(done.actions, vec![mark("master-0"), mark("worker-0")]);
+        let mut marked = obs.clone();
+        marked.pods.iter_mut().for_each(|p| p.marked = true);
+        assert_eq!(
+            next(&p, &marked, Some(&done.status), None, t(1)).actions,
+            vec![]
+        );
+    }
+
+    /// What a `None` policy leaves running of the run's workloads is marked
+    /// too; a workload stopped is not (started again, it makes a new run).
+    #[test]
+    fn a_finished_run_marks_the_workloads_it_leaves_running() {
+        let mut p = plan("tensorflow", "chief=1,ps=1");
+        p.policies.clean_pod = CleanPodPolicy::None;
+        let sts = |name: &str, replicas| Workload::StatefulSet {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            marked: false,
+            role: "ps".into(),
+            replicas,
+            offset: None,
+        };
+        let obs = Observed {
+            pods: vec![
+                pod(
+                    "chief",
+                    0,
+                    PodOwner::None,
+                    ContainerState::Terminated(exit(0, "Completed", "c")),
+                ),
+                pod("ps", 0, PodOwner::StatefulSet, ContainerState::Running),
+            ],
+            workloads: vec![sts("ps", 1), sts("old-ps", 0)],
+            saved: vec![],
+        };
+        let out = next(&p, &obs, None, None, t(0));
+        assert_eq!(out.status.phase, Phase::Succeeded);
+        assert_eq!(
+            out.actions,
+            vec![
+                mark("chief-0"),
+                mark("ps-0"),
+                Action::MarkFinished {
+                    kind: MemberKind::StatefulSet,
+                    name: "ps".into(),
+                    uid: "uid-ps".into()
+                },
+            ]
+        );
+        // Under Running the set is scaled to 0 instead, its pod goes with
+        // it, and only the chief stays, marked.
+        p.policies.clean_pod = CleanPodPolicy::Running;
+        assert_eq!(
+            next(&p, &obs, None, None, t(0)).actions,
+            vec![
+                Action::ScaleStatefulSetToZero {
+                    name: "ps".into(),
+                    uid: "uid-ps".into(),
+                    from: 1
+                },
+                mark("chief-0"),
+            ]
+        );
     }
 
     #[test]
@@ -2134,8 +2449,10 @@ mod tests {
         )]);
         let done = next(&p, &obs, None, None, t(0));
         assert_eq!(done.requeue_after, Some(Duration::from_secs(100)));
-        assert_eq!(done.actions, vec![]);
-        let later = next(&p, &obs, Some(&done.status), None, t(100));
+        assert_eq!(done.actions, vec![mark("master-0")]);
+        let mut marked = obs.clone();
+        marked.pods[0].marked = true;
+        let later = next(&p, &marked, Some(&done.status), None, t(100));
         assert_eq!(later.actions, vec![Action::DeleteDLJob]);
     }
 
@@ -2173,7 +2490,19 @@ mod tests {
         );
         assert_eq!(out.status.phase, Phase::Restarting);
         assert_eq!(out.status.counted_exits["worker-0"], "uid-worker-0/pod");
-        assert_eq!(out.actions.len(), 1);
+        assert_eq!(
+            out.actions,
+            vec![
+                Action::SavePod {
+                    name: "worker-0".into(),
+                    uid: "uid-worker-0".into()
+                },
+                Action::DeletePod {
+                    name: "worker-0".into(),
+                    uid: "uid-worker-0".into()
+                }
+            ]
+        );
     }
 
     #[test]
@@ -2181,12 +2510,16 @@ mod tests {
         let topology = Topology::parse("chief=1,ps=2,worker=4").unwrap();
         let sts = |name: &str, role: &str, replicas| Workload::StatefulSet {
             name: name.into(),
+            uid: format!("uid-{name}"),
+            marked: false,
             role: role.into(),
             replicas,
             offset: None,
         };
         let job = |name: &str, role: &str, suspended, completions, parallelism| Workload::Job {
             name: name.into(),
+            uid: format!("uid-{name}"),
+            marked: false,
             role: role.into(),
             suspended,
             completions,
