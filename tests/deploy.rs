@@ -23,7 +23,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -312,6 +312,12 @@ fn install_renders_exactly_the_expected_objects() {
         ("Secret", "dljob-system", "dljob-tls"),
         ("Service", "dljob-system", "dljob"),
         ("ServiceAccount", "dljob-system", "dljob"),
+        ("ValidatingAdmissionPolicy", "", "dljob-writes-only-jobs"),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "",
+            "dljob-writes-only-jobs",
+        ),
         ("ValidatingWebhookConfiguration", "", "dljob"),
     ]
     .into_iter()
@@ -858,4 +864,276 @@ fn only_the_webhook_configurations_carry_the_label_install_registers_last() {
             ]
         );
     }
+}
+
+// ---- the ValidatingAdmissionPolicy, evaluated --------------------------------
+
+/// The rendered ValidatingAdmissionPolicy's CEL, run by a CEL interpreter on
+/// admission requests shaped as the API server builds them (`request`,
+/// `object`, `oldObject`, `variables`): None when it admits the request, or
+/// the message of the first validation that refuses it. A request not from
+/// dljob's service account, or of a resource the policy does not match,
+/// is not evaluated (None).
+fn policy_verdict(
+    user: &str,
+    (group, resource, sub): (&str, &str, &str),
+    operation: &str,
+    namespace: &str,
+    object: Value,
+    old: Value,
+) -> Option<String> {
+    use cel_interpreter::{Context, Program, Value as Cel};
+    let policy = install()
+        .docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .expect("the install ships the policy")
+        .clone();
+    let spec = &policy["spec"];
+    let full = if sub.is_empty() {
+        resource.to_owned()
+    } else {
+        format!("{resource}/{sub}")
+    };
+    let matched = spec["matchConstraints"]["resourceRules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| {
+            let has = |k: &str, v: &str| r[k].as_array().unwrap().iter().any(|x| x == v);
+            has("apiGroups", group) && has("resources", &full) && has("operations", operation)
+        });
+    let request = json!({
+        "operation": operation, "namespace": namespace,
+        "userInfo": {"username": user},
+        "resource": {"group": group, "version": "v1", "resource": resource},
+        "subResource": sub,
+    });
+    let run = |expr: &str, variables: &Value| -> Cel {
+        let program = Program::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+        let mut ctx = Context::default();
+        ctx.add_variable("request", request.clone()).unwrap();
+        ctx.add_variable("object", object.clone()).unwrap();
+        ctx.add_variable("oldObject", old.clone()).unwrap();
+        ctx.add_variable("variables", variables.clone()).unwrap();
+        program
+            .execute(&ctx)
+            .unwrap_or_else(|e| panic!("{expr}: {e:?}"))
+    };
+    let none = json!({});
+    for condition in spec["matchConditions"].as_array().unwrap() {
+        if run(condition["expression"].as_str().unwrap(), &none) != Cel::Bool(true) {
+            return None;
+        }
+    }
+    if !matched {
+        return None;
+    }
+    let mut variables = serde_json::Map::new();
+    for v in spec["variables"].as_array().unwrap() {
+        let value = run(
+            v["expression"].as_str().unwrap(),
+            &Value::Object(variables.clone()),
+        )
+        .json()
+        .unwrap();
+        variables.insert(v["name"].as_str().unwrap().to_owned(), value);
+    }
+    let variables = Value::Object(variables);
+    for v in spec["validations"].as_array().unwrap() {
+        match run(v["expression"].as_str().unwrap(), &variables) {
+            Cel::Bool(true) => {}
+            Cel::Bool(false) => return Some(v["message"].as_str().unwrap().to_owned()),
+            other => panic!("{}: {other:?}", v["expression"]),
+        }
+    }
+    None
+}
+
+const DLJOB_SA: &str = "system:serviceaccount:dljob-system:dljob";
+
+fn labelled(kind: &str, labels: Value, owners: Value) -> Value {
+    json!({"kind": kind, "metadata": {"name": "x", "namespace": "ml", "labels": labels, "ownerReferences": owners}})
+}
+
+#[test]
+fn the_admission_policy_admits_dljobs_own_writes_and_refuses_the_rest() {
+    let ours = || labelled("Pod", json!({"dljob.dev/job": "mnist"}), json!([]));
+    let owned = || {
+        labelled(
+            "Service",
+            json!({"app": "x"}),
+            json!([{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist", "uid": "u", "controller": true}]),
+        )
+    };
+    let foreign = || labelled("Service", json!({"app": "prod"}), json!([]));
+    let null = Value::Null;
+    // What the reconciler writes: created, patched, deleted, scaled, Events.
+    for (what, gvr, op, object, old) in [
+        (
+            "create a job's Service",
+            ("", "services", ""),
+            "CREATE",
+            ours(),
+            null.clone(),
+        ),
+        (
+            "mark a job's pod",
+            ("", "pods", ""),
+            "UPDATE",
+            ours(),
+            ours(),
+        ),
+        (
+            "delete a job's pod",
+            ("", "pods", ""),
+            "DELETE",
+            null.clone(),
+            ours(),
+        ),
+        (
+            "apply an owned Service",
+            ("", "services", ""),
+            "UPDATE",
+            owned(),
+            owned(),
+        ),
+        (
+            "save a pod's manifest",
+            ("", "podtemplates", ""),
+            "CREATE",
+            ours(),
+            null.clone(),
+        ),
+        (
+            "scale a set to 0",
+            ("apps", "statefulsets", "scale"),
+            "UPDATE",
+            json!({"kind": "Scale"}),
+            json!({"kind": "Scale"}),
+        ),
+        (
+            "write a DLJob's status",
+            ("dljob.dev", "dljobs", "status"),
+            "UPDATE",
+            ours(),
+            ours(),
+        ),
+        (
+            "an Event about a DLJob",
+            ("events.k8s.io", "events", ""),
+            "CREATE",
+            json!({"kind": "Event", "metadata": {"name": "e"}, "regarding": {"kind": "DLJob", "name": "mnist"}}),
+            null.clone(),
+        ),
+    ] {
+        assert_eq!(
+            policy_verdict(DLJOB_SA, gvr, op, "ml", object, old),
+            None,
+            "{what}"
+        );
+    }
+    let only_jobs = Some(
+        "dljob writes only the objects of a job (labelled dljob.dev/job or owned by a DLJob)"
+            .to_owned(),
+    );
+    // Take-overs: a foreign Service patched (even into carrying the label),
+    // a foreign pod deleted, an unlabelled Secret created.
+    for (what, gvr, op, object, old) in [
+        (
+            "patch a foreign Service",
+            ("", "services", ""),
+            "UPDATE",
+            foreign(),
+            foreign(),
+        ),
+        (
+            "label a foreign Service into a job",
+            ("", "services", ""),
+            "UPDATE",
+            labelled("Service", json!({"dljob.dev/job": "victim"}), json!([])),
+            foreign(),
+        ),
+        (
+            "delete a foreign pod",
+            ("", "pods", ""),
+            "DELETE",
+            null.clone(),
+            foreign(),
+        ),
+        (
+            "create an unlabelled Secret",
+            ("", "secrets", ""),
+            "CREATE",
+            foreign(),
+            null.clone(),
+        ),
+        (
+            "scale a foreign Deployment",
+            ("apps", "deployments", ""),
+            "UPDATE",
+            foreign(),
+            foreign(),
+        ),
+    ] {
+        assert_eq!(
+            policy_verdict(DLJOB_SA, gvr, op, "ml", object, old),
+            only_jobs,
+            "{what}"
+        );
+    }
+    // Nothing in the system namespaces, labelled or not.
+    for ns in ["kube-system", "kube-public", "kube-node-lease"] {
+        assert_eq!(
+            policy_verdict(
+                DLJOB_SA,
+                ("", "pods", ""),
+                "DELETE",
+                ns,
+                null.clone(),
+                ours()
+            ),
+            Some("dljob writes nothing in kube-system, kube-public or kube-node-lease".to_owned())
+        );
+        assert!(policy_verdict(
+            DLJOB_SA,
+            ("apps", "statefulsets", "scale"),
+            "UPDATE",
+            ns,
+            json!({}),
+            json!({})
+        )
+        .is_some());
+    }
+    assert_eq!(
+        policy_verdict(
+            DLJOB_SA,
+            ("events.k8s.io", "events", ""),
+            "CREATE",
+            "ml",
+            json!({"kind": "Event", "metadata": {"name": "e"}, "regarding": {"kind": "Pod", "name": "p"}}),
+            null.clone()
+        ),
+        Some("dljob's Events are about DLJobs".to_owned())
+    );
+    // Anyone else's requests are not this policy's business.
+    assert_eq!(
+        policy_verdict(
+            "system:serviceaccount:team-a:deployer",
+            ("", "services", ""),
+            "UPDATE",
+            "kube-system",
+            foreign(),
+            foreign()
+        ),
+        None
+    );
+    // And the binding enforces it.
+    let binding = install()
+        .docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding")
+        .unwrap();
+    assert_eq!(binding["spec"]["policyName"], "dljob-writes-only-jobs");
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
 }
