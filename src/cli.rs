@@ -49,6 +49,13 @@ pub enum Command {
     /// Print Mutating/ValidatingWebhookConfigurations that point at a URL,
     /// for running `dljob serve` outside the cluster during development.
     WebhookConfig(WebhookConfigArgs),
+    /// Print the Roles and RoleBindings of an install without a ClusterRole:
+    /// in each namespace named, exactly the ClusterRole's rules
+    /// (deploy/base/rbac.yaml), bound to dljob's service account. For
+    /// deploy/namespaced/, with the same namespaces in its config.yaml
+    /// (`namespaces:`) and webhook selector.
+    #[command(after_help = RBAC_EXAMPLES)]
+    Rbac(RbacArgs),
     /// Print the logs of every replica of a job, each line prefixed with
     /// the replica that wrote it (`worker-1 | …`).
     ///
@@ -94,6 +101,10 @@ const LOGS_EXAMPLES: &str = "Examples:
   dljob logs mnist -f --tail 20         the last 20 lines of each, then follow
   dljob logs mnist --role worker --since 10m
   dljob logs mnist -o json | jq 'select(.index == 0)'";
+
+const RBAC_EXAMPLES: &str = "Examples:
+  dljob rbac -n team-a -n team-b > deploy/namespaced/roles.yaml
+  dljob rbac -n research | kubectl apply -f -";
 
 const DESCRIBE_EXAMPLES: &str = "Examples:
   dljob describe mnist
@@ -191,6 +202,12 @@ pub struct ServeArgs {
     /// first request; a connection that sends none is closed.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub first_request_timeout_secs: u64,
+    /// Serve /metrics on this address instead, over plain HTTP (e.g.
+    /// 0.0.0.0:9090), so that the webhook port can be opened to the API
+    /// server alone (deploy/ does, with a NetworkPolicy). Unset: /metrics is
+    /// served on --listen with the reviews.
+    #[arg(long, env = "DLJOB_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Seconds a connection may stay open between requests. Keep it above
     /// the client's own idle timeout (the API server's is 90 s), so that it
     /// closes first and no request races the close.
@@ -323,6 +340,21 @@ pub struct CertsArgs {
     /// Output directory for ca.pem, tls.crt, tls.key and the kustomize inputs.
     #[arg(long, default_value = "certs")]
     pub out: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RbacArgs {
+    /// A namespace dljob works in (repeat for each).
+    #[arg(
+        short = 'n',
+        long = "namespace",
+        required = true,
+        value_name = "NAMESPACE"
+    )]
+    pub namespaces: Vec<String>,
+    /// The namespace of dljob's own service account.
+    #[arg(long, default_value = "dljob-system")]
+    pub service_account_namespace: String,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -36,6 +36,12 @@ pub struct Config {
     /// `dljob.dev/tensorboard`.
     #[serde(default)]
     pub tensorboard: TensorBoardConfig,
+    /// The namespaces the reconciler watches and writes in; empty (the
+    /// default): every namespace. With a list, dljob needs no ClusterRole —
+    /// a Role in each (`dljob rbac`, deploy/namespaced/). Read at start:
+    /// a change takes a restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
 }
 
 /// TensorBoard's default image: an official TensorFlow one, pinned; 2.20 is the
@@ -159,6 +165,14 @@ impl Config {
                     .to_owned(),
             ));
         }
+        for ns in &self.namespaces {
+            if !crate::contract::is_dns_label(ns) {
+                return Err(ConfigError::Invalid(format!(
+                    "namespaces: \"{}\" is not a namespace name (a DNS label)",
+                    ns.escape_debug()
+                )));
+            }
+        }
         for (framework, port) in &self.ports {
             if *port == 0 {
                 return Err(ConfigError::Invalid(format!(
@@ -174,6 +188,17 @@ impl Config {
                 )));
             }
             for v in &acc.volumes {
+                if [
+                    crate::contract::HOSTFILE_VOLUME,
+                    crate::contract::SSH_VOLUME,
+                ]
+                .contains(&v.name.as_str())
+                {
+                    return Err(ConfigError::Invalid(format!(
+                        "accelerators.{resource}.volumes: \"{}\" is the name of dljob's own volume; choose another",
+                        v.name
+                    )));
+                }
                 if !crate::contract::is_dns_label(&v.name) {
                     return Err(ConfigError::Invalid(format!(
                         "accelerators.{resource}.volumes: name \"{}\" is not a DNS label",
@@ -367,6 +392,25 @@ ports: {tensorflow: 2223}
         )
         .unwrap_err();
         assert!(e.to_string().contains("absolute"), "{e}");
+        let e = Config::from_yaml(
+            "accelerators:\n  nvidia.com/gpu:\n    volumes:\n    - {name: dljob-ssh, hostPath: /l, mountPath: /x}\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config: accelerators.nvidia.com/gpu.volumes: \"dljob-ssh\" is the name of dljob's own volume; choose another"
+        );
+        let e = Config::from_yaml("namespaces: [team-a, Team_B]\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config: namespaces: \"Team_B\" is not a namespace name (a DNS label)"
+        );
+        assert_eq!(
+            Config::from_yaml("namespaces: [team-a, team-b]\n")
+                .unwrap()
+                .namespaces,
+            ["team-a", "team-b"]
+        );
         for bad in ["gang: slurm\n", "schedulerNames: {slurm: x}\n"] {
             let e = Config::from_yaml(bad).unwrap_err();
             assert_eq!(

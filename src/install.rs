@@ -432,6 +432,69 @@ fn write_file(path: &Path, contents: &[u8], mode: u32) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
+/// The ClusterRole deploy/ installs, compiled in: `dljob rbac` gives each
+/// namespace exactly its rules.
+const CLUSTER_ROLE_YAML: &str = include_str!("../deploy/base/rbac.yaml");
+
+/// Why `dljob rbac` refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RbacError {
+    #[error("\"{0}\" is not a namespace name (a DNS label)")]
+    Namespace(String),
+    #[error("deploy/base/rbac.yaml (compiled in) has no ClusterRole dljob: {0}")]
+    Missing(String),
+}
+
+/// The Roles and RoleBindings that give dljob's service account (in
+/// `sa_namespace`) the ClusterRole's rules in each of `namespaces` only.
+pub fn namespaced_rbac(
+    namespaces: &[String],
+    sa_namespace: &str,
+) -> Result<Vec<serde_json::Value>, RbacError> {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    for ns in namespaces.iter().chain([&sa_namespace.to_owned()]) {
+        if !contract::is_dns_label(ns) {
+            return Err(RbacError::Namespace(ns.clone()));
+        }
+    }
+    let role: ClusterRole = serde_saphyr::from_multiple::<serde_json::Value>(CLUSTER_ROLE_YAML)
+        .map_err(|e| RbacError::Missing(e.to_string()))?
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "dljob")
+        .and_then(|d| serde_json::from_value(d).ok())
+        .ok_or_else(|| RbacError::Missing("not found".to_owned()))?;
+    let labels = serde_json::json!({"app.kubernetes.io/part-of": "dljob"});
+    let mut out = Vec::new();
+    for ns in namespaces {
+        out.push(serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "dljob", "namespace": ns, "labels": labels},
+            "rules": role.rules,
+        }));
+        out.push(serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "dljob", "namespace": ns, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "dljob"},
+            "subjects": [{"kind": "ServiceAccount", "name": "dljob", "namespace": sa_namespace}],
+        }));
+    }
+    Ok(out)
+}
+
+/// `dljob rbac`.
+pub fn rbac(args: &crate::cli::RbacArgs) -> anyhow::Result<ExitCode> {
+    let docs = namespaced_rbac(&args.namespaces, &args.service_account_namespace)?;
+    let mut text = String::from(
+        "# dljob without a ClusterRole: its rules in each namespace it works in\n# (dljob rbac; list the same namespaces in the config's `namespaces:`).\n",
+    );
+    for d in &docs {
+        text.push_str("---\n");
+        text.push_str(&serde_saphyr::to_string(d)?);
+    }
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,5 +565,17 @@ mod tests {
         assert_eq!(c.secret_generator[0].namespace, "elsewhere");
         assert_eq!(c.secret_generator[0].name, TLS_SECRET);
         assert_eq!(c.replacements[0].targets.len(), 2);
+    }
+
+    #[test]
+    fn namespaced_rbac_refuses_what_is_not_a_namespace() {
+        let e = namespaced_rbac(&["team-a".into(), "Team_B".into()], "dljob-system").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "\"Team_B\" is not a namespace name (a DNS label)"
+        );
+        let docs = namespaced_rbac(&["team-a".into()], "ops").unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[1]["subjects"][0]["namespace"], "ops");
     }
 }

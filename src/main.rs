@@ -74,6 +74,7 @@ fn main() -> ExitCode {
         Command::Crd => dljob::crd::print(),
         Command::Certs(args) => dljob::install::certs(args),
         Command::WebhookConfig(args) => dljob::install::webhook_config(args),
+        Command::Rbac(args) => dljob::install::rbac(args),
         Command::Logs(args) => dljob::inspect::logs::run(args),
         Command::Describe(args) => dljob::inspect::describe::run(args),
     };

@@ -93,6 +93,7 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 first_request: Duration::from_secs(args.first_request_timeout_secs),
                 idle: Duration::from_secs(args.idle_timeout_secs),
             },
+            metrics_listen: args.metrics_listen,
             reload_interval: RELOAD_INTERVAL,
             log_reviews: args.log_reviews,
             ..Settings::new(args.listen, tls.clone())
@@ -129,6 +130,9 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                     ca_out.display()
                 )
             }
+        }
+        if let Some(addr) = running.metrics_addr() {
+            tracing::info!(address = %addr, "metrics on plain HTTP at /metrics (not on the webhook port)");
         }
         Some(running)
     };

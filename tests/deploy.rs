@@ -120,6 +120,8 @@ fn unwrap_base64(doc: &mut Value) {
 /// What `dljob certs && kubectl kustomize deploy/` produced.
 struct Install {
     docs: Vec<Value>,
+    /// `kubectl kustomize deploy/namespaced/` (no ClusterRole).
+    namespaced: Vec<Value>,
     ca_pem: Vec<u8>,
     tls_crt: Vec<u8>,
     tls_key: Vec<u8>,
@@ -136,6 +138,7 @@ fn install() -> &'static Install {
         let read = |f: &str| std::fs::read(certs.join(f)).unwrap();
         Install {
             docs: kustomize(&scratch.0.join("deploy")),
+            namespaced: kustomize(&scratch.0.join("deploy/namespaced")),
             ca_pem: read("ca.pem"),
             tls_crt: read("tls.crt"),
             tls_key: read("tls.key"),
@@ -306,6 +309,7 @@ fn install_renders_exactly_the_expected_objects() {
         ("Deployment", "dljob-system", "dljob"),
         ("MutatingWebhookConfiguration", "", "dljob"),
         ("Namespace", "", "dljob-system"),
+        ("NetworkPolicy", "dljob-system", "dljob"),
         ("PodDisruptionBudget", "dljob-system", "dljob"),
         ("Role", "dljob-system", "dljob-leader-election"),
         ("RoleBinding", "dljob-system", "dljob-leader-election"),
@@ -643,6 +647,7 @@ fn deployment_runs_two_restricted_probed_replicas_with_tls_and_config_mounted() 
             "--config=/etc/dljob/config.yaml",
             "--log-format=json",
             "--drain-seconds=10",
+            "--metrics-listen=0.0.0.0:9090",
         ])
     );
     // The pod is given time for the drain after SIGTERM plus the 25 s the
@@ -657,9 +662,11 @@ fn deployment_runs_two_restricted_probed_replicas_with_tls_and_config_mounted() 
     assert_eq!(probe_path(c.readiness_probe), "/readyz");
     assert_eq!(probe_path(c.liveness_probe), "/healthz");
     let ports = c.ports.unwrap();
-    assert_eq!(ports.len(), 1);
+    assert_eq!(ports.len(), 2);
     assert_eq!(ports[0].container_port, 8443);
     assert_eq!(ports[0].name.as_deref(), Some("https"));
+    assert_eq!(ports[1].container_port, 9090);
+    assert_eq!(ports[1].name.as_deref(), Some("metrics"));
 
     let resources = c.resources.unwrap();
     for list in [resources.requests.unwrap(), resources.limits.unwrap()] {
@@ -712,9 +719,14 @@ fn service_sends_443_to_the_webhook_port_of_the_deployment_pods() {
     let docs = &install().docs;
     let service: Service = get(docs, "dljob");
     let spec = service.spec.unwrap();
-    let [port] = <[_; 1]>::try_from(spec.ports.unwrap()).unwrap();
+    let [port, metrics] = <[_; 2]>::try_from(spec.ports.unwrap()).unwrap();
     assert_eq!(port.port, 443);
     assert_eq!(port.target_port, Some(IntOrString::String("https".into())));
+    assert_eq!(metrics.port, 9090);
+    assert_eq!(
+        metrics.target_port,
+        Some(IntOrString::String("metrics".into()))
+    );
     let deployment: Deployment = get(docs, "dljob");
     let template = deployment.spec.template;
     let pod_labels = template.metadata.unwrap().labels.unwrap();
@@ -727,6 +739,51 @@ fn service_sends_443_to_the_webhook_port_of_the_deployment_pods() {
     let named = container.ports.as_ref().unwrap();
     assert_eq!(named[0].name.as_deref(), Some("https"));
     assert_eq!(named[0].container_port, 8443);
+    assert_eq!(named[1].name.as_deref(), Some("metrics"));
+    assert_eq!(named[1].container_port, 9090);
+}
+
+/// The pods take connections on their two named ports only: the webhook's
+/// from anywhere (the API server has no address a selector can name), the
+/// metrics' from the `monitoring` namespace only; the ports are the
+/// container's own names, and the metrics one is where --metrics-listen
+/// serves.
+#[test]
+fn a_network_policy_admits_the_webhook_port_and_metrics_from_monitoring_only() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let docs = &install().docs;
+    let policy: NetworkPolicy = get(docs, "dljob");
+    let spec = policy.spec.unwrap();
+    let deployment: Deployment = get(docs, "dljob");
+    let labels = deployment.spec.template.metadata.unwrap().labels.unwrap();
+    let selected = spec.pod_selector.unwrap().match_labels.unwrap();
+    assert!(selected.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    assert_eq!(spec.policy_types, Some(strings(&["Ingress"])));
+    let rules = spec.ingress.unwrap();
+    let ports = |i: usize| -> Vec<IntOrString> {
+        rules[i]
+            .ports
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|p| p.port.unwrap())
+            .collect()
+    };
+    assert_eq!(rules.len(), 2);
+    assert_eq!(ports(0), [IntOrString::String("https".into())]);
+    assert_eq!(rules[0].from, None);
+    assert_eq!(ports(1), [IntOrString::String("metrics".into())]);
+    let from = rules[1].from.clone().unwrap();
+    assert_eq!(
+        serde_json::to_value(&from).unwrap(),
+        json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}])
+    );
+    let container = &deployment.spec.template.spec.unwrap().containers[0];
+    assert!(container
+        .args
+        .as_ref()
+        .unwrap()
+        .contains(&"--metrics-listen=0.0.0.0:9090".to_owned()));
 }
 
 #[test]
@@ -1136,4 +1193,79 @@ fn the_admission_policy_admits_dljobs_own_writes_and_refuses_the_rest() {
         .unwrap();
     assert_eq!(binding["spec"]["policyName"], "dljob-writes-only-jobs");
     assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+}
+
+/// deploy/namespaced/: no ClusterRole; in each namespace its config lists,
+/// a Role with exactly the ClusterRole's rules (what `dljob rbac` prints:
+/// roles.yaml is its output), bound to dljob's service account; the
+/// webhooks see those namespaces only.
+#[test]
+fn the_namespaced_install_has_roles_in_its_namespaces_only() {
+    let docs = &install().namespaced;
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["kind"] == "ClusterRole" || d["kind"] == "ClusterRoleBinding"),
+        "a ClusterRole in the namespaced install"
+    );
+    let config: ConfigMap = get(docs, "dljob-config");
+    let config = dljob::config::Config::from_yaml(&config.data.unwrap()["config.yaml"]).unwrap();
+    let namespaces = config.namespaces.clone();
+    assert_eq!(namespaces, ["team-a", "team-b"]);
+    let cluster: ClusterRole = get(&install().docs, "dljob");
+    for ns in &namespaces {
+        let in_ns = |kind: &str| {
+            docs.iter()
+                .find(|d| d["kind"] == kind && d["metadata"]["namespace"] == ns.as_str())
+                .unwrap_or_else(|| panic!("no {kind} in {ns}"))
+                .clone()
+        };
+        let role: Role = serde_json::from_value(in_ns("Role")).unwrap();
+        assert_eq!(role.rules, cluster.rules, "{ns}");
+        let binding: RoleBinding = serde_json::from_value(in_ns("RoleBinding")).unwrap();
+        assert_eq!(binding.role_ref.kind, "Role");
+        assert_eq!(binding.role_ref.name, "dljob");
+        let [subject] = <[_; 1]>::try_from(binding.subjects.unwrap()).unwrap();
+        assert_eq!(
+            (
+                subject.kind.as_str(),
+                subject.name.as_str(),
+                subject.namespace.as_deref()
+            ),
+            ("ServiceAccount", "dljob", Some("dljob-system"))
+        );
+    }
+    let roles = docs
+        .iter()
+        .filter(|d| d["kind"] == "Role" && d["metadata"]["name"] == "dljob")
+        .count();
+    assert_eq!(roles, namespaces.len());
+    let m: MutatingWebhookConfiguration = get(docs, "dljob");
+    let v: ValidatingWebhookConfiguration = get(docs, "dljob");
+    let only = serde_json::to_value(LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".into(),
+            operator: "In".into(),
+            values: Some(namespaces.clone()),
+        }]),
+        match_labels: None,
+    })
+    .unwrap();
+    for selector in [
+        &m.webhooks.unwrap()[0].namespace_selector,
+        &v.webhooks.unwrap()[0].namespace_selector,
+    ] {
+        assert_eq!(serde_json::to_value(selector).unwrap(), only);
+    }
+    // roles.yaml is what `dljob rbac` prints for those namespaces.
+    let mut args = vec!["rbac"];
+    for ns in &namespaces {
+        args.extend(["-n", ns.as_str()]);
+    }
+    let printed = String::from_utf8(dljob(&args).stdout).unwrap();
+    assert_eq!(
+        printed,
+        std::fs::read_to_string(repo().join("deploy/namespaced/roles.yaml")).unwrap(),
+        "deploy/namespaced/roles.yaml is stale: run dljob rbac -n team-a -n team-b > deploy/namespaced/roles.yaml"
+    );
 }

@@ -1820,11 +1820,15 @@ fn fail(n: usize, send: mock::SendResponse<Response<Body>>) {
 }
 
 /// Runs the leader's controller (its real wiring: the DLJob watch and the
-/// change set the member watches feed) against an API server that fails every request for
-/// `down_for`, then serves one DLJob and no members. Returns the first
-/// write the reconcile makes and how long after the last failed request it
-/// came.
-async fn first_write_after_an_outage(down_for: Duration) -> (String, Duration) {
+/// change set the member watches feed), watching `scope`, against an API
+/// server that fails every request for `down_for`, then serves one DLJob
+/// (in `ml`) and no members. Returns the first write the reconcile makes,
+/// how long after the last failed request it came, and the paths of the
+/// lists and watches made until then.
+async fn first_write_after_an_outage(
+    down_for: Duration,
+    scope: dljob::reconciler::scope::Scope,
+) -> (String, Duration, Vec<String>) {
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "default");
     let index = Arc::new(MemberIndex::default());
@@ -1842,9 +1846,11 @@ async fn first_write_after_an_outage(down_for: Duration) -> (String, Duration) {
         let mut failed = 0;
         let mut last_failure = start;
         let mut watches = Vec::new();
+        let mut reads = Vec::new();
         loop {
             let (request, send) = handle.next_request().await.expect("the client is gone");
             let uri = request.uri().to_string();
+            reads.push(request.uri().path().to_owned());
             if start.elapsed() < down_for {
                 failed += 1;
                 last_failure = tokio::time::Instant::now();
@@ -1852,21 +1858,23 @@ async fn first_write_after_an_outage(down_for: Duration) -> (String, Duration) {
                 continue;
             }
             if request.method() != http::Method::GET {
-                let path = request.uri().path().to_owned();
+                let path = reads.pop().unwrap();
                 return (
                     format!("{} {path}", request.method()),
                     last_failure.elapsed(),
+                    reads,
                 );
             }
             if uri.contains("watch=true") {
                 watches.push(send); // open, no events
                 continue;
             }
-            let items = if uri.starts_with("/apis/dljob.dev/") {
-                vec![serde_json::to_value(&job).unwrap()]
-            } else {
-                vec![]
-            };
+            let items =
+                if uri.starts_with("/apis/dljob.dev/") && !uri.contains("/namespaces/other/") {
+                    vec![serde_json::to_value(&job).unwrap()]
+                } else {
+                    vec![]
+                };
             let list = json!({"apiVersion": "v1", "kind": "List",
                 "metadata": {"resourceVersion": "7"}, "items": items});
             send.send_response(
@@ -1882,6 +1890,7 @@ async fn first_write_after_an_outage(down_for: Duration) -> (String, Duration) {
         &stores,
         &metrics,
         &config,
+        &scope,
         futures::future::pending(),
     );
     let outcome = tokio::time::timeout(Duration::from_secs(3600), async {
@@ -1898,7 +1907,8 @@ async fn first_write_after_an_outage(down_for: Duration) -> (String, Duration) {
 #[tokio::test(start_paused = true)]
 async fn a_reconcile_follows_within_seconds_after_the_api_server_is_back() {
     for down_for in [Duration::from_secs(120), Duration::from_secs(5)] {
-        let (write, after) = first_write_after_an_outage(down_for).await;
+        let (write, after, _) =
+            first_write_after_an_outage(down_for, dljob::reconciler::scope::Scope::Cluster).await;
         // The reconcile's first write: the job's headless Service, created.
         assert_eq!(write, format!("POST /api/v1/namespaces/{NS}/services"));
         // Each watch retries at most WATCH_BACKOFF_MAX after its last
@@ -1907,6 +1917,27 @@ async fn a_reconcile_follows_within_seconds_after_the_api_server_is_back() {
             after <= dljob::reconciler::WATCH_BACKOFF_MAX + Duration::from_secs(1),
             "after a {down_for:?} outage the first reconcile came {after:?} after the last failed request"
         );
+    }
+}
+
+/// With `namespaces:` in its config the reconciler lists and watches only
+/// there (a Role in each is all it needs), and reconciles as ever.
+#[tokio::test(start_paused = true)]
+async fn a_namespaced_reconciler_reads_only_its_namespaces() {
+    let scope = dljob::reconciler::scope::Scope::Namespaces(vec!["ml".into(), "other".into()]);
+    let (write, _, reads) = first_write_after_an_outage(Duration::ZERO, scope).await;
+    assert_eq!(write, format!("POST /api/v1/namespaces/{NS}/services"));
+    assert!(!reads.is_empty());
+    for path in &reads {
+        assert!(
+            path.contains("/namespaces/ml/") || path.contains("/namespaces/other/"),
+            "read outside the namespaces: {path}"
+        );
+    }
+    // Both namespaces' DLJobs are watched.
+    for ns in ["ml", "other"] {
+        let dljobs = format!("/apis/dljob.dev/v1alpha1/namespaces/{ns}/dljobs");
+        assert!(reads.contains(&dljobs), "{reads:?}");
     }
 }
 

@@ -1460,6 +1460,40 @@ async fn metrics_count_reviews_by_endpoint_kind_operation_and_decision() {
     .await
 }
 
+/// With --metrics-listen, /metrics moves to its own plain-HTTP port (for a
+/// NetworkPolicy to open to the scraper alone) and leaves the webhook port.
+#[tokio::test]
+async fn metrics_can_have_a_port_of_their_own() {
+    bounded(async {
+        let s = start(|s| s.metrics_listen = Some(localhost())).await;
+        let at = s.running.metrics_addr().expect("a metrics port");
+        assert_ne!(at, s.addr);
+        let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
+        c.post("/mutate", &shared("mutate-create-pod-resnet-chief.json")).await;
+        assert_eq!(c.get("/metrics").await.0, StatusCode::NOT_FOUND);
+        assert_eq!(c.get("/healthz").await.0, StatusCode::OK);
+        let mut tcp = TcpStream::connect(at).await.unwrap();
+        tcp.write_all(b"GET /metrics HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        tcp.read_to_end(&mut out).await.unwrap();
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        assert!(
+            text.contains(r#"dljob_webhook_reviews_total{endpoint="mutate",kind="Pod",operation="CREATE",allowed="true"} 1"#),
+            "{text}"
+        );
+        // Only /metrics there: no reviews over plain HTTP.
+        let mut tcp = TcpStream::connect(at).await.unwrap();
+        tcp.write_all(&raw_post("/mutate", b"{}", "")).await.unwrap();
+        let mut out = Vec::new();
+        tcp.read_to_end(&mut out).await.unwrap();
+        assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 404"));
+    })
+    .await
+}
+
 #[tokio::test]
 async fn during_the_drain_reviews_are_served_on_h1_and_h2_while_readyz_is_503() {
     bounded(async {

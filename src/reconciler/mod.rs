@@ -18,6 +18,7 @@ pub mod controller;
 pub mod metrics;
 pub mod observe;
 pub mod resources;
+pub mod scope;
 pub mod status;
 
 use std::collections::HashSet;
@@ -29,7 +30,6 @@ use futures::{future, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -41,6 +41,7 @@ use tokio::sync::{watch, Notify};
 use self::controller::{Context, Stores};
 use self::metrics::Metrics;
 use self::observe::{MemberIndex, MemberObject};
+use self::scope::Scope;
 use crate::config::Config;
 use crate::contract as c;
 use crate::crd::DLJob;
@@ -105,12 +106,15 @@ pub async fn start(
     let index = Arc::new(MemberIndex::default());
     let members = watcher::Config::default().labels(c::JOB);
     let changed = Arc::new(Changed::default());
+    let scope = Scope::of(&config.borrow());
+    tracing::info!(scope = %scope.describe(), "reconciler watching");
     let watch = Watch {
         client: &client,
         cfg: &members,
         index: &index,
         config: &config,
         changed: &changed,
+        scope: &scope,
     };
 
     // Pods are only indexed: the index entry holds what the reconciler
@@ -138,16 +142,33 @@ pub async fn start(
         changed,
     };
 
-    let lead = lead(client, index.clone(), stores, metrics, config);
+    let scope_kept = scope_kept(config.clone(), scope.clone());
+    let lead = lead(client, index.clone(), stores, metrics, config, scope);
     let handle = tokio::spawn(async move {
-        future::join3(
+        future::join4(
             future::join4(pod_task, sts_task, job_task, svc_task),
             lead,
             synced,
+            scope_kept,
         )
         .await;
     });
     Ok((index, handle))
+}
+
+/// The namespaces are read at start: a reloaded config that changes them
+/// is said to need a restart (the rest of it applies at once).
+async fn scope_kept(mut config: watch::Receiver<Config>, scope: Scope) {
+    while config.changed().await.is_ok() {
+        let now = Scope::of(&config.borrow_and_update());
+        if now != scope {
+            tracing::warn!(
+                watching = %scope.describe(),
+                configured = %now.describe(),
+                "the config's namespaces changed: restart dljob to watch them"
+            );
+        }
+    }
 }
 
 /// What every watch of [`start`] shares.
@@ -157,6 +178,7 @@ struct Watch<'a> {
     index: &'a Arc<MemberIndex>,
     config: &'a watch::Receiver<Config>,
     changed: &'a Arc<Changed>,
+    scope: &'a Scope,
 }
 
 impl Watch<'_> {
@@ -169,7 +191,8 @@ impl Watch<'_> {
     ) -> impl std::future::Future<Output = ()>
     where
         K: MemberObject
-            + Resource<DynamicType = ()>
+            + Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Default
             + Clone
             + DeserializeOwned
             + Debug
@@ -182,8 +205,8 @@ impl Watch<'_> {
             self.config.clone(),
             self.changed.clone(),
         );
-        watcher(Api::<K>::all(self.client.clone()), self.cfg.clone())
-            .backoff(WatchBackoff::default())
+        self.scope
+            .watch::<K>(self.client, self.cfg, scope::gone::<K>)
             .modify(trim)
             .for_each(move |event| {
                 match event {
@@ -213,12 +236,20 @@ impl Watch<'_> {
     /// deleted Service comes back within a second, not at the next resync.
     fn owned<K>(&self) -> (Store<K>, impl std::future::Future<Output = ()>)
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Default
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
     {
         let (store, writer) = reflector::store();
         let changed = self.changed.clone();
-        let stream = watcher(Api::<K>::all(self.client.clone()), self.cfg.clone())
-            .backoff(WatchBackoff::default())
+        let stream = self
+            .scope
+            .watch::<K>(self.client, self.cfg, scope::gone::<K>)
             .modify(|o: &mut K| o.managed_fields_mut().clear())
             .reflect(writer)
             .touched_objects()
@@ -297,6 +328,7 @@ async fn lead(
     stores: Stores,
     metrics: Arc<Metrics>,
     config: watch::Receiver<Config>,
+    scope: Scope,
 ) {
     // Not before the caches have listed: a reconcile would see jobs
     // without their pods (and write every status away and back) and
@@ -330,7 +362,7 @@ async fn lead(
         let stop = async move {
             let _ = lost.wait_for(|l| !*l).await;
         };
-        run_controller(&client, &index, &stores, &metrics, &config, stop).await;
+        run_controller(&client, &index, &stores, &metrics, &config, &scope, stop).await;
         tracing::info!("not the leader any more: reconciling stopped");
     }
 }
@@ -342,6 +374,7 @@ pub async fn run_controller(
     stores: &Stores,
     metrics: &Arc<Metrics>,
     config: &watch::Receiver<Config>,
+    scope: &Scope,
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -353,14 +386,11 @@ pub async fn run_controller(
     // so one failing watch would pause all the others, and after an outage
     // each watch's queued error would add a full backoff in turn.
     let (dljob_store, writer) = reflector::store();
-    let dljobs = watcher(
-        Api::<DLJob>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .backoff(WatchBackoff::default())
-    .modify(|d: &mut DLJob| d.managed_fields_mut().clear())
-    .reflect(writer)
-    .applied_objects();
+    let dljobs = scope
+        .watch::<DLJob>(client, &watcher::Config::default(), gone_dljob)
+        .modify(|d: &mut DLJob| d.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects();
     let controller = Controller::for_stream(without_errors::<DLJob, _>(dljobs), dljob_store)
         .with_config(kube::runtime::controller::Config::default().debounce(Duration::from_secs(1)))
         .trigger_backoff(WatchBackoff::default())
@@ -391,6 +421,14 @@ pub async fn run_controller(
         let _ = stop_tx.send(true);
     };
     future::join3(run, create, watch_stop).await;
+}
+
+/// A DLJob a relist found deleted, as the store deletes it (by name).
+fn gone_dljob(namespace: &str, name: &str) -> DLJob {
+    let spec = crate::crd::JobSpec::new("", crate::contract::Topology::single("gone", 1), 0);
+    let mut job = DLJob::new(name, spec);
+    job.metadata.namespace = Some(namespace.to_owned());
+    job
 }
 
 /// Logs and drops a watch's errors (the watch itself retries after its

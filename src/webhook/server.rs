@@ -43,6 +43,11 @@ pub struct Settings {
     /// How many connections may be open, and how long one may wait for
     /// its first request and between requests.
     pub connections: Limits,
+    /// Where `/metrics` is served instead, over plain HTTP (under the same
+    /// connection limits), so that a NetworkPolicy can open the webhook port
+    /// to the API server alone and the metrics port to the scraper alone.
+    /// None: on the webhook port, with the reviews.
+    pub metrics_listen: Option<SocketAddr>,
     /// How often the certificate files are checked for changes.
     pub reload_interval: Duration,
     /// Log every review at INFO; otherwise only denials and reviews with
@@ -59,6 +64,7 @@ impl Settings {
             max_body_bytes: 3 * 1024 * 1024,
             read_timeout: Duration::from_secs(10),
             connections: Limits::DEFAULT,
+            metrics_listen: None,
             reload_interval: Duration::from_secs(2),
             log_reviews: false,
         }
@@ -83,6 +89,13 @@ pub enum StartError {
     Bind(SocketAddr, std::io::Error),
 }
 
+/// The plain-HTTP metrics server ([`Settings::metrics_listen`]).
+struct MetricsServer {
+    addr: SocketAddr,
+    handle: Handle<SocketAddr>,
+    server: JoinHandle<std::io::Result<()>>,
+}
+
 #[derive(Clone)]
 struct AppState {
     inputs: Inputs,
@@ -103,12 +116,18 @@ pub struct Running {
     ready: Arc<AtomicBool>,
     server: JoinHandle<std::io::Result<()>>,
     reloader: Option<JoinHandle<()>>,
+    metrics: Option<MetricsServer>,
 }
 
 impl Running {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The metrics server's bound address, when metrics have their own.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr)
     }
 
     /// The generated CA (PEM) when the certificate is self-signed.
@@ -139,6 +158,10 @@ impl Running {
             r.abort();
         }
         self.handle.graceful_shutdown(Some(grace));
+        if let Some(m) = self.metrics {
+            m.handle.graceful_shutdown(Some(grace));
+            let _ = m.server.await;
+        }
         match self.server.await {
             Ok(r) => r,
             Err(e) => Err(std::io::Error::other(e)),
@@ -182,7 +205,11 @@ pub async fn run(
         log_reviews: settings.log_reviews,
     };
     let guard = Guard::new(settings.connections, state.metrics.clone());
-    let app = router(state);
+    let metrics = match settings.metrics_listen {
+        Some(at) => Some(metrics_server(at, settings.connections, state.clone())?),
+        None => None,
+    };
+    let app = router(state, metrics.is_none());
 
     let handle = Handle::new();
     let read_timeout = settings.read_timeout;
@@ -213,17 +240,55 @@ pub async fn run(
         ready,
         server,
         reloader,
+        metrics,
     })
 }
 
-fn router(state: AppState) -> Router {
-    Router::new()
+fn router(state: AppState, with_metrics: bool) -> Router {
+    let router = Router::new()
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
+        .route("/readyz", get(readyz));
+    let router = if with_metrics {
+        router.route("/metrics", get(metrics))
+    } else {
+        router
+    };
+    router.with_state(state)
+}
+
+/// `/metrics` alone, over plain HTTP on `at`, under the same connection
+/// limits as the webhook port.
+fn metrics_server(
+    at: SocketAddr,
+    limits: Limits,
+    state: AppState,
+) -> Result<MetricsServer, StartError> {
+    let bind = |e| StartError::Bind(at, e);
+    let listener = std::net::TcpListener::bind(at).map_err(bind)?;
+    listener.set_nonblocking(true).map_err(bind)?;
+    let addr = listener.local_addr().map_err(bind)?;
+    let handle = Handle::new();
+    let guard = Guard::new(limits, state.metrics.clone());
+    let app = Router::new()
         .route("/metrics", get(metrics))
-        .with_state(state)
+        .with_state(state);
+    let mut server = axum_server::from_tcp(listener)
+        .map_err(bind)?
+        .acceptor(guard)
+        .handle(handle.clone());
+    server
+        .http_builder()
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.first_request);
+    let server = tokio::spawn(server.serve(app.into_make_service()));
+    Ok(MetricsServer {
+        addr,
+        handle,
+        server,
+    })
 }
 
 async fn mutate(
