@@ -203,6 +203,7 @@ class Job:
             p.hostname: {
                 "names": [p.hostname, p.svc_host, p.fqdn, p.ip],
                 "enter": self.enter_argv(p),
+                "ssh_enter": self.enter_argv(p, session=True),
             }
             for p in self.pods
         }
@@ -212,15 +213,22 @@ class Job:
     def state_path(self) -> Path:
         return self.tmp / "state.json"
 
-    def enter_argv(self, pod: Pod) -> list[str]:
+    def enter_argv(self, pod: Pod, session: bool = False) -> list[str]:
         """argv prefix that runs a command inside the pod's sandbox (a fresh
-        mount and UTS namespace per process, like `kubectl exec`)."""
+        mount and UTS namespace per process, like `kubectl exec`).
+
+        `session`: for a command sshd runs in the pod, which may daemonize
+        and outlive the session (OpenMPI 4's orted does when tree spawn is
+        off), as it would in a container: no pid namespace of its own that
+        would kill it when the session's shell exits. Such processes carry
+        DLJOB_PODSIM_STATE, by which the tests reap them."""
         d = self._pod_dir(pod)
+        # A pid namespace too: when the entry process is killed, every
+        # process of the pod dies with it (torchrun's and Paddle's workers
+        # start sessions of their own, out of reach of killpg).
+        isolate = [] if session else ["--pid", "--fork", "--kill-child"]
         return [
-            # A pid namespace too: when the entry process is killed, every
-            # process of the pod dies with it (torchrun's and Paddle's
-            # workers start sessions of their own, out of reach of killpg).
-            "unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child",
+            "unshare", "--mount", "--uts", *isolate,
             "--propagation", "private",
             "sh", "-c", _ENTER, "podsim-enter",
             pod.hostname, str(d), str(d / "hosts"),

@@ -13,6 +13,12 @@ use crate::object::{self, Kind};
 /// Validates `object` (with `old` on UPDATE) against the contract and
 /// against `peers`, the known members of the same job. Returns the
 /// warnings to show when the object is acceptable.
+///
+/// An UPDATE is refused only for what it breaks: a problem the object
+/// already had (a StatefulSet `kubectl scale`d past its role, which the
+/// scale subresource let through) does not block an update that leaves it
+/// as it was — an annotation added, the reconciler scaling it to 0 — while
+/// an update that brings a problem of its own is refused for it.
 pub fn validate(
     kind: Kind,
     object: &Value,
@@ -25,24 +31,40 @@ pub fn validate(
     if let Some(old) = old {
         immutable_keys(kind, object, old, namespace, config, &mut v);
     }
-    let parsed = match member::parse(kind, object, namespace, config) {
-        Ok(Some(p)) => p,
-        Ok(None) => return v.into_result(Vec::new()),
-        Err(e) => {
-            v.0.extend(e.0);
-            return Err(v);
-        }
-    };
     let operation = match old {
         Some(_) => crate::mutate::Operation::Update,
         None => crate::mutate::Operation::Create,
     };
-    v.0.extend(crate::mutate::pod_violations(&parsed.member, object, config, operation).0);
+    let (found, warnings) = judge(kind, object, namespace, config, peers, operation);
+    let before = match old {
+        Some(old) if !found.is_empty() => judge(kind, old, namespace, config, peers, operation).0,
+        _ => Violations::default(),
+    };
+    v.0.extend(found.0.into_iter().filter(|f| !before.0.contains(f)));
+    v.into_result(warnings)
+}
+
+/// Everything [`validate`] checks of one object but what an UPDATE
+/// changed: its problems, and its warnings.
+fn judge(
+    kind: Kind,
+    object: &Value,
+    namespace: Option<&str>,
+    config: &Config,
+    peers: &[MemberSpec],
+    operation: crate::mutate::Operation,
+) -> (Violations, Vec<String>) {
+    let parsed = match member::parse(kind, object, namespace, config) {
+        Ok(Some(p)) => p,
+        Ok(None) => return (Violations::default(), Vec::new()),
+        Err(e) => return (e, Vec::new()),
+    };
+    let mut v = crate::mutate::pod_violations(&parsed.member, object, config, operation);
     for problem in crate::tensorboard::check(&parsed.member, object) {
         v.push(Rule::TensorBoardVolume, problem);
     }
     agree_with_peers(&parsed.member, peers, &mut v);
-    v.into_result(parsed.warnings)
+    (v, parsed.warnings)
 }
 
 /// The identity keys of an existing member cannot change on UPDATE.

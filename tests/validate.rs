@@ -488,6 +488,38 @@ fn captured_updates_are_judged_on_what_changed() {
     );
 }
 
+/// An UPDATE is refused only for what it breaks. A StatefulSet `kubectl
+/// scale`d past its role (the scale subresource never reaches the webhook)
+/// can still be annotated, marked and scaled to 0 by the reconciler; an
+/// update that scales it further is refused.
+#[test]
+fn an_update_is_refused_for_what_it_breaks_not_for_what_was_broken() {
+    let declared = json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=2"});
+    let scaled = sts(3, declared.clone());
+    let mismatch = "StatefulSet replicas is 3 but dljob.dev/replicas \"worker=2\" declares worker=2; make them equal (change the topology on every member of the job)";
+    assert_eq!(problems(Kind::StatefulSet, &scaled), vec![mismatch]);
+    let mut noted = scaled.clone();
+    noted["metadata"]["annotations"]["dljob.dev/finished-run"] = json!("uid-1");
+    assert!(problems_with(Kind::StatefulSet, &noted, Some(&scaled), &[]).is_empty());
+    // The clean-up: replicas 0 with the size it had, in one patch.
+    let mut stopped = scaled.clone();
+    stopped["spec"]["replicas"] = json!(0);
+    stopped["metadata"]["annotations"]["dljob.dev/scaled-from"] = json!("3");
+    assert!(problems_with(Kind::StatefulSet, &stopped, Some(&scaled), &[]).is_empty());
+    // Further from the topology: refused for that.
+    let further = sts(4, declared.clone());
+    assert_eq!(
+        problems_with(Kind::StatefulSet, &further, Some(&scaled), &[]),
+        vec!["StatefulSet replicas is 4 but dljob.dev/replicas \"worker=2\" declares worker=2; make them equal (change the topology on every member of the job)"]
+    );
+    // And a sound set is still refused a bad update.
+    let sound = sts(2, declared);
+    assert_eq!(
+        problems_with(Kind::StatefulSet, &scaled, Some(&sound), &[]),
+        vec![mismatch]
+    );
+}
+
 #[test]
 fn scaling_a_single_role_workload_is_a_topology_change() {
     let old = sts(3, json!({"dljob.dev/framework": "pytorch"}));

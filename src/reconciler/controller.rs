@@ -645,23 +645,17 @@ impl Target<'_> {
                 )?
             }
             Action::ScaleStatefulSetToZero { name, uid, from } => {
+                // One patch of the StatefulSet itself (not its scale
+                // subresource, which carries no labels for the admission
+                // policy to judge): replicas 0 with the size it had, which
+                // the validating webhook reads as its size still.
                 let sets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-                // The annotation first: with replicas still matching the
-                // topology the validating webhook admits the update; the
-                // scale subresource never reaches it.
-                let annotate = json!({"metadata": guarded(
-                    uid,
-                    json!({"annotations": {c::SCALED_FROM: from.to_string()}})
-                )});
-                match sets.patch(name, &merge, &Patch::Merge(&annotate)).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == NOT_FOUND => return Ok(()),
-                    Err(e) if replaced(&e) => return Ok(()),
-                    Err(e) => return Err(e.into()),
-                }
-                let scale = json!({"metadata": guarded(uid, json!({})), "spec": {"replicas": 0}});
+                let stop = json!({
+                    "metadata": guarded(uid, json!({"annotations": {c::SCALED_FROM: from.to_string()}})),
+                    "spec": {"replicas": 0}
+                });
                 tolerate_gone_or_replaced(
-                    sets.patch_scale(name, &merge, &Patch::Merge(&scale))
+                    sets.patch(name, &merge, &Patch::Merge(&stop))
                         .await
                         .map(drop),
                 )?
