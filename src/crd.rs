@@ -213,8 +213,9 @@ pub struct DLJobStatus {
     /// Bare pods deleted for a retry and not yet recreated.
     #[serde(default)]
     pub pending_recreates: Vec<PendingRecreate>,
-    /// mpi/chainer: the SSH Secret the reconciler created (or found already
-    /// there). It is created once: the reconciler never reads Secrets.
+    /// mpi/chainer: the SSH Secret the reconciler created, recorded as soon
+    /// as it was. It is created once; one of that name it did not create is
+    /// reported, not taken (the reconciler never reads Secrets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_secret: Option<String>,
     /// restart-scope Job: the whole-job restart under way — what caused it
@@ -260,14 +261,25 @@ pub struct CoordinatorStatus {
 }
 
 /// A bare pod to recreate once the deleted one is gone, from the manifest
-/// saved of it: a PodTemplate `dljob-recreate-<uid>` the DLJob owns (the
-/// status holds no manifest: a pod's env may hold what readers of DLJobs
-/// must not see).
+/// saved of it: a PodTemplate the DLJob owns (the status holds no manifest:
+/// a pod's env may hold what readers of DLJobs must not see).
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingRecreate {
     pub name: String,
     /// uid of the pod that was deleted.
+    pub uid: String,
+    /// The PodTemplate its manifest was saved in, once it was: only that
+    /// object (by uid) is recreated from, whatever else has the labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved: Option<SavedPod>,
+}
+
+/// A PodTemplate a bare pod's manifest is saved in.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SavedPod {
+    pub name: String,
     pub uid: String,
 }
 

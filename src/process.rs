@@ -87,6 +87,7 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         };
         let settings = Settings {
             max_body_bytes: args.max_body_bytes,
+            max_body_bytes_in_flight: args.max_body_bytes_in_flight,
             read_timeout: Duration::from_secs(args.read_timeout_secs.max(1)),
             connections: crate::webhook::Limits {
                 max_connections: args.max_connections as usize,

@@ -121,6 +121,24 @@ fn immutable_keys(
             );
         }
     }
+    // The reconciler's mark of a finished run is added once and never
+    // changed or removed: taken off, the leftovers would count again.
+    let mark = |o: &Value| annotation(o, c::FINISHED_RUN);
+    if let (Some(before), after) = (mark(old), mark(new)) {
+        if after.as_deref() != Some(before.as_str()) {
+            v.push(
+                Rule::ImmutableKey,
+                format!(
+                    "{} marks what a finished run left and cannot change or be removed ({}): delete this member to start the job again",
+                    c::FINISHED_RUN,
+                    match after {
+                        Some(a) => format!("\"{before}\" → \"{a}\""),
+                        None => format!("\"{before}\" → (unset)"),
+                    }
+                ),
+            );
+        }
+    }
     // The topology compares as written or inferred, so that scaling a
     // single-role workload counts as a change too.
     let effective = |o: &Value| -> Option<Topology> {

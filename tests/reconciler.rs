@@ -316,22 +316,29 @@ fn read_pod(pod: Pod) -> Call {
 }
 
 /// Saving a bare pod before it is deleted for a retry: read whole, its
-/// manifest kept in a PodTemplate the DLJob controls (never in the status).
-fn save_pod(pod: Pod) -> [Call; 2] {
+/// manifest kept in a new PodTemplate the DLJob controls (named by the API
+/// server), which the status then records — never the manifest itself.
+fn save_pod(pod: Pod, job: &DLJob) -> [Call; 3] {
     let name = pod.metadata.name.clone().unwrap();
     let uid = pod.metadata.uid.clone().unwrap();
     let image = pod.spec.as_ref().unwrap().containers[0].image.clone();
+    let template = format!("dljob-recreate-{name}-x7k2p");
+    let template_uid = format!("t-{uid}");
+    let created = json!({"apiVersion": "v1", "kind": "PodTemplate",
+        "metadata": {"name": template, "namespace": NS, "uid": template_uid}});
+    let pod_name = name.clone();
     [
         read_pod(pod),
         call(
             "POST",
             format!("/api/v1/namespaces/{NS}/podtemplates?&fieldManager=dljob"),
             move |b| {
-                assert_eq!(b["metadata"]["name"], format!("dljob-recreate-{uid}"));
+                assert_eq!(b["metadata"].get("name"), None);
+                assert_eq!(b["metadata"]["generateName"], "dljob-recreate-");
                 assert_eq!(b["metadata"]["labels"], json!({"dljob.dev/job": "mnist"}));
                 assert_eq!(
                     b["metadata"]["annotations"],
-                    json!({"dljob.dev/recreates": name})
+                    json!({"dljob.dev/recreates": pod_name})
                 );
                 let owner = &b["metadata"]["ownerReferences"][0];
                 assert_eq!(
@@ -344,7 +351,25 @@ fn save_pod(pod: Pod) -> [Call; 2] {
                 assert_eq!(t["spec"].get("nodeName"), None);
                 assert_eq!(t["metadata"]["labels"]["dljob.dev/job"], "mnist");
             },
-            Value::Null,
+            created,
+        ),
+        call(
+            "PATCH",
+            status_uri(),
+            move |b| {
+                let entry = b["status"]["pendingRecreates"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|r| r["name"] == name.as_str())
+                    .unwrap()
+                    .clone();
+                assert_eq!(
+                    entry,
+                    json!({"name": name, "uid": uid, "saved": {"name": template, "uid": template_uid}})
+                );
+            },
+            with_status(job, &json!({"status": {"phase": "Restarting"}})),
         ),
     ]
 }
@@ -406,6 +431,18 @@ async fn reconcile_expecting(
     handle: Handle,
     calls: Vec<Call>,
 ) -> Arc<Metrics> {
+    let (result, metrics) = reconcile_with(job, ctx, handle, calls).await;
+    result.expect("reconcile failed");
+    metrics
+}
+
+/// [`reconcile_expecting`] that returns the reconcile's result.
+async fn reconcile_with(
+    job: DLJob,
+    ctx: Arc<Context>,
+    handle: Handle,
+    calls: Vec<Call>,
+) -> (Result<(), controller::Error>, Arc<Metrics>) {
     let verifier = tokio::spawn(verify(handle, calls));
     let metrics = ctx.metrics.clone();
     let result = tokio::time::timeout(
@@ -414,12 +451,11 @@ async fn reconcile_expecting(
     )
     .await
     .expect("reconcile timed out");
-    result.expect("reconcile failed");
     tokio::time::timeout(Duration::from_secs(5), verifier)
         .await
         .expect("verifier timed out")
         .expect("verifier panicked");
-    metrics
+    (result.map(drop), metrics)
 }
 
 /// The API server's 404.
@@ -652,7 +688,7 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
                     Value::Null,
                 ),
             ],
-            save_pod(oom_killed_worker()).into(),
+            save_pod(oom_killed_worker(), &jj).into(),
             vec![delete_pod("worker-0")],
         ]
         .into_iter()
@@ -746,9 +782,9 @@ async fn a_job_scope_retry_deletes_every_member() {
                 Value::Null,
             ),
         ],
-        save_pod(bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running())).into(),
+        save_pod(bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()), &jj).into(),
         vec![delete_pod("master-0")],
-        save_pod(oom_killed_worker()).into(),
+        save_pod(oom_killed_worker(), &jj).into(),
         vec![delete_pod("worker-0")],
         ]
         .into_iter()
@@ -910,19 +946,29 @@ async fn mpi_reconcile(created: Value, events: &[&'static str]) -> Value {
                         .unwrap()
                         .starts_with("Host mnist-launcher-0 mnist-launcher-0.mnist.ml.svc\n"));
                 },
-                created,
-            ),
-            call(
-                "PATCH",
-                status_uri(),
-                move |b| {
-                    assert_eq!(b["status"]["phase"], "Pending");
-                    *keep.lock().unwrap() = b["status"].clone();
-                },
-                with_status(&jj, &json!({"status": {"phase": "Pending"}})),
+                created.clone(),
             ),
         ]
         .into_iter()
+        // Created: recorded in the status at once (a merge patch), before
+        // anything else can fail.
+        .chain((created["kind"] != "Status").then(|| {
+            call(
+                "PATCH",
+                format!("/apis/dljob.dev/v1alpha1/namespaces/{NS}/dljobs/mnist/status?&fieldManager=dljob"),
+                |b| assert_eq!(b, &json!({"status": {"sshSecret": "mnist-ssh"}})),
+                with_status(&jj, &json!({"status": {"phase": "Pending", "sshSecret": "mnist-ssh"}})),
+            )
+        }))
+        .chain([call(
+            "PATCH",
+            status_uri(),
+            move |b| {
+                assert_eq!(b["status"]["phase"], "Pending");
+                *keep.lock().unwrap() = b["status"].clone();
+            },
+            with_status(&jj, &json!({"status": {"phase": "Pending"}})),
+        )])
         .chain(events.iter().map(|reason| event(reason)))
         .collect(),
     )
@@ -2430,9 +2476,11 @@ async fn a_finished_run_marks_the_statefulset_it_leaves_running() {
     .await;
 }
 
-/// A pending recreate: the saved manifests are listed (only this DLJob's
-/// count: one of that name anyone else made is ignored), the pod is created
-/// from its own.
+/// A pending recreate: the saved manifests are listed, and the pod is
+/// created from the one the status names, by uid — not from another with
+/// the labels, name and even an owner reference forged to look like it (a
+/// planted one claiming this DLJob is cleaned away as any unneeded one;
+/// one of another controller is not touched).
 #[tokio::test]
 async fn a_deleted_bare_pod_comes_back_from_its_saved_manifest() {
     let mut job = dljob("pytorch", PYTORCH);
@@ -2441,13 +2489,17 @@ async fn a_deleted_bare_pod_comes_back_from_its_saved_manifest() {
         pending_recreates: vec![dljob::crd::PendingRecreate {
             name: "worker-0".into(),
             uid: "uid-worker-0".into(),
+            saved: Some(dljob::crd::SavedPod {
+                name: "dljob-recreate-ab12c".into(),
+                uid: "t-ours".into(),
+            }),
         }],
         ..Default::default()
     });
-    let saved = |owner_uid: &str, image: &str| {
+    let saved = |name: &str, uid: &str, owner_uid: &str, image: &str| {
         json!({
             "apiVersion": "v1", "kind": "PodTemplate",
-            "metadata": {"name": "dljob-recreate-uid-worker-0", "namespace": NS, "uid": format!("t-{owner_uid}"),
+            "metadata": {"name": name, "namespace": NS, "uid": uid,
                 "labels": {"dljob.dev/job": "mnist"},
                 "annotations": {"dljob.dev/recreates": "worker-0"},
                 "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist",
@@ -2475,10 +2527,12 @@ async fn a_deleted_bare_pod_comes_back_from_its_saved_manifest() {
         vec![],
     );
     let jj = job.clone();
-    // Listed twice: dljob's own, then a planted one (another controller)
-    // that would win were it not left out.
     let list = json!({"apiVersion": "v1", "kind": "PodTemplateList", "metadata": {"resourceVersion": "9"},
-        "items": [saved("job-uid", "train"), saved("someone-else", "evil")]});
+    "items": [
+        saved("dljob-recreate-zz999", "t-planted", "job-uid", "evil"),
+        saved("dljob-recreate-ab12c", "t-ours", "job-uid", "train"),
+        saved("dljob-recreate-yy888", "t-other", "someone-else", "evil"),
+    ]});
     reconcile_expecting(
         job,
         ctx,
@@ -2498,7 +2552,8 @@ async fn a_deleted_bare_pod_comes_back_from_its_saved_manifest() {
                 |b| {
                     assert_eq!(
                         b["status"]["pendingRecreates"],
-                        json!([{"name": "worker-0", "uid": "uid-worker-0"}])
+                        json!([{"name": "worker-0", "uid": "uid-worker-0",
+                            "saved": {"name": "dljob-recreate-ab12c", "uid": "t-ours"}}])
                     )
                 },
                 with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
@@ -2513,7 +2568,106 @@ async fn a_deleted_bare_pod_comes_back_from_its_saved_manifest() {
                 },
                 Value::Null,
             ),
+            call(
+                "DELETE",
+                format!("/api/v1/namespaces/{NS}/podtemplates/dljob-recreate-zz999?"),
+                |b| assert_eq!(b["preconditions"], json!({"uid": "t-planted"})),
+                saved("dljob-recreate-zz999", "t-planted", "job-uid", "evil"),
+            ),
         ],
     )
     .await;
+}
+
+/// A webhook's refusal, as the API server relays it.
+fn denied(message: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "BadRequest",
+        "code": 400, "message": format!("admission webhook \"validate.example\" denied the request: {message}")})
+}
+
+/// One refused action does not keep the job from the others: a finished
+/// job's StatefulSet that another webhook will not let be stopped still
+/// lets the job's TTL delete its DLJob (with its uid as precondition); the
+/// reconcile reports the failure, to be retried.
+#[tokio::test]
+async fn a_refused_action_does_not_stop_the_others() {
+    let mut job = dljob("pytorch", "worker=1");
+    job.spec.policies.ttl_seconds_after_finished = Some(0);
+    let (ctx, _) = context(World::default(), vec![]);
+    let plan = controller::plan_of(&job).unwrap();
+    let done = status::Observed {
+        pods: vec![],
+        ..Default::default()
+    };
+    let mut finished = status::next(&plan, &done, None, Some(1), now()).status;
+    finished.phase = dljob::crd::Phase::Succeeded;
+    finished.completion_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+    job.status = Some(finished);
+    drop(ctx);
+    let (ctx, handle) = context(
+        World {
+            statefulsets: vec![statefulset("mnist", "pytorch", "worker=1", "worker", 1)],
+            services: vec![served(23456)],
+            ..World::default()
+        },
+        vec![],
+    );
+    let (result, metrics) = reconcile_with(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/worker?&fieldManager=dljob"),
+                |_| {},
+                denied("no scaling during the freeze"),
+            ),
+            call(
+                "DELETE",
+                format!("/apis/dljob.dev/v1alpha1/namespaces/{NS}/dljobs/mnist?"),
+                |b| {
+                    assert_eq!(b["preconditions"], json!({"uid": "job-uid"}));
+                    assert_eq!(b["propagationPolicy"], "Background");
+                },
+                serde_json::to_value(dljob("pytorch", "worker=1")).unwrap(),
+            ),
+        ],
+    )
+    .await;
+    assert!(result.is_err(), "the refusal is reported");
+    assert_eq!(metrics.reconciles.get(), 1);
+}
+
+/// A bare pod whose manifest cannot be saved (here the PodTemplate is
+/// refused) is not deleted: without its manifest it could not come back.
+#[tokio::test]
+async fn a_bare_pod_is_not_deleted_unless_its_manifest_was_saved() {
+    let mut job = dljob("pytorch", PYTORCH);
+    let (ctx, handle) = worker_oom_killed(&mut job);
+    let jj = job.clone();
+    let (result, _) = reconcile_with(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |_| {},
+                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
+            ),
+            event("Restarting"),
+            read_pod(oom_killed_worker()),
+            call(
+                "POST",
+                format!("/api/v1/namespaces/{NS}/podtemplates?&fieldManager=dljob"),
+                |_| {},
+                denied("podtemplates are not allowed here"),
+            ),
+            // No DELETE of the pod follows.
+        ],
+    )
+    .await;
+    assert!(result.is_err());
 }

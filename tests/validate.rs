@@ -1171,3 +1171,23 @@ fn a_member_left_by_a_finished_run_only_keeps_its_replica() {
         vec!["Pod \"w-old\" (left running by a finished run of the job: delete it first) already is worker 1 of job \"mnist\"; give this pod another dljob.dev/index"]
     );
 }
+
+/// The reconciler's mark of a finished run is added once (by it) and never
+/// taken off: the leftovers would count toward the next run again.
+#[test]
+fn the_finished_run_mark_cannot_change_or_go() {
+    let member = tf_pod("worker", json!({}));
+    let mut marked = member.clone();
+    marked["metadata"]["annotations"]["dljob.dev/finished-run"] = json!("uid-1");
+    assert!(problems_with(Kind::Pod, &marked, Some(&member), &[]).is_empty());
+    assert_eq!(
+        problems_with(Kind::Pod, &member, Some(&marked), &[]),
+        vec!["dljob.dev/finished-run marks what a finished run left and cannot change or be removed (\"uid-1\" → (unset)): delete this member to start the job again"]
+    );
+    let mut other = marked.clone();
+    other["metadata"]["annotations"]["dljob.dev/finished-run"] = json!("uid-2");
+    assert_eq!(
+        problems_with(Kind::Pod, &other, Some(&marked), &[]).len(),
+        1
+    );
+}

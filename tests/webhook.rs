@@ -1190,6 +1190,44 @@ async fn idle_connections_are_closed_at_their_deadlines() {
     .await
 }
 
+/// Request bodies share one budget of bytes in flight: while a stalled
+/// client holds all of it (its declared length), another request waits —
+/// answered only once the stalled one times out and gives its room back.
+#[tokio::test]
+async fn request_bodies_share_a_budget_of_bytes_in_flight() {
+    bounded(async {
+        let timeout = Duration::from_millis(600);
+        let s = start(|s| {
+            s.read_timeout = timeout;
+            s.max_body_bytes = 200_000;
+            s.max_body_bytes_in_flight = 200_000;
+        })
+        .await;
+        // Holds the whole budget: 200 000 bytes declared, ten sent.
+        let mut hog = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
+        hog.write_all(
+            b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 200000\r\n\r\n{\"apiVersi",
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+        let review = shared("mutate-create-pod-resnet-chief.json");
+        let asked = std::time::Instant::now();
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_allowed(&resp, &uid(&review));
+        assert!(
+            asked.elapsed() >= Duration::from_millis(300),
+            "answered after {:?}, while the stalled body held the budget",
+            asked.elapsed()
+        );
+        let mut out = Vec::new();
+        let _ = hog.read_to_end(&mut out).await;
+        assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 408"));
+    })
+    .await
+}
+
 /// A request body fed chunk by chunk from the test.
 fn futures_channel_body() -> (BodyTx, http_body_util::StreamBody<tokio_stream_like::Rx>) {
     let (tx, rx) = tokio::sync::mpsc::channel(4);

@@ -27,6 +27,7 @@ use super::status::{self, Action, JobPlan, MemberKind, Observed};
 use crate::config::Config;
 use crate::contract as c;
 use crate::crd::DLJob;
+use crate::crd::SavedPod;
 use crate::object::Kind;
 
 /// The field manager of every write.
@@ -45,6 +46,9 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("generating the SSH key: {0}")]
     Ssh(#[from] ssh_key::Error),
+    /// A bare pod's name is held by a pod not of the job.
+    #[error("{0}")]
+    NameTaken(String),
 }
 
 impl Error {
@@ -54,6 +58,7 @@ impl Error {
             Error::BadSpec { .. } => "bad_spec",
             Error::Kube(_) => "kube",
             Error::Ssh(_) => "ssh",
+            Error::NameTaken(_) => "name_taken",
         }
     }
 }
@@ -325,14 +330,14 @@ where
     tolerate(api.create(&pp, object).await.map(drop), &[CONFLICT])
 }
 
-/// The PodTemplate a bare pod's manifest is saved in while it is
-/// recreated: named by the pod's uid.
-pub fn saved_name(pod_uid: &str) -> String {
-    format!("dljob-recreate-{pod_uid}")
-}
+/// The names dljob gives the PodTemplates it saves bare pods' manifests
+/// in start so (the API server completes each, `generateName`).
+pub const SAVED_PREFIX: &str = "dljob-recreate-";
 
-/// The job's saved manifests this DLJob controls, by the uid of the pod
-/// saved (a PodTemplate of that name anyone else made is not used).
+/// The job's saved manifests this DLJob controls, by the PodTemplate's
+/// uid. Which of them a recreate uses is the status's to say (by uid): a
+/// PodTemplate anyone else made, whatever its name, labels or owner, is
+/// never recreated from.
 async fn saved_manifests(
     client: &Client,
     namespace: &str,
@@ -348,10 +353,8 @@ async fn saved_manifests(
         .items
         .into_iter()
         .filter(|t| foreign_controller(&t.metadata, &name, &uid).is_none())
-        .filter_map(|t| {
-            let pod_uid = t.name_any().strip_prefix("dljob-recreate-")?.to_owned();
-            Some((pod_uid, t))
-        })
+        .filter(|t| t.name_any().starts_with(SAVED_PREFIX))
+        .filter_map(|t| Some((t.uid()?, t)))
         .collect())
 }
 
@@ -409,6 +412,12 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         let current = ctx.stores.current(&owned);
         match keep(client, &namespace, &owned, current, (&name, &uid)).await? {
             Kept::Written if owned.keep == Keep::CreateOnce => {
+                // Recorded at once: a Secret of that name found later is the
+                // job's only if the status says so (dljob never reads it).
+                let record = json!({"status": {"sshSecret": owned.name()}});
+                Api::<DLJob>::namespaced(client.clone(), &namespace)
+                    .patch_status(&name, &Target::merge(), &Patch::Merge(&record))
+                    .await?;
                 created_secret = Some(owned.name().to_owned());
             }
             Kept::NotServed => not_served.push(format!(
@@ -440,7 +449,13 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     } else {
         BTreeMap::new()
     };
-    observed.saved = saved.keys().cloned().collect();
+    observed.saved = saved
+        .iter()
+        .map(|(uid, t)| SavedPod {
+            name: t.name_any(),
+            uid: uid.clone(),
+        })
+        .collect();
     let mut out = status::next(
         &plan,
         &observed,
@@ -498,9 +513,60 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         namespace: &namespace,
         job,
         saved: &saved,
+        reserved: crate::mutate::reserved_volume_names(&config),
     };
+    // Every action is tried, one failing or another: one refused (say by
+    // a webhook) must not keep the job from the rest (its TTL). A bare
+    // pod is deleted only once its manifest is saved, and recorded.
+    let mut failed: Option<Error> = None;
+    let mut unsaved: Vec<&str> = Vec::new();
     for action in &out.actions {
-        target.execute(action).await?;
+        if let Action::DeletePod { uid, .. } = action {
+            if unsaved.contains(&uid.as_str()) {
+                continue;
+            }
+        }
+        let result = match action {
+            Action::SavePod {
+                name: pod,
+                uid: pod_uid,
+            } => match target.save_pod(pod, pod_uid).await {
+                Ok(Some(saved)) => {
+                    record_saved(&jobs, &name, &mut out.status, pod_uid, saved).await
+                }
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            },
+            Action::CreatePod { name: pod, .. } => match target.execute(action).await {
+                Err(Error::NameTaken(who)) => {
+                    let event = Event {
+                        type_: EventType::Warning,
+                        reason: "RecreateBlocked".to_owned(),
+                        note: Some(format!(
+                            "bare pod {pod} cannot be recreated: {who}; delete it (dljob then recreates the job's)"
+                        )),
+                        action: "Reconcile".to_owned(),
+                        secondary: None,
+                    };
+                    if let Err(e) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+                        tracing::warn!(job = %name, error = %e, "publishing an Event failed");
+                    }
+                    Ok(())
+                }
+                other => other,
+            },
+            _ => target.execute(action).await,
+        };
+        if let Err(e) = result {
+            tracing::warn!(job = %name, %namespace, ?action, error = %e, "an action failed; the others go on");
+            if let Action::SavePod { uid, .. } = action {
+                unsaved.push(uid);
+            }
+            failed.get_or_insert(e);
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     let tensorboard_stops = job
         .spec
@@ -556,13 +622,42 @@ pub fn observe_members(ctx: &Context, namespace: &str, job: &str, uid: &str) -> 
     observed
 }
 
+/// Records in the status the PodTemplate bare pod `pod_uid` was saved in,
+/// before the pod is deleted: a recreate uses only what the status names.
+async fn record_saved(
+    jobs: &Api<DLJob>,
+    name: &str,
+    status: &mut crate::crd::DLJobStatus,
+    pod_uid: &str,
+    saved: SavedPod,
+) -> Result<(), Error> {
+    if let Some(r) = status
+        .pending_recreates
+        .iter_mut()
+        .find(|r| r.uid == pod_uid)
+    {
+        r.saved = Some(saved);
+    }
+    let body = json!({"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "status": status});
+    jobs.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Where one reconcile's actions go.
 struct Target<'a> {
     client: &'a Client,
     namespace: &'a str,
     job: &'a DLJob,
-    /// The saved manifests, by the uid of the pod saved.
+    /// The saved manifests this DLJob controls, by PodTemplate uid.
     saved: &'a BTreeMap<String, PodTemplate>,
+    /// dljob's volume names (a saved manifest leaves them out: the webhook
+    /// adds its own again when the pod is recreated).
+    reserved: Vec<&'a str>,
 }
 
 impl Target<'_> {
@@ -580,7 +675,9 @@ impl Target<'_> {
         let pods = || Api::<Pod>::namespaced(client.clone(), namespace);
         let merge = Self::merge();
         match action {
-            Action::SavePod { name, uid } => self.save_pod(name, uid).await?,
+            Action::SavePod { name, uid } => {
+                self.save_pod(name, uid).await?;
+            }
             Action::DeletePod { name, uid } => {
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions {
@@ -609,11 +706,11 @@ impl Target<'_> {
                         .map(drop),
                 )?
             }
-            Action::CreatePod { name, uid } => {
-                let Some(saved) = self.saved.get(uid) else {
-                    return Ok(()); // not saved: status::next gives it up
+            Action::CreatePod { name, saved } => {
+                let Some(template) = self.saved.get(&saved.uid) else {
+                    return Ok(()); // not listed: status::next gives it up
                 };
-                let template = saved.template.clone().unwrap_or_default();
+                let template = template.template.clone().unwrap_or_default();
                 let meta = template.metadata.unwrap_or_default();
                 let pod = Pod {
                     metadata: kube::api::ObjectMeta {
@@ -626,21 +723,33 @@ impl Target<'_> {
                     spec: template.spec,
                     status: None,
                 };
-                create_if_absent(pods(), &pod).await?
+                let pp = PostParams {
+                    field_manager: Some(MANAGER.to_owned()),
+                    ..PostParams::default()
+                };
+                match pods().create(&pp, &pod).await {
+                    Ok(_) => {}
+                    // Not one of the job's (those the decision saw): someone
+                    // else's pod took the name meanwhile.
+                    Err(kube::Error::Api(s)) if s.code == CONFLICT => {
+                        return Err(Error::NameTaken(format!(
+                            "a pod named {name} exists that is not this job's"
+                        )))
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
-            Action::DeleteSaved { uid } => {
+            Action::DeleteSaved { saved } => {
                 let api: Api<PodTemplate> = Api::namespaced(client.clone(), namespace);
                 let dp = DeleteParams {
-                    preconditions: self.saved.get(uid).and_then(|t| t.uid()).map(|own| {
-                        Preconditions {
-                            uid: Some(own),
-                            resource_version: None,
-                        }
+                    preconditions: Some(Preconditions {
+                        uid: Some(saved.uid.clone()),
+                        resource_version: None,
                     }),
                     ..DeleteParams::default()
                 };
                 tolerate(
-                    api.delete(&saved_name(uid), &dp).await.map(drop),
+                    api.delete(&saved.name, &dp).await.map(drop),
                     &[NOT_FOUND, CONFLICT],
                 )?
             }
@@ -709,28 +818,27 @@ impl Target<'_> {
         Ok(())
     }
 
-    /// Keeps bare pod `name` (if it still has `uid`) in a PodTemplate the
-    /// DLJob owns, to recreate it from once it is deleted. One already
-    /// saved by this DLJob is kept; one of that name anyone else made stops
-    /// the retry (the pod is then not deleted).
-    async fn save_pod(&self, name: &str, uid: &str) -> Result<(), Error> {
+    /// Keeps bare pod `name` (if it still has `uid`) in a new PodTemplate
+    /// the DLJob owns, named by the API server (`generateName`: no name to
+    /// squat), to recreate it from once it is deleted. None: the pod is gone
+    /// or was replaced (the delete that follows is then a no-op).
+    async fn save_pod(&self, name: &str, uid: &str) -> Result<Option<SavedPod>, Error> {
         let (client, namespace) = (self.client, self.namespace);
         let Some(pod) = Api::<Pod>::namespaced(client.clone(), namespace)
             .get_opt(name)
             .await?
         else {
-            return Ok(()); // gone: the delete that follows is a no-op
+            return Ok(None);
         };
         if pod.uid().as_deref() != Some(uid) {
-            return Ok(()); // replaced: the delete's precondition fails too
+            return Ok(None);
         }
-        let manifest = observe::recreate_manifest(&pod);
-        let job_name = self.job.name_any();
+        let manifest = observe::recreate_manifest(&pod, &self.reserved);
         let template = PodTemplate {
             metadata: kube::api::ObjectMeta {
-                name: Some(saved_name(uid)),
+                generate_name: Some(SAVED_PREFIX.to_owned()),
                 namespace: Some(namespace.to_owned()),
-                labels: Some(BTreeMap::from([(c::JOB.to_owned(), job_name.clone())])),
+                labels: Some(BTreeMap::from([(c::JOB.to_owned(), self.job.name_any())])),
                 annotations: Some(BTreeMap::from([(c::RECREATES.to_owned(), name.to_owned())])),
                 owner_references: self.job.controller_owner_ref(&()).map(|o| vec![o]),
                 ..Default::default()
@@ -744,29 +852,17 @@ impl Target<'_> {
                 spec: serde_json::from_value(manifest["spec"].clone()).ok(),
             }),
         };
-        let api: Api<PodTemplate> = Api::namespaced(client.clone(), namespace);
         let pp = PostParams {
             field_manager: Some(MANAGER.to_owned()),
             ..PostParams::default()
         };
-        match api.create(&pp, &template).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == CONFLICT => {
-                let existing = api.get_opt(&saved_name(uid)).await?;
-                let uid_of_job = self.job.uid().unwrap_or_default();
-                match existing.and_then(|t| foreign_controller(&t.metadata, &job_name, &uid_of_job)) {
-                    None => Ok(()), // saved by this DLJob already
-                    Some(who) => Err(Error::BadSpec {
-                        job: job_name,
-                        reason: format!(
-                            "PodTemplate {} exists and is controlled by {who}: bare pod {name} is not deleted for its retry until it is gone",
-                            saved_name(uid)
-                        ),
-                    }),
-                }
-            }
-            Err(e) => Err(e.into()),
-        }
+        let created = Api::<PodTemplate>::namespaced(client.clone(), namespace)
+            .create(&pp, &template)
+            .await?;
+        Ok(Some(SavedPod {
+            name: created.name_any(),
+            uid: created.uid().unwrap_or_default(),
+        }))
     }
 }
 

@@ -424,7 +424,7 @@ pub async fn run_controller(
 }
 
 /// A DLJob a relist found deleted, as the store deletes it (by name).
-fn gone_dljob(namespace: &str, name: &str) -> DLJob {
+fn gone_dljob(namespace: &str, name: &str, _job: Option<&str>) -> DLJob {
     let spec = crate::crd::JobSpec::new("", crate::contract::Topology::single("gone", 1), 0);
     let mut job = DLJob::new(name, spec);
     job.metadata.namespace = Some(namespace.to_owned());

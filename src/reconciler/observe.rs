@@ -641,13 +641,32 @@ fn framework_container_status(s: &ContainerStatus) -> FrameworkContainer {
 }
 
 /// The manifest a bare pod is recreated from: its metadata (name, labels,
-/// annotations) and spec, without what the cluster filled in for the old pod
-/// or what a new pod may not be created with (debug containers).
-pub fn recreate_manifest(pod: &Pod) -> Value {
+/// annotations) and spec, without what the cluster filled in for the old pod,
+/// what a new pod may not be created with (debug containers), and dljob's
+/// own volumes and mounts (`reserved` names): the webhook adds them again,
+/// as this dljob makes them, to the new pod (a pod an older dljob wired
+/// would otherwise carry volumes this one refuses).
+pub fn recreate_manifest(pod: &Pod, reserved: &[&str]) -> Value {
     let mut spec = serde_json::to_value(&pod.spec).unwrap_or(Value::Null);
     if let Some(s) = spec.as_object_mut() {
         s.remove("nodeName");
         s.remove("ephemeralContainers");
+        let ours = |v: &Value| reserved.contains(&crate::object::name_of(v));
+        if let Some(Value::Array(volumes)) = s.get_mut("volumes") {
+            volumes.retain(|v| !ours(v));
+        }
+        for key in ["containers", "initContainers"] {
+            for c in s
+                .get_mut(key)
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(Value::Array(mounts)) = c.get_mut("volumeMounts") {
+                    mounts.retain(|m| !ours(m));
+                }
+            }
+        }
     }
     let mut metadata = json!({
         "name": pod.name_any(),
@@ -923,13 +942,33 @@ mod tests {
         // it is to be saved, without its node and debug containers.
         let mut debugged = p.clone();
         debugged.spec.as_mut().unwrap().ephemeral_containers = Some(vec![Default::default()]);
-        let manifest = recreate_manifest(&debugged);
+        let spec = debugged.spec.as_mut().unwrap();
+        spec.volumes = Some(vec![
+            serde_json::from_value(json!({"name": "dljob-ssh", "secret": {"secretName": "j-ssh"}}))
+                .unwrap(),
+            serde_json::from_value(json!({"name": "data", "emptyDir": {}})).unwrap(),
+        ]);
+        spec.containers[1].volume_mounts = Some(vec![
+            serde_json::from_value(json!({"name": "dljob-ssh", "mountPath": "/root/.ssh"}))
+                .unwrap(),
+            serde_json::from_value(json!({"name": "data", "mountPath": "/data"})).unwrap(),
+        ]);
+        let manifest = recreate_manifest(&debugged, &["dljob-hostfile", "dljob-ssh"]);
         assert_eq!(
             manifest["spec"]["containers"][1]["env"][0]["name"],
             "MASTER_ADDR"
         );
         assert_eq!(manifest["spec"].get("nodeName"), None);
         assert_eq!(manifest["spec"].get("ephemeralContainers"), None);
+        // dljob's own volumes go (the webhook adds them again); the user's stay.
+        assert_eq!(
+            manifest["spec"]["volumes"],
+            json!([{"name": "data", "emptyDir": {}}])
+        );
+        assert_eq!(
+            manifest["spec"]["containers"][1]["volumeMounts"],
+            json!([{"name": "data", "mountPath": "/data"}])
+        );
     }
 
     /// What `dljob.dev/tensorboard` names survives trimming, alone among

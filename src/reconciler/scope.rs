@@ -51,14 +51,9 @@ impl Scope {
     }
 
     /// The watch of `K` over this scope, each namespace's with its own
-    /// [`WatchBackoff`]. `gone` makes the object a relist found deleted
-    /// (name, namespace) is reported with (see [`Merge`]).
-    pub fn watch<K>(
-        &self,
-        client: &Client,
-        config: &watcher::Config,
-        gone: fn(&str, &str) -> K,
-    ) -> Events<K>
+    /// [`WatchBackoff`]. `gone` makes the object a relist found deleted is
+    /// reported with (see [`Merge`]).
+    pub fn watch<K>(&self, client: &Client, config: &watcher::Config, gone: Gone<K>) -> Events<K>
     where
         K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
             + Clone
@@ -98,13 +93,25 @@ where
     kube::runtime::watcher(api, config)
 }
 
-/// An object reported deleted, made from its namespace and name: `K`'s
-/// default with that metadata (what a store or the index keys it by).
-pub fn gone<K: Resource + Default>(namespace: &str, name: &str) -> K {
+/// Makes the object a relist found deleted from its namespace, name and
+/// job label (what a store or the index keys it by, and what tells the
+/// controller whose job changed).
+pub type Gone<K> = fn(&str, &str, Option<&str>) -> K;
+
+/// An object reported deleted: `K`'s default with that metadata.
+pub fn gone<K: Resource + Default>(namespace: &str, name: &str, job: Option<&str>) -> K {
     let mut k = K::default();
     k.meta_mut().name = Some(name.to_owned());
     k.meta_mut().namespace = Some(namespace.to_owned());
+    if let Some(job) = job {
+        k.meta_mut().labels = Some([(crate::contract::JOB.to_owned(), job.to_owned())].into());
+    }
     k
+}
+
+/// The job label of an object.
+fn job_of<K: Resource>(o: &K) -> Option<String> {
+    o.meta().labels.as_ref()?.get(crate::contract::JOB).cloned()
 }
 
 /// Several namespaces' watch events as one watch's. See the module doc.
@@ -114,15 +121,15 @@ pub struct Merge<K> {
     /// Until every first list is done: the objects listed so far, kept
     /// current by the changes seen meanwhile.
     initial: Option<BTreeMap<(String, String), K>>,
-    /// Afterwards: the names of each namespace's objects.
-    known: HashMap<String, HashSet<String>>,
+    /// Afterwards: each namespace's objects, by name, with their job label.
+    known: HashMap<String, HashMap<String, Option<String>>>,
     /// A later relist under way: what it listed so far, per namespace.
     relists: HashMap<String, HashSet<String>>,
-    gone: fn(&str, &str) -> K,
+    gone: Gone<K>,
 }
 
 impl<K: Resource + Clone> Merge<K> {
-    pub fn new(namespaces: &[String], gone: fn(&str, &str) -> K) -> Self {
+    pub fn new(namespaces: &[String], gone: Gone<K>) -> Self {
         Self {
             pending: namespaces.iter().cloned().collect(),
             initial: Some(BTreeMap::new()),
@@ -148,7 +155,12 @@ impl<K: Resource + Clone> Merge<K> {
         };
         if let Some(initial) = self.initial.as_mut() {
             match event {
-                Event::Init => initial.retain(|(n, _), _| n != ns),
+                // A namespace that lists again before every first list is
+                // done is waited for again.
+                Event::Init => {
+                    initial.retain(|(n, _), _| n != ns);
+                    self.pending.insert(ns.to_owned());
+                }
                 Event::InitApply(o) | Event::Apply(o) => {
                     initial.insert(Self::key(ns, &o), o);
                 }
@@ -166,7 +178,7 @@ impl<K: Resource + Clone> Merge<K> {
             let mut out = Vec::with_capacity(listed.len() + 2);
             out.push(Ok(Event::Init));
             for ((n, name), o) in listed {
-                self.known.entry(n).or_default().insert(name);
+                self.known.entry(n).or_default().insert(name, job_of(&o));
                 out.push(Ok(Event::InitApply(o)));
             }
             out.push(Ok(Event::InitDone));
@@ -177,7 +189,7 @@ impl<K: Resource + Clone> Merge<K> {
                 self.known
                     .entry(ns.to_owned())
                     .or_default()
-                    .insert(o.name_any());
+                    .insert(o.name_any(), job_of(&o));
                 vec![Ok(Event::Apply(o))]
             }
             Event::Delete(o) => {
@@ -196,19 +208,26 @@ impl<K: Resource + Clone> Merge<K> {
                     .entry(ns.to_owned())
                     .or_default()
                     .insert(name.clone());
-                self.known.entry(ns.to_owned()).or_default().insert(name);
+                self.known
+                    .entry(ns.to_owned())
+                    .or_default()
+                    .insert(name, job_of(&o));
                 vec![Ok(Event::Apply(o))]
             }
             Event::InitDone => {
                 let listed = self.relists.remove(ns).unwrap_or_default();
                 let names = self.known.entry(ns.to_owned()).or_default();
-                let stale: Vec<String> = names.difference(&listed).cloned().collect();
-                for name in &stale {
-                    names.remove(name);
-                }
+                let stale: Vec<String> = names
+                    .keys()
+                    .filter(|n| !listed.contains(*n))
+                    .cloned()
+                    .collect();
                 stale
                     .iter()
-                    .map(|name| Ok(Event::Delete((self.gone)(ns, name))))
+                    .map(|name| {
+                        let job = names.remove(name).flatten();
+                        Ok(Event::Delete((self.gone)(ns, name, job.as_deref())))
+                    })
                     .collect()
             }
         }
@@ -221,7 +240,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     fn pod(ns: &str, name: &str) -> Pod {
-        gone(ns, name)
+        gone(ns, name, Some("mnist"))
     }
 
     /// The merged events, as (kind of event, namespace/name).
@@ -257,7 +276,13 @@ mod tests {
             out.extend(m.step(ns, Ok(e)));
         }
         assert!(out.is_empty(), "nothing before every namespace listed");
+        // a lists again before b is done: waited for again.
+        for e in [Event::Init, Event::InitApply(pod("a", "p2"))] {
+            out.extend(m.step("a", Ok(e)));
+        }
         out.extend(m.step("b", Ok(Event::InitDone)));
+        assert!(out.is_empty(), "a's second list is not done");
+        out.extend(m.step("a", Ok(Event::InitDone)));
         assert_eq!(
             show(&out),
             [
@@ -301,6 +326,11 @@ mod tests {
             out.extend(m.step("a", Ok(e)));
         }
         assert_eq!(show(&out), ["Apply a/p2", "Apply a/p3", "Delete a/p1"]);
+        // The deleted one still names its job (the controller reconciles it).
+        match out[2].as_ref().unwrap() {
+            Event::Delete(p) => assert_eq!(job_of(p).as_deref(), Some("mnist")),
+            other => panic!("{other:?}"),
+        }
         // A relist of b that lists nothing deletes its one pod.
         let mut out = m.step("b", Ok(Event::Init));
         out.extend(m.step("b", Ok(Event::InitDone)));

@@ -20,7 +20,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::contract::{self as c, CleanPodPolicy, Policies, RestartPolicy, RestartScope, Topology};
-use crate::crd::{CoordinatorStatus, DLJobStatus, JobRestart, PendingRecreate, Phase, RoleStatus};
+use crate::crd::{
+    CoordinatorStatus, DLJobStatus, JobRestart, PendingRecreate, Phase, RoleStatus, SavedPod,
+};
 use crate::frameworks::Framework;
 use crate::member::PodOwner;
 
@@ -137,9 +139,9 @@ pub enum Workload {
 pub struct Observed {
     pub pods: Vec<ObservedPod>,
     pub workloads: Vec<Workload>,
-    /// The bare pods whose manifest is saved to recreate them from, by the
-    /// uid of the pod saved (read only while a recreate is pending).
-    pub saved: Vec<String>,
+    /// The PodTemplates this DLJob saved bare pods' manifests in (read only
+    /// while a recreate is pending).
+    pub saved: Vec<SavedPod>,
 }
 
 /// A member kind, for [`Action::MarkFinished`].
@@ -155,16 +157,17 @@ pub enum MemberKind {
 /// the same name is left alone).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Read the bare pod and keep its manifest (in a PodTemplate the DLJob
-    /// owns) to recreate it from; before it is deleted.
+    /// Read the bare pod and keep its manifest (in a new PodTemplate the
+    /// DLJob owns) to recreate it from, and record that PodTemplate in the
+    /// status; before the pod is deleted (which waits for it).
     SavePod { name: String, uid: String },
     /// Delete the pod if it still has this uid.
     DeletePod { name: String, uid: String },
-    /// Create the bare pod `name` again from the manifest saved of the pod
-    /// `uid` (AlreadyExists means done).
-    CreatePod { name: String, uid: String },
-    /// Delete the saved manifest of the pod `uid`.
-    DeleteSaved { uid: String },
+    /// Create the bare pod `name` again from the manifest saved in
+    /// `saved` (AlreadyExists means another pod took the name: said).
+    CreatePod { name: String, saved: SavedPod },
+    /// Delete a saved manifest no recreate needs any more.
+    DeleteSaved { saved: SavedPod },
     /// Annotate `dljob.dev/scaled-from: from`, then scale to 0.
     ScaleStatefulSetToZero {
         name: String,
@@ -385,7 +388,7 @@ pub fn next(
             observed
                 .saved
                 .iter()
-                .map(|uid| Action::DeleteSaved { uid: uid.clone() }),
+                .map(|t| Action::DeleteSaved { saved: t.clone() }),
         );
         if let (Some(ttl), Some(done)) = (
             plan.policies.ttl_seconds_after_finished,
@@ -481,15 +484,20 @@ fn describe(p: &ObservedPod, e: &Exit) -> String {
 
 /// Records that bare pod `p`, about to be deleted for a retry, is to come
 /// back from its manifest once it is gone, and has the manifest saved
-/// first (while the pod is not yet being deleted: by then it was).
+/// first unless it was (the deletion that follows waits for the save).
 fn recreate_later(pending: &mut Vec<PendingRecreate>, actions: &mut Vec<Action>, p: &ObservedPod) {
-    if !pending.iter().any(|r| r.uid == p.uid) {
-        pending.push(PendingRecreate {
-            name: p.name.clone(),
-            uid: p.uid.clone(),
-        });
-    }
-    if !p.deleting {
+    let saved = match pending.iter().find(|r| r.uid == p.uid) {
+        Some(r) => r.saved.is_some(),
+        None => {
+            pending.push(PendingRecreate {
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+                saved: None,
+            });
+            false
+        }
+    };
+    if !saved && !p.deleting {
         actions.push(Action::SavePod {
             name: p.name.clone(),
             uid: p.uid.clone(),
@@ -503,8 +511,8 @@ struct Members<'a> {
     live: &'a [&'a ObservedPod],
     /// Every observed pod, terminating ones included.
     all: &'a [ObservedPod],
-    /// The saved manifests, by the uid of the pod saved.
-    saved: &'a [String],
+    /// The saved manifests.
+    saved: &'a [SavedPod],
     /// The coordinator's pod, if it exists.
     coordinator: Option<&'a ObservedPod>,
 }
@@ -703,23 +711,33 @@ fn decide(
     });
     status.pending_recreates.retain(|r| {
         let gone = !all.iter().any(|p| p.name == r.name);
-        if gone && !saved.contains(&r.uid) {
-            lost.push(r.name.clone());
-            return false;
-        }
-        if gone {
-            actions.push(Action::CreatePod {
+        let from = r
+            .saved
+            .as_ref()
+            .filter(|s| saved.iter().any(|t| t.uid == s.uid));
+        match (gone, from) {
+            (true, None) => {
+                lost.push(r.name.clone());
+                return false;
+            }
+            (true, Some(s)) => actions.push(Action::CreatePod {
                 name: r.name.clone(),
-                uid: r.uid.clone(),
-            });
+                saved: s.clone(),
+            }),
+            (false, _) => {}
         }
         retrying = true;
         true
     });
-    // A saved manifest whose pod was recreated (or given up) goes.
-    for uid in saved {
-        if !status.pending_recreates.iter().any(|r| &r.uid == uid) {
-            actions.push(Action::DeleteSaved { uid: uid.clone() });
+    // A saved manifest no recreate needs (its pod is back, was given up, or
+    // it was saved twice) goes.
+    for t in saved {
+        let needed = status
+            .pending_recreates
+            .iter()
+            .any(|r| r.saved.as_ref().is_some_and(|s| s.uid == t.uid));
+        if !needed {
+            actions.push(Action::DeleteSaved { saved: t.clone() });
         }
     }
 
@@ -1318,6 +1336,24 @@ mod tests {
         }
     }
 
+    /// What the controller does after a SavePod: each pending recreate
+    /// gets the PodTemplate it was saved in (`t-<pod>`); returns them, as
+    /// the listing then finds them.
+    fn save_all(status: &mut DLJobStatus) -> Vec<SavedPod> {
+        status
+            .pending_recreates
+            .iter_mut()
+            .map(|r| {
+                let saved = SavedPod {
+                    name: format!("t-{}", r.name),
+                    uid: format!("t-uid-{}", r.name),
+                };
+                r.saved = Some(saved.clone());
+                saved
+            })
+            .collect()
+    }
+
     fn running(role: &str, index: u32) -> ObservedPod {
         pod(role, index, PodOwner::None, ContainerState::Running)
     }
@@ -1480,11 +1516,12 @@ mod tests {
         assert!(again.events.is_empty());
         // All gone: the bare pods are created again from their saved
         // manifests, the restart is over.
+        let mut recorded = again.status.clone();
         let saved = Observed {
-            saved: vec!["uid-master-0".into(), "uid-worker-1".into()],
+            saved: save_all(&mut recorded),
             ..observed(vec![])
         };
-        let gone = next(&p, &saved, Some(&again.status), Some(1), t(15));
+        let gone = next(&p, &saved, Some(&recorded), Some(1), t(15));
         assert_eq!(gone.status.job_restart, None);
         let created: Vec<&str> = gone
             .actions
@@ -1872,6 +1909,7 @@ mod tests {
             vec![PendingRecreate {
                 name: "worker-0".into(),
                 uid: "uid-worker-0".into(),
+                saved: None,
             }]
         );
         // Its manifest is saved (outside the status), then it is deleted.
@@ -1896,12 +1934,19 @@ mod tests {
             ))
         );
 
-        // The same observation again (the delete was lost): no second count,
+        // The same observation again (the save failed): no second count,
         // the save and the delete are repeated.
         let again = next(&p, &obs, Some(s), None, t(1));
         assert_eq!(&again.status, s);
-        assert_eq!(again.actions, vec![save, delete]);
+        assert_eq!(again.actions, vec![save, delete.clone()]);
         assert_eq!(again.new_restarts, 0);
+        // Saved and recorded (the controller), the delete lost: only the
+        // delete is repeated.
+        let mut recorded = s.clone();
+        let templates = save_all(&mut recorded);
+        let again = next(&p, &obs, Some(&recorded), None, t(1));
+        assert_eq!(again.actions, vec![delete]);
+        let s = &recorded;
 
         // Terminating: wait, create nothing.
         let mut terminating = failed.clone();
@@ -1916,9 +1961,10 @@ mod tests {
         assert_eq!(out.actions, vec![]);
         assert_eq!(out.status.restarts, 1);
 
-        // Gone: recreate it from its saved spec.
+        // Gone: recreate it from its saved spec, the PodTemplate the status
+        // names (one the listing does not find is not used).
         let saved = Observed {
-            saved: vec!["uid-worker-0".into()],
+            saved: templates.clone(),
             ..observed(vec![running("master", 0)])
         };
         let pending = out.status.clone();
@@ -1927,7 +1973,7 @@ mod tests {
             out.actions,
             vec![Action::CreatePod {
                 name: "worker-0".into(),
-                uid: "uid-worker-0".into(),
+                saved: templates[0].clone(),
             }]
         );
         assert_eq!(out.status.phase, Phase::Restarting);
@@ -1960,7 +2006,7 @@ mod tests {
         let out = next(
             &p,
             &Observed {
-                saved: vec!["uid-worker-0".into()],
+                saved: templates.clone(),
                 ..observed(vec![running("master", 0), back])
             },
             Some(&out.status),
@@ -1970,7 +2016,7 @@ mod tests {
         assert_eq!(
             out.actions,
             vec![Action::DeleteSaved {
-                uid: "uid-worker-0".into()
+                saved: templates[0].clone()
             }]
         );
         assert_eq!(out.status.pending_recreates, vec![]);

@@ -49,6 +49,7 @@ pub enum Rejection {
     TooLarge,
     Timeout,
     ReadError,
+    Busy,
 }
 
 impl Rejection {
@@ -58,6 +59,7 @@ impl Rejection {
             Self::TooLarge => "too_large",
             Self::Timeout => "timeout",
             Self::ReadError => "read_error",
+            Self::Busy => "busy",
         }
     }
 }

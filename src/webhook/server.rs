@@ -36,6 +36,10 @@ pub struct Settings {
     pub tls: TlsSource,
     /// Largest request body accepted (413 above it).
     pub max_body_bytes: usize,
+    /// Request body bytes held at once over every connection and stream:
+    /// a request waits for room (at most the read timeout, then 503), so
+    /// that many slow, large bodies cannot exhaust memory.
+    pub max_body_bytes_in_flight: usize,
     /// Time a client may take to send its request headers, and then its
     /// body; also the TLS handshake limit. Slower clients get 408 or are
     /// disconnected.
@@ -62,6 +66,7 @@ impl Settings {
             listen,
             tls,
             max_body_bytes: 3 * 1024 * 1024,
+            max_body_bytes_in_flight: 32 * 1024 * 1024,
             read_timeout: Duration::from_secs(10),
             connections: Limits::DEFAULT,
             metrics_listen: None,
@@ -105,6 +110,8 @@ struct AppState {
     max_body_bytes: usize,
     read_timeout: Duration,
     log_reviews: bool,
+    /// Room for request bodies, a permit per byte.
+    body_budget: Arc<tokio::sync::Semaphore>,
 }
 
 /// A running server.
@@ -201,6 +208,11 @@ pub async fn run(
         registry: Arc::new(registry),
         ready: ready.clone(),
         max_body_bytes: settings.max_body_bytes,
+        body_budget: Arc::new(tokio::sync::Semaphore::new(
+            settings
+                .max_body_bytes_in_flight
+                .clamp(settings.max_body_bytes, tokio::sync::Semaphore::MAX_PERMITS),
+        )),
         read_timeout: settings.read_timeout,
         log_reviews: settings.log_reviews,
     };
@@ -229,7 +241,7 @@ pub async fn run(
         .timer(TokioTimer::new())
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(read_timeout)
-        .max_concurrent_streams(250);
+        .max_concurrent_streams(64);
     let server = tokio::spawn(server.serve(app.into_make_service()));
 
     Ok(Running {
@@ -346,7 +358,7 @@ async fn review(
     body: Body,
 ) -> Response {
     let start = Instant::now();
-    let bytes = match read_body(headers, body, s.max_body_bytes, s.read_timeout).await {
+    let (bytes, _room) = match read_body(headers, body, s).await {
         Ok(b) => b,
         Err(why) => {
             let mut response = reject(endpoint, s, why, start);
@@ -386,6 +398,9 @@ async fn review(
 enum BodyError {
     TooLarge(usize),
     Timeout(Duration),
+    /// No room for the body in `--max-body-bytes-in-flight` within the
+    /// read timeout.
+    Busy,
     Read(String),
     BadRequest(String),
 }
@@ -397,12 +412,15 @@ enum BodyError {
 /// answered at once.
 const DRAIN_LIMIT: u64 = 16 * 1024 * 1024;
 
+/// Reads a request body: at most `s.max_body_bytes`, within the read
+/// timeout, each byte held against the body budget until the review is
+/// answered (the permits returned).
 async fn read_body(
     headers: &HeaderMap,
     body: Body,
-    limit: usize,
-    timeout: Duration,
-) -> Result<Bytes, BodyError> {
+    s: &AppState,
+) -> Result<(Bytes, tokio::sync::OwnedSemaphorePermit), BodyError> {
+    let (limit, timeout) = (s.max_body_bytes, s.read_timeout);
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -410,6 +428,22 @@ async fn read_body(
     if declared.is_some_and(|n| n > DRAIN_LIMIT) {
         return Err(BodyError::TooLarge(limit));
     }
+    let waiting = std::sync::atomic::AtomicBool::new(false);
+    // Room for `n` more bytes of body, waited for (the wait counts against
+    // the read timeout).
+    let room = |n: usize| {
+        let budget = s.body_budget.clone();
+        let waiting = &waiting;
+        async move {
+            waiting.store(true, Ordering::Relaxed);
+            let permit = budget
+                .acquire_many_owned(u32::try_from(n).unwrap_or(u32::MAX))
+                .await
+                .map_err(|_| BodyError::Busy);
+            waiting.store(false, Ordering::Relaxed);
+            permit
+        }
+    };
     let read = async {
         // A body that arrives as one chunk (the usual case) is used as is;
         // only a body in several chunks is copied into one buffer.
@@ -417,6 +451,14 @@ async fn read_body(
         let mut buf = Vec::new();
         let mut len = 0;
         let mut too_large = declared.is_some_and(|n| n > limit as u64);
+        // The declared length is held at once (the buffer is sized for it);
+        // a body of unknown length, chunk by chunk.
+        let mut held = room(if too_large {
+            0
+        } else {
+            declared.map_or(0, |n| n as usize)
+        })
+        .await?;
         let mut stream = body.into_data_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| BodyError::Read(e.to_string()))?;
@@ -427,6 +469,9 @@ async fn read_body(
                     break;
                 }
                 continue;
+            }
+            if len > held.num_permits() {
+                held.merge(room(len - held.num_permits()).await?);
             }
             if first.is_none() && buf.is_empty() {
                 first = Some(chunk);
@@ -441,11 +486,13 @@ async fn read_body(
         if too_large {
             return Err(BodyError::TooLarge(limit));
         }
-        Ok(first.unwrap_or_else(|| Bytes::from(buf)))
+        Ok((first.unwrap_or_else(|| Bytes::from(buf)), held))
     };
-    tokio::time::timeout(timeout, read)
-        .await
-        .map_err(|_| BodyError::Timeout(timeout))?
+    match tokio::time::timeout(timeout, read).await {
+        Ok(r) => r,
+        Err(_) if waiting.load(Ordering::Relaxed) => Err(BodyError::Busy),
+        Err(_) => Err(BodyError::Timeout(timeout)),
+    }
 }
 
 fn reject(endpoint: Endpoint, s: &AppState, why: BodyError, start: Instant) -> Response {
@@ -459,6 +506,11 @@ fn reject(endpoint: Endpoint, s: &AppState, why: BodyError, start: Instant) -> R
             StatusCode::REQUEST_TIMEOUT,
             Rejection::Timeout,
             format!("request body not received within {} s", t.as_secs_f64()),
+        ),
+        BodyError::Busy => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::Busy,
+            "too many request bytes in flight (--max-body-bytes-in-flight): try again".to_owned(),
         ),
         BodyError::Read(e) => (
             StatusCode::BAD_REQUEST,
