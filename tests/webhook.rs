@@ -790,6 +790,43 @@ async fn delete_connect_unknown_kinds_and_reviews_without_object_pass_untouched(
     .await
 }
 
+/// `kubectl debug` adds an ephemeral container through the
+/// `pods/ephemeralcontainers` subresource: the validating webhook judges it
+/// as the pod's UPDATE — one mounting dljob's hostfile volume is refused,
+/// a plain one is not.
+#[tokio::test]
+async fn debug_containers_may_not_mount_dljobs_volumes() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
+        let debug = |mounts: Value| {
+            let mut review = shared("validate-update-pod-resnet-chief.json");
+            review["request"]["subResource"] = json!("ephemeralcontainers");
+            review["request"]["object"]["spec"]["ephemeralContainers"] = json!([{
+                "name": "debugger-x7k2p", "image": "busybox",
+                "terminationMessagePolicy": "File", "volumeMounts": mounts
+            }]);
+            review
+        };
+        let review = debug(json!([{"name": "dljob-hostfile", "mountPath": "/h"}]));
+        let (_, resp) = c.post("/validate", &review).await;
+        assert_denied(
+            &resp,
+            &uid(&review),
+            422,
+            "Invalid",
+            "ephemeral container \"debugger-x7k2p\" mounts volume \"dljob-hostfile\" at /h, which dljob reserves",
+        );
+        let review = debug(json!([]));
+        let (_, resp) = c.post("/validate", &review).await;
+        assert_allowed(&resp, &uid(&review));
+        // The mutating webhook is not asked about debug containers.
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_eq!(resp["response"], json!({"uid": uid(&review), "allowed": true}));
+    })
+    .await
+}
+
 #[tokio::test]
 async fn warnings_name_user_values_that_are_kept() {
     bounded(async {

@@ -284,8 +284,12 @@ fn decide(
             )))
         }
     };
-    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Decision::allow(); // status, scale, ephemeralcontainers…: not members
+    match req.sub_resource.as_deref() {
+        None | Some("") => {}
+        // `kubectl debug` adds a container to a member pod: judged as the
+        // pod's UPDATE (no debug container may mount dljob's volumes).
+        Some("ephemeralcontainers") if endpoint == Endpoint::Validate => {}
+        Some(_) => return Decision::allow(), // status, scale…: not members
     }
     let Some(kind) = Kind::from_gvk(&req.kind.group, &req.kind.version, &req.kind.kind) else {
         return Decision::allow(); // a kind dljob does not handle
