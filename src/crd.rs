@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::contract::{Elastic, Policies, Slots, TensorBoard, Topology};
 use crate::frameworks::{self, Framework};
+use crate::gang;
 
 // Two members agree when their `JobSpec`s are equal, and the DLJob's spec
 // is the `JobSpec` itself, so a job-wide key is added in one place: a field
@@ -92,6 +93,22 @@ impl JobSpec {
             queue: None,
             tensorboard: None,
         }
+    }
+
+    /// The job as a gang of `name`: every pod (the elastic minimum where
+    /// elastic), less the framework's gated role (mpi's launcher starts only
+    /// after the others run, so it cannot be in the gang).
+    pub fn gang_group<'a>(&'a self, name: &'a str, framework: &dyn Framework) -> gang::Group<'a> {
+        let gated = framework
+            .gated_role()
+            .map_or(0, |r| self.replicas.count_or_zero(r));
+        gang::Group::new(
+            name,
+            self.replicas.total(),
+            self.elastic.map(|e| e.min),
+            gated,
+            self.queue.as_deref(),
+        )
     }
 
     /// The gang scheduler, when the name is one dljob knows.
@@ -297,6 +314,23 @@ pub fn print() -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gang_is_every_pod_the_elastic_minimum_and_never_the_gated_launcher() {
+        use crate::contract::Elastic;
+        let f = |n| crate::frameworks::by_name(n).unwrap();
+        let spec = |framework: &str, replicas: &str| {
+            JobSpec::new(framework, Topology::parse(replicas).unwrap(), 1)
+        };
+        let tf = spec("tensorflow", "chief=1,worker=4,ps=2");
+        assert_eq!(tf.gang_group("j", f("tensorflow")).min_member, 7);
+        let mpi = spec("mpi", "launcher=1,worker=8");
+        let g = mpi.gang_group("j", f("mpi"));
+        assert_eq!((g.total, g.min_member), (9, 8));
+        let mut elastic = spec("pytorch", "worker=6");
+        elastic.elastic = Some(Elastic { min: 2, max: 8 });
+        assert_eq!(elastic.gang_group("j", f("pytorch")).min_member, 2);
+    }
 
     #[test]
     fn committed_crd_is_what_dljob_crd_prints() {

@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use k8s_openapi::ByteString;
 use serde::Serialize;
 
-use crate::cli::{CertsArgs, WebhookConfigArgs};
+use crate::args::{CertsArgs, WebhookConfigArgs};
 use crate::contract;
 
 /// Name of both webhook configurations (they are cluster-scoped).
@@ -482,7 +482,7 @@ pub fn namespaced_rbac(
 }
 
 /// `dljob rbac`.
-pub fn rbac(args: &crate::cli::RbacArgs) -> anyhow::Result<ExitCode> {
+pub fn rbac(args: &crate::args::RbacArgs) -> anyhow::Result<ExitCode> {
     let docs = namespaced_rbac(&args.namespaces, &args.service_account_namespace)?;
     let mut text = String::from(
         "# dljob without a ClusterRole: its rules in each namespace it works in\n# (dljob rbac; list the same namespaces in the config's `namespaces:`).\n",

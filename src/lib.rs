@@ -6,8 +6,8 @@
 //! the webhook server, the reconciler and the CLI only translate between the
 //! wire and it.
 
+pub mod args;
 pub mod certs;
-pub mod cli;
 pub mod config;
 pub mod contract;
 pub mod crd;
@@ -21,6 +21,7 @@ pub mod manifest;
 pub mod member;
 pub mod mutate;
 pub mod object;
+pub mod offline;
 pub mod preview;
 pub mod process;
 pub mod reconciler;

@@ -1,7 +1,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use dljob::cli::{self, Cli, Command};
+use dljob::args::{Cli, Command};
+use dljob::offline;
 
 /// Every review parses a JSON object into many small allocations; mimalloc
 /// serves them markedly faster than glibc's malloc (BENCHMARKS.md).
@@ -68,14 +69,14 @@ fn main() -> ExitCode {
     }
     let result = match &Cli::parse().command {
         Command::Serve(args) => dljob::process::serve(args),
-        Command::Mutate(args) => cli::mutate(args),
-        Command::Validate(args) => cli::validate(args),
-        Command::Label(args) => cli::label(args),
+        Command::Mutate(args) => offline::mutate(args),
+        Command::Validate(args) => offline::validate(args),
+        Command::Label(args) => offline::label(args),
         Command::Crd => dljob::crd::print(),
         Command::Certs(args) => dljob::install::certs(args),
         Command::WebhookConfig(args) => dljob::install::webhook_config(args),
         Command::Rbac(args) => dljob::install::rbac(args),
-        Command::Logs(args) => dljob::inspect::logs::run(args),
+        Command::Logs(args) => dljob::inspect::logs(args),
         Command::Describe(args) => dljob::inspect::describe::run(args),
     };
     // Errors print their cause chain, never a backtrace: they are meant for

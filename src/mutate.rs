@@ -8,7 +8,6 @@ use crate::config::{Config, HostVolume};
 use crate::contract as c;
 use crate::edits::{List, PodEdits};
 use crate::frameworks::{self, Env, Member};
-use crate::gang;
 use crate::member::{self, MemberSpec, Parsed, PodOwner, Violations};
 use crate::object::{self, Kind};
 
@@ -493,7 +492,7 @@ fn gang_marks(
     let Some(scheduler) = m.spec.scheduler() else {
         return;
     };
-    let marks = scheduler.pod(&gang::Group::of(&m.job, &m.spec, m.framework));
+    let marks = scheduler.pod(&m.spec.gang_group(&m.job, m.framework));
     let pod = edits.pod();
     for (which, keys) in [("labels", marks.labels), ("annotations", marks.annotations)] {
         for (key, value) in keys {

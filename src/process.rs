@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use prometheus_client::registry::Registry;
 
-use crate::cli::ServeArgs;
+use crate::args::ServeArgs;
 use crate::validate::{NoPeers, PeerSource};
 use crate::webhook::{reload, run, tls, Inputs, Settings, TlsSource};
 

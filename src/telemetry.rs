@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::LogFormat;
+use crate::args::LogFormat;
 
 /// Installs the global subscriber. Calling it again (tests) is harmless.
 pub fn init(format: LogFormat) {

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dljob::cli::{LogsArgs, LogsOutput};
+use dljob::args::{LogsArgs, LogsOutput};
 use dljob::inspect::{describe, follow, logs};
 use futures::channel::mpsc::{unbounded, UnboundedSender};
 use http::{Request, Response};

@@ -11,9 +11,6 @@ pub mod volcano;
 
 use serde_json::Value;
 
-use crate::crd::JobSpec;
-use crate::frameworks::Framework;
-
 /// The default: no gang, pods are scheduled one by one.
 pub const NONE: &str = "none";
 
@@ -52,17 +49,22 @@ pub struct Group<'a> {
 }
 
 impl<'a> Group<'a> {
-    pub fn of(job: &'a str, spec: &'a JobSpec, framework: &dyn Framework) -> Self {
-        let total = spec.replicas.total();
-        let gated = framework
-            .gated_role()
-            .map_or(0, |r| spec.replicas.count_or_zero(r));
-        let wanted = spec.elastic.map_or(total, |e| e.min.min(total));
+    /// The gang of job `name` of `total` pods, `elastic_min` of which
+    /// suffice where the job is elastic, `gated` of which start only after
+    /// the others run (`JobSpec::gang_group` says for a job).
+    pub fn new(
+        name: &'a str,
+        total: u32,
+        elastic_min: Option<u32>,
+        gated: u32,
+        queue: Option<&'a str>,
+    ) -> Self {
+        let wanted = elastic_min.map_or(total, |min| min.min(total));
         Self {
-            name: job,
+            name,
             total,
             min_member: wanted.saturating_sub(gated).max(1),
-            queue: spec.queue.as_deref(),
+            queue,
         }
     }
 }
@@ -139,23 +141,15 @@ pub(crate) mod test_support {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::{Elastic, Topology};
-
-    fn spec(framework: &str, replicas: &str) -> JobSpec {
-        JobSpec::new(framework, Topology::parse(replicas).unwrap(), 1)
-    }
 
     #[test]
-    fn the_gang_is_every_pod_the_elastic_minimum_and_never_the_gated_launcher() {
-        let f = |n| crate::frameworks::by_name(n).unwrap();
-        let tf = spec("tensorflow", "chief=1,worker=4,ps=2");
-        assert_eq!(Group::of("j", &tf, f("tensorflow")).min_member, 7);
-        let mpi = spec("mpi", "launcher=1,worker=8");
-        let g = Group::of("j", &mpi, f("mpi"));
+    fn the_gang_is_every_pod_the_elastic_minimum_and_never_the_gated_ones() {
+        assert_eq!(Group::new("j", 7, None, 0, None).min_member, 7);
+        let g = Group::new("j", 9, None, 1, None);
         assert_eq!((g.total, g.min_member), (9, 8));
-        let mut elastic = spec("pytorch", "worker=6");
-        elastic.elastic = Some(Elastic { min: 2, max: 8 });
-        assert_eq!(Group::of("j", &elastic, f("pytorch")).min_member, 2);
+        assert_eq!(Group::new("j", 6, Some(2), 0, None).min_member, 2);
+        assert_eq!(Group::new("j", 6, Some(9), 0, None).min_member, 6);
+        assert_eq!(Group::new("j", 1, None, 1, None).min_member, 1);
     }
 
     #[test]

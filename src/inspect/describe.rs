@@ -21,7 +21,7 @@ use kube::ResourceExt;
 
 use super::replica::{self, ReplicaOrder, ReplicaPod};
 use super::table::{self, age, cell};
-use crate::cli::DescribeArgs;
+use crate::args::DescribeArgs;
 use crate::contract::Topology;
 use crate::crd::{CoordinatorStatus, DLJob, DLJobStatus, JobSpec};
 

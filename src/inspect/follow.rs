@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 
 use super::logs::{first_read, job_pods, read_stream, Format, Msg, STREAM_BUFFER};
 use super::replica::{self, ReplicaOrder, ReplicaPod};
-use crate::cli::LogsArgs;
+use crate::args::LogsArgs;
 
 /// The longest wait before a follow stream that keeps ending is reopened.
 const MAX_REOPEN_DELAY: Duration = Duration::from_secs(30);

@@ -1,11 +1,12 @@
 //! `dljob logs`: the framework container's log of every pod of a job, each
 //! line prefixed with the replica that wrote it.
 //!
-//! Pure: [`parse_duration`] and [`Format`] (a line as text or JSON). I/O:
-//! [`fetch`] (every pod's log once, bounded concurrency, printed in replica
-//! order); `-f` is [`super::follow`].
+//! Pure: [`Format`] (a line as text or JSON). I/O: [`fetch`] (every pod's
+//! log once, bounded concurrency, printed in replica order) and the stream
+//! helpers [`super::follow`] shares; the command, which picks one or the
+//! other, is [`super::logs`].
 
-use std::io::{ErrorKind, Write};
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,48 +18,12 @@ use serde::Serialize;
 use tokio::sync::{mpsc, Semaphore};
 
 use super::replica::{self, ReplicaOrder, ReplicaPod};
-use crate::cli::{LogsArgs, LogsOutput};
+use crate::args::{LogsArgs, LogsOutput};
 
 /// Lines a stream may read ahead of the printer before it waits.
 pub(super) const STREAM_BUFFER: usize = 256;
 
 // ---- pure ------------------------------------------------------------------
-
-/// Parses a duration such as `10s`, `5m`, `2h`, `1d` or `1h30m` (whole
-/// numbers, units s, m, h, d; at least one second).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration: write e.g. 10s, 5m, 2h or 1h30m");
-    let mut total: u64 = 0;
-    let mut digits = String::new();
-    for ch in text.trim().chars() {
-        if ch.is_ascii_digit() {
-            digits.push(ch);
-            continue;
-        }
-        let unit: u64 = match ch {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            _ => return Err(bad()),
-        };
-        let n: u64 = digits.parse().map_err(|_| bad())?;
-        total = n
-            .checked_mul(unit)
-            .and_then(|s| total.checked_add(s))
-            .ok_or_else(bad)?;
-        digits.clear();
-    }
-    if !digits.is_empty() {
-        return Err(format!(
-            "{text:?} has no unit: write e.g. {digits}s or {digits}m"
-        ));
-    }
-    if total == 0 {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs(total))
-}
 
 /// Prefix colours (ANSI SGR foreground codes), one per replica: the
 /// replica's rank in the topology picks one, so neighbours differ and a
@@ -192,37 +157,6 @@ pub(super) fn first_read(
 }
 
 // ---- I/O -------------------------------------------------------------------
-
-/// `dljob logs`.
-pub fn run(args: &LogsArgs) -> anyhow::Result<ExitCode> {
-    use std::io::IsTerminal as _;
-    let colour = args.output == LogsOutput::Text
-        && std::io::stdout().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let result = super::runtime()?.block_on(async {
-        let (client, ns) = super::connect(args.namespace.as_deref()).await?;
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        let mut err = std::io::stderr();
-        if args.follow {
-            let interrupted = async {
-                let _ = tokio::signal::ctrl_c().await;
-            };
-            super::follow::follow(&client, &ns, args, colour, &mut out, &mut err, interrupted).await
-        } else {
-            fetch(&client, &ns, args, colour, &mut out, &mut err).await
-        }
-    });
-    match result {
-        // The reader went away (`dljob logs job | head`): done.
-        Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == ErrorKind::BrokenPipe) =>
-        {
-            Ok(ExitCode::SUCCESS)
-        }
-        other => other,
-    }
-}
 
 /// A message from a stream to the printer.
 pub(super) enum Msg {
@@ -420,29 +354,6 @@ pub async fn fetch(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_take_units_and_sums() {
-        let ok = |s: &str| parse_duration(s).map(|d| d.as_secs());
-        assert_eq!(ok("10s"), Ok(10));
-        assert_eq!(ok("5m"), Ok(300));
-        assert_eq!(ok("2h"), Ok(7200));
-        assert_eq!(ok("1d"), Ok(86_400));
-        assert_eq!(ok("1h30m"), Ok(5400));
-        assert_eq!(
-            ok("10"),
-            Err("\"10\" has no unit: write e.g. 10s or 10m".to_owned())
-        );
-        for bad in ["", "0s", "5x", "m", "1.5h", "-5m", "99999999999999999999h"] {
-            assert_eq!(
-                ok(bad),
-                Err(format!(
-                    "{bad:?} is not a duration: write e.g. 10s, 5m, 2h or 1h30m"
-                )),
-                "{bad}"
-            );
-        }
-    }
 
     fn replica(role: &str, index: Option<u32>, topology: &str) -> ReplicaPod {
         ReplicaPod {

@@ -108,3 +108,34 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()
         .context("starting the tokio runtime")
 }
+
+/// `dljob logs`.
+pub fn logs(args: &crate::args::LogsArgs) -> anyhow::Result<std::process::ExitCode> {
+    use std::io::IsTerminal as _;
+    let colour = args.output == crate::args::LogsOutput::Text
+        && std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let result = runtime()?.block_on(async {
+        let (client, ns) = connect(args.namespace.as_deref()).await?;
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let mut err = std::io::stderr();
+        if args.follow {
+            let interrupted = async {
+                let _ = tokio::signal::ctrl_c().await;
+            };
+            follow::follow(&client, &ns, args, colour, &mut out, &mut err, interrupted).await
+        } else {
+            logs::fetch(&client, &ns, args, colour, &mut out, &mut err).await
+        }
+    });
+    match result {
+        // The reader went away (`dljob logs job | head`): done.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        other => other,
+    }
+}

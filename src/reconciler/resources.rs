@@ -18,7 +18,6 @@ use crate::config::{Config, TensorBoardConfig};
 use crate::contract as c;
 use crate::crd::DLJob;
 use crate::frameworks;
-use crate::gang;
 use crate::member::MemberSpec;
 use crate::mutate;
 use crate::tensorboard;
@@ -118,7 +117,7 @@ pub fn pod_group(job: &DLJob, min_resources: Option<&Value>) -> Option<Owned> {
     let framework = job.spec.framework()?;
     let owner = job.controller_owner_ref(&())?;
     let name = job.metadata.name.clone()?;
-    let group = gang::Group::of(&name, &job.spec, framework);
+    let group = job.spec.gang_group(&name, framework);
     let api_version = format!("{}/{}", kind.group, kind.version);
     let object = DynamicObject {
         types: Some(kube::api::TypeMeta {
@@ -160,7 +159,7 @@ pub fn min_resources<'m>(
     let framework = spec.framework()?;
     let mut members: Vec<&MemberSpec> = members.filter(|m| !m.pod_requests.is_empty()).collect();
     members.sort_by_key(|m| (m.index_offset.or(m.index).unwrap_or(0), m.name.clone()));
-    let group = gang::Group::of("", spec, framework);
+    let group = spec.gang_group("", framework);
     let mut left = group.min_member;
     let mut total: BTreeMap<String, ParsedQuantity> = BTreeMap::new();
     for role in frameworks::rank_order(framework, &spec.replicas) {

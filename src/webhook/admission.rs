@@ -11,15 +11,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::wire::API_VERSION;
 use super::wire::{self, RequestView, ReviewView};
 use crate::config::Config;
 use crate::member::{job_label, Violations};
 use crate::mutate::{self, Operation as MutateOperation};
 use crate::object::{self, Kind};
 use crate::validate::{self, PeerSource};
-
-/// The only AdmissionReview version dljob speaks.
-pub const API_VERSION: &str = "admission.k8s.io/v1";
 
 /// Which webhook a review was sent to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -12,6 +12,9 @@
 
 use std::fmt;
 
+/// The only AdmissionReview version dljob speaks.
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
@@ -308,7 +311,7 @@ pub fn response_body(response: &Response) -> Vec<u8> {
     serde_json::to_writer(
         &mut out,
         &Review {
-            api_version: super::admission::API_VERSION,
+            api_version: API_VERSION,
             kind: "AdmissionReview",
             response,
         },

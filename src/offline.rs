@@ -1,0 +1,245 @@
+//! The offline commands — `dljob mutate`, `validate` and `label` — over
+//! manifest files: the same core the webhook runs, with files and standard
+//! streams for the wire.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::args::{LabelArgs, ManifestArgs, MutateArgs};
+use crate::config::Config;
+use crate::manifest;
+
+/// Reads a file, every `.yaml`, `.yml` and `.json` file of a directory (in
+/// name order, not recursing, as `kubectl apply -f DIR` does), or standard
+/// input for `-`.
+pub fn read_input(file: &str) -> anyhow::Result<String> {
+    if file == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading standard input")?;
+        return Ok(s);
+    }
+    let path = Path::new(file);
+    if !path.is_dir() {
+        return std::fs::read_to_string(path).with_context(|| format!("reading {file}"));
+    }
+    let mut all = String::new();
+    for f in input_files(file)? {
+        let text =
+            std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+        if !all.is_empty() {
+            all.push_str("---\n");
+        }
+        all.push_str(&text);
+        if !all.ends_with('\n') {
+            all.push('\n');
+        }
+    }
+    Ok(all)
+}
+
+/// The files `-f FILE|DIR` names: the file, or a directory's `.yaml`,
+/// `.yml` and `.json` files in name order.
+fn input_files(file: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let path = Path::new(file);
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("reading directory {file}"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && p.extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        anyhow::bail!("{file} has no .yaml, .yml or .json files");
+    }
+    Ok(files)
+}
+
+/// Parses the input's documents; no object at all is an error, as it is
+/// for `kubectl apply`.
+fn read_documents(file: &str) -> anyhow::Result<Vec<manifest::Document>> {
+    let docs = manifest::parse(&read_input(file)?).with_context(|| format!("parsing {file}"))?;
+    if docs.iter().all(|d| d.value.is_none()) {
+        anyhow::bail!("no objects in {file}");
+    }
+    Ok(docs)
+}
+
+/// Loads the config file, or the default config when none is given.
+pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
+    match path {
+        None => Ok(Config::default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading config {}", p.display()))?;
+            Config::from_yaml(&text).with_context(|| format!("config {}", p.display()))
+        }
+    }
+}
+
+/// `dljob mutate`.
+pub fn mutate(mutate_args: &MutateArgs) -> anyhow::Result<ExitCode> {
+    let args = &mutate_args.manifest;
+    let config = load_config(args.config.as_deref())?;
+    let docs = read_documents(&args.file)?;
+    let result = if mutate_args.pods {
+        manifest::pods(&docs, Some(&args.namespace), &config)
+    } else {
+        manifest::mutate(&docs, Some(&args.namespace), &config)
+    };
+    match result {
+        Ok(out) => {
+            let mut stderr = std::io::stderr().lock();
+            for w in &out.warnings {
+                writeln!(stderr, "Warning: {w}")?;
+            }
+            std::io::stdout().lock().write_all(out.yaml.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err((name, violations)) => {
+            let mut stderr = std::io::stderr().lock();
+            writeln!(stderr, "error: {name} is refused by dljob:")?;
+            for v in violations.0 {
+                writeln!(stderr, "  - {v}")?;
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `dljob validate`.
+pub fn validate(args: &ManifestArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(args.config.as_deref())?;
+    let docs = read_documents(&args.file)?;
+    let (problems, warnings) = manifest::validate(&docs, Some(&args.namespace), &config);
+    let mut stderr = std::io::stderr().lock();
+    for w in &warnings {
+        writeln!(stderr, "Warning: {w}")?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    for (name, p) in &problems {
+        writeln!(stdout, "{name}: {p}")?;
+    }
+    if problems.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        writeln!(
+            stderr,
+            "{} problem{} found",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" }
+        )?;
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// Joins documents as one multi-document YAML text, starting with `---`
+/// when the original text did.
+fn join_documents(docs: &[manifest::Document], leading_marker: bool) -> String {
+    let mut out = String::new();
+    for (i, doc) in docs.iter().enumerate() {
+        if i > 0 || leading_marker {
+            out.push_str("---\n");
+        }
+        out.push_str(&doc.text);
+        if !doc.text.ends_with('\n') && !doc.text.is_empty() {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn starts_with_marker(text: &str) -> bool {
+    let first = text.split_inclusive('\n').next().unwrap_or("");
+    first.trim_end() == "---" || first.starts_with("--- ")
+}
+
+/// `dljob label`.
+pub fn label(args: &LabelArgs) -> anyhow::Result<ExitCode> {
+    let file = &args.manifest.file;
+    if args.in_place && file == "-" {
+        anyhow::bail!("--in-place rewrites files: it cannot be used with -f -");
+    }
+    let config = load_config(args.manifest.config.as_deref())?;
+    // Each input file's documents, so that --in-place can write them back.
+    let mut inputs: Vec<(Option<PathBuf>, bool, usize)> = Vec::new();
+    let mut docs = Vec::new();
+    let files: Vec<Option<PathBuf>> = if file == "-" {
+        vec![None]
+    } else {
+        input_files(file)?.into_iter().map(Some).collect()
+    };
+    for path in files {
+        let (text, name) = match &path {
+            None => (read_input("-")?, "standard input".to_owned()),
+            Some(p) => (
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+                p.display().to_string(),
+            ),
+        };
+        let parsed = manifest::parse(&text).with_context(|| format!("parsing {name}"))?;
+        inputs.push((path, starts_with_marker(&text), parsed.len()));
+        docs.extend(parsed);
+    }
+    if docs.iter().all(|d| d.value.is_none()) {
+        anyhow::bail!("no objects in {file}");
+    }
+    let options = crate::label::Options {
+        job: &args.job,
+        framework: &args.framework,
+        roles: &args.roles,
+        set: &args.set,
+        namespace: &args.manifest.namespace,
+    };
+    let mut stderr = std::io::stderr().lock();
+    let labelled = match crate::label::label(&docs, &options, &config) {
+        Ok(l) => l,
+        Err(problems) => {
+            for p in &problems {
+                writeln!(stderr, "{p}")?;
+            }
+            writeln!(
+                stderr,
+                "error: {} problem{}; nothing was {}",
+                problems.len(),
+                if problems.len() == 1 { "" } else { "s" },
+                if args.in_place { "written" } else { "printed" }
+            )?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    for w in &labelled.warnings {
+        writeln!(stderr, "Warning: {w}")?;
+    }
+    if !args.in_place {
+        let leading = inputs.len() == 1 && inputs[0].1;
+        let text = join_documents(&labelled.documents, leading);
+        std::io::stdout().lock().write_all(text.as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut start = 0;
+    let mut rest = labelled.documents;
+    for (path, leading, count) in inputs {
+        let these: Vec<manifest::Document> = rest.drain(..count).collect();
+        let changed = labelled.changed[start..start + count].iter().any(|c| *c);
+        start += count;
+        let Some(path) = path else { continue };
+        if changed {
+            std::fs::write(&path, join_documents(&these, leading))
+                .with_context(|| format!("writing {}", path.display()))?;
+            writeln!(stderr, "labelled {}", path.display())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
