@@ -28,4 +28,5 @@ pub mod reconciler;
 pub mod telemetry;
 pub mod tensorboard;
 pub mod validate;
+pub mod violation;
 pub mod webhook;

@@ -4,9 +4,9 @@
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::member::Violations;
 use crate::mutate::{self, Operation};
 use crate::object::Kind;
+use crate::violation::Violations;
 use crate::{preview, validate};
 
 /// One document of a manifest file: its text as written and, when it is

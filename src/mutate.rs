@@ -8,8 +8,9 @@ use crate::config::{Config, HostVolume};
 use crate::contract as c;
 use crate::edits::{List, PodEdits};
 use crate::frameworks::{self, Env, Member};
-use crate::member::{self, MemberSpec, Parsed, PodOwner, Violations};
+use crate::member::{self, MemberSpec, Parsed, PodOwner};
 use crate::object::{self, Kind};
+use crate::violation::{Rule, Violations};
 
 pub use crate::contract::{
     HOSTFILE_DIR, HOSTFILE_FIELD, HOSTFILE_PATH, HOSTFILE_VOLUME, PORT_NAME, SSH_MODE, SSH_VOLUME,
@@ -74,7 +75,7 @@ pub fn mutate_patch(
     if !too_big.is_empty() {
         let mut v = Violations::default();
         for problem in too_big {
-            v.push(member::Rule::TooLarge, problem);
+            v.push(Rule::TooLarge, problem);
         }
         return Err(v);
     }
@@ -299,11 +300,11 @@ pub fn pod_violations(
     let whole = m.kind != Kind::Pod || operation == Operation::Create;
     if let (Some(plan), true) = (&plan, whole) {
         for problem in plan_size_violations(m, pod, plan) {
-            v.push(member::Rule::TooLarge, problem);
+            v.push(Rule::TooLarge, problem);
         }
     }
     for problem in reserved_volume_problems(m, pod, config, plan.as_ref(), whole) {
-        v.push(member::Rule::ReservedVolume, problem);
+        v.push(Rule::ReservedVolume, problem);
     }
     v
 }

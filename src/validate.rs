@@ -7,8 +7,9 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::contract::{self as c, Topology};
-use crate::member::{self, job_label, MemberSpec, Rule, Violations};
+use crate::member::{self, job_label, MemberSpec};
 use crate::object::{self, Kind};
+use crate::violation::{Rule, Violations};
 
 /// Validates `object` (with `old` on UPDATE) against the contract and
 /// against `peers`, the known members of the same job. Returns the

@@ -3,9 +3,9 @@
 //! Expected values are written by hand from the contract.
 
 use dljob::config::Config;
-use dljob::member::Violations;
 use dljob::mutate::{mutate, mutate_patch, patch, Mutation, Operation};
 use dljob::object::Kind;
+use dljob::violation::Violations;
 use serde_json::{json, Value};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/admission/");

@@ -14,10 +14,11 @@ use serde_json::Value;
 use super::wire::API_VERSION;
 use super::wire::{self, RequestView, ReviewView};
 use crate::config::Config;
-use crate::member::{job_label, Violations};
+use crate::member::job_label;
 use crate::mutate::{self, Operation as MutateOperation};
 use crate::object::{self, Kind};
 use crate::validate::{self, PeerSource};
+use crate::violation::Violations;
 
 /// Which webhook a review was sent to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -66,7 +67,7 @@ pub struct Summary {
     pub warnings: usize,
     /// The denial's `status.message`.
     pub message: Option<String>,
-    /// The rule a denial enforced (`member::Rule::reason`), or `BadRequest`
+    /// The rule a denial enforced (`violation::Rule::reason`), or `BadRequest`
     /// for a review that could not be read as one.
     pub rule: Option<&'static str>,
 }

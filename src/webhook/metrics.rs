@@ -128,7 +128,7 @@ impl Metrics {
         );
         registry.register(
             "dljob_webhook_denials",
-            "Reviews denied, by endpoint and the rule the first problem broke (member::Rule)",
+            "Reviews denied, by endpoint and the rule the first problem broke (violation::Rule)",
             m.denials.clone(),
         );
         registry.register(

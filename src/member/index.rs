@@ -1,0 +1,174 @@
+//! Which replica a pod is: its owner (a plain pod, a StatefulSet's, an
+//! Indexed Job's) and its index within the role.
+
+use super::*;
+
+/// `dljob.dev/index-offset`: on a StatefulSet or Indexed Job (and the pods
+/// they make), never on a plain pod (whose `dljob.dev/index` says it all).
+pub(super) fn index_offset(
+    kind: Kind,
+    object: &Value,
+    meta: &Meta<'_>,
+    v: &mut Violations,
+) -> Option<u32> {
+    let s = meta.annotation(c::INDEX_OFFSET)?;
+    if kind == Kind::Pod && pod_owner(object) == PodOwner::None {
+        v.push(
+            Rule::IndexOnWorkload,
+            format!(
+                "annotation {} is for StatefulSets and Indexed Jobs that are one of several sets of a role; a plain pod gives its own {}: remove it",
+                c::INDEX_OFFSET,
+                c::INDEX
+            ),
+        );
+        return None;
+    }
+    match s.trim().parse::<u32>() {
+        Ok(n) if n < c::MAX_REPLICAS => Some(n),
+        _ => {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{s}\" is not an index (0 to {})",
+                    c::INDEX_OFFSET,
+                    c::MAX_REPLICAS - 1
+                ),
+            );
+            None
+        }
+    }
+}
+
+pub(super) fn owner_name(owner: PodOwner) -> &'static str {
+    match owner {
+        PodOwner::StatefulSet => "StatefulSet",
+        PodOwner::Job => "Job",
+        PodOwner::None => "user",
+    }
+}
+
+/// Who created the pod, from its controller ownerReference or the labels
+/// the controllers set.
+pub fn pod_owner(object: &Value) -> PodOwner {
+    let owner_kind = at(object, &["metadata", "ownerReferences"])
+        .and_then(Value::as_array)
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+                .and_then(|r| r.get("kind")?.as_str())
+        });
+    let has = |which, key| object::meta_str(object, &[], which, key).is_some();
+    match owner_kind {
+        Some("StatefulSet") => PodOwner::StatefulSet,
+        Some("Job") => PodOwner::Job,
+        _ if has("labels", c::K8S_POD_INDEX) => PodOwner::StatefulSet,
+        _ if has("annotations", c::K8S_JOB_COMPLETION_INDEX)
+            || has("labels", c::K8S_JOB_COMPLETION_INDEX) =>
+        {
+            PodOwner::Job
+        }
+        _ => PodOwner::None,
+    }
+}
+
+pub(super) fn pod_index(
+    object: &Value,
+    meta: &Meta<'_>,
+    role: Option<&str>,
+    topology: Option<&Topology>,
+    index_offset: Option<u32>,
+    v: &mut Violations,
+) -> (Option<u32>, PodOwner) {
+    let owner = pod_owner(object);
+    let count = match (role, topology) {
+        (Some(r), Some(t)) => t.count(r),
+        _ => None,
+    };
+    let parse = |s: &str| s.trim().parse::<u32>().ok();
+    let index = match owner {
+        PodOwner::StatefulSet => {
+            let from_label = meta.label(c::K8S_POD_INDEX);
+            let from_name = str_at(object, &["metadata", "name"])
+                .and_then(|n| n.rsplit_once('-'))
+                .map(|(_, s)| s);
+            match from_label.or(from_name).and_then(parse) {
+                Some(i) => Some(i),
+                None => {
+                    v.push(Rule::UnknownIndex, format!(
+                        "cannot tell this StatefulSet pod's ordinal: no {} label and no numeric name suffix",
+                        c::K8S_POD_INDEX
+                    ));
+                    None
+                }
+            }
+        }
+        PodOwner::Job => {
+            let raw = meta
+                .annotation(c::K8S_JOB_COMPLETION_INDEX)
+                .or_else(|| meta.label(c::K8S_JOB_COMPLETION_INDEX));
+            match raw.and_then(parse) {
+                Some(i) => Some(i),
+                None => {
+                    v.push(Rule::UnknownIndex, format!(
+                        "cannot tell this Job pod's index: {} is missing or not a number (is the Job Indexed?)",
+                        c::K8S_JOB_COMPLETION_INDEX
+                    ));
+                    None
+                }
+            }
+        }
+        PodOwner::None => match meta.annotation(c::INDEX) {
+            Some(s) => match parse(s) {
+                Some(i) => Some(i),
+                None => {
+                    v.push(
+                        Rule::InvalidIndex,
+                        format!("{} \"{s}\" is not a number: use 0 to count-1", c::INDEX),
+                    );
+                    None
+                }
+            },
+            None => match count {
+                Some(1) => Some(0),
+                Some(n) => {
+                    v.push(Rule::MissingIndex, format!(
+                        "annotation {} is missing: role \"{}\" has {n} replicas, so each pod needs its index (0 to {})",
+                        c::INDEX,
+                        role.unwrap_or_default(),
+                        n - 1
+                    ));
+                    None
+                }
+                None => None,
+            },
+        },
+    };
+    // A set's pods start at its offset.
+    let index = match owner {
+        PodOwner::None => index,
+        _ => index.map(|i| i.saturating_add(index_offset.unwrap_or(0))),
+    };
+    if let (Some(i), Some(n)) = (index, count) {
+        if i >= n {
+            let r = role.unwrap_or_default();
+            let t = topology.map(ToString::to_string).unwrap_or_default();
+            v.push(Rule::IndexOutOfRange, match owner {
+                PodOwner::None => format!(
+                    "{} {i} is out of range: role \"{r}\" has {n} replica{} in {} \"{t}\" (indexes 0 to {})",
+                    c::INDEX,
+                    if n == 1 { "" } else { "s" },
+                    c::REPLICAS,
+                    n - 1
+                ),
+                other => format!(
+                    "{} pod index {i} is out of range: role \"{r}\" has {n} replica{} in {} \"{t}\"; scale the {} back to {n}, or change the topology on every member of the job",
+                    owner_name(other),
+                    if n == 1 { "" } else { "s" },
+                    c::REPLICAS,
+                    owner_name(other)
+                ),
+            });
+        }
+    }
+    (index, owner)
+}

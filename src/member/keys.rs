@@ -1,0 +1,145 @@
+//! The labels and annotations of a member, read as one: a workload's own
+//! metadata and its pod template's, and which `dljob.dev/*` keys are
+//! labels, which annotations.
+
+use super::*;
+
+/// The labels and annotations of a member: the object's own metadata and,
+/// for workloads, its pod template's, read as one.
+pub(super) struct Meta<'v> {
+    pub(super) labels: [Option<&'v Map<String, Value>>; 2],
+    pub(super) annotations: [Option<&'v Map<String, Value>>; 2],
+}
+
+impl<'v> Meta<'v> {
+    pub(super) fn of(kind: Kind, object: &'v Value) -> Self {
+        let own = |which| object::string_map(object, &[], which);
+        let tpl = |which| match kind {
+            Kind::Pod => None,
+            _ => object::string_map(object, Kind::StatefulSet.pod_path(), which),
+        };
+        Self {
+            labels: [own("labels"), tpl("labels")],
+            annotations: [own("annotations"), tpl("annotations")],
+        }
+    }
+
+    pub(super) fn find(maps: &[Option<&'v Map<String, Value>>; 2], key: &str) -> Option<&'v str> {
+        maps.iter().flatten().find_map(|m| m.get(key)?.as_str())
+    }
+
+    pub(super) fn label(&self, key: &str) -> Option<&'v str> {
+        Self::find(&self.labels, key)
+    }
+
+    pub(super) fn annotation(&self, key: &str) -> Option<&'v str> {
+        Self::find(&self.annotations, key)
+    }
+
+    /// Keys whose workload and template values differ.
+    pub(super) fn disagreements(&self, v: &mut Violations) {
+        for (which, maps) in [("label", &self.labels), ("annotation", &self.annotations)] {
+            let (Some(own), Some(tpl)) = (maps[0], maps[1]) else {
+                continue;
+            };
+            for (k, val) in own {
+                if !k.starts_with("dljob.dev/") {
+                    continue;
+                }
+                if let Some(t) = tpl.get(k) {
+                    if t != val {
+                        v.push(Rule::TemplateDisagrees, format!(
+                            "{which} {k} is {val} on the workload but {t} in its pod template; make them equal"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    /// dljob's annotations written as labels and its labels written as
+    /// annotations: dljob would not read them where they are.
+    pub(super) fn misplaced_keys(&self, v: &mut Violations) {
+        let mut seen: Vec<&str> = Vec::new();
+        for m in self.labels.iter().flatten() {
+            for k in m.keys().filter(|k| is_annotation_key(k)) {
+                if self.annotation(k).is_none() && !seen.contains(&k.as_str()) {
+                    seen.push(k);
+                    v.push(Rule::MisplacedKey, format!(
+                        "{k} is set as a label, but dljob reads it as an annotation: move it under metadata.annotations"
+                    ));
+                }
+            }
+        }
+        for m in self.annotations.iter().flatten() {
+            for k in m.keys().filter(|k| is_label_key(k)) {
+                if self.label(k).is_none() && !seen.contains(&k.as_str()) {
+                    seen.push(k);
+                    v.push(Rule::MisplacedKey, format!(
+                        "{k} is set as an annotation, but dljob reads it as a label: move it under metadata.labels"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Warnings for `dljob.dev/*` keys dljob does not know (typos).
+    pub(super) fn unknown_keys(&self, warnings: &mut Vec<String>) {
+        let known_annotation = |k: &str| {
+            c::JOB_WIDE_ANNOTATIONS.contains(&k)
+                || c::MEMBER_ANNOTATIONS.contains(&k)
+                || c::OWN_ANNOTATIONS.contains(&k)
+        };
+        let mut seen: Vec<&str> = Vec::new();
+        for m in self.annotations.iter().flatten() {
+            for k in m.keys() {
+                if k.starts_with("dljob.dev/")
+                    && !known_annotation(k)
+                    && !is_label_key(k)
+                    && !seen.contains(&k.as_str())
+                {
+                    seen.push(k);
+                    warnings.push(format!(
+                        "annotation {k} is not a dljob annotation and is ignored; known ones are {}",
+                        known_annotations()
+                    ));
+                }
+            }
+        }
+        for m in self.labels.iter().flatten() {
+            for k in m.keys() {
+                if k.starts_with("dljob.dev/")
+                    && !is_label_key(k)
+                    && !is_annotation_key(k)
+                    && !seen.contains(&k.as_str())
+                {
+                    seen.push(k);
+                    warnings.push(format!(
+                        "label {k} is not a dljob label and is ignored; dljob labels are {} and {}",
+                        c::JOB,
+                        c::ROLE
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// `dljob.dev/job` and `dljob.dev/role`.
+pub(super) fn is_label_key(k: &str) -> bool {
+    k == c::JOB || k == c::ROLE
+}
+
+/// The annotations a user writes.
+pub(super) fn is_annotation_key(k: &str) -> bool {
+    c::JOB_WIDE_ANNOTATIONS.contains(&k) || c::MEMBER_ANNOTATIONS.contains(&k)
+}
+
+pub(super) fn known_annotations() -> String {
+    c::JOB_WIDE_ANNOTATIONS
+        .iter()
+        .chain(c::MEMBER_ANNOTATIONS)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ")
+}

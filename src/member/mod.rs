@@ -1,0 +1,280 @@
+//! Parsing one object into a [`MemberSpec`]: which job it belongs to, its role,
+//! index and everything the job's members must agree on. Every check that
+//! needs no cluster state happens here, and all problems are reported at once.
+//!
+//! [`parse`] runs the steps in order; each lives with its idea: [`keys`]
+//! (labels and annotations read as one), [`topology`], [`spec`] (the
+//! job-wide keys), [`index`] (which replica a pod is), [`container`] (the
+//! framework container). Pure.
+
+mod container;
+mod index;
+mod keys;
+mod spec;
+mod topology;
+
+use self::container::{container, container_warning, slots_warning};
+pub use self::container::{framework_container, pick_container, ContainerChoice, ContainerFacts};
+pub use self::index::pod_owner;
+use self::index::{index_offset, owner_name, pod_index};
+use self::keys::Meta;
+use self::spec::{check_gang, job_spec, ordered_start, pod_requests};
+use self::topology::{check_topology, topology, workload_size};
+use crate::violation::{Rule, Violations};
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::config::Config;
+use crate::contract::{
+    self as c, CleanPodPolicy, Elastic, Policies, RestartPolicy, RestartScope, Slots, Topology,
+};
+use crate::crd::JobSpec;
+use crate::frameworks::{self, Framework};
+use crate::gang;
+use crate::object::{self, at, str_at, Kind};
+
+/// Where a pod's index comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodOwner {
+    /// A plain pod: `dljob.dev/index`.
+    None,
+    /// A StatefulSet pod: its ordinal.
+    StatefulSet,
+    /// An Indexed Job pod: its completion index.
+    Job,
+}
+/// Everything dljob reads from one member object: what the whole job
+/// agrees on ([`JobSpec`]) and what is this member's own.
+#[derive(Clone)]
+pub struct MemberSpec {
+    pub kind: Kind,
+    /// May be empty for `generateName` pods.
+    pub name: String,
+    pub namespace: String,
+    pub job: String,
+    pub role: String,
+    /// `spec.framework`, resolved.
+    pub framework: &'static dyn Framework,
+    /// The job-wide keys; members agree when these are equal.
+    pub spec: JobSpec,
+    /// The topology was not written but inferred from a workload's size.
+    pub topology_inferred: bool,
+    /// Pods: the replica index within the role.
+    pub index: Option<u32>,
+    /// Pods: who created it.
+    pub owner: PodOwner,
+    /// StatefulSet replicas or Job completions.
+    pub size: Option<u32>,
+    /// `dljob.dev/container`, when set.
+    pub container: Option<String>,
+    /// `dljob.dev/ordered-start`.
+    pub ordered_start: bool,
+    /// `dljob.dev/index-offset`: a workload (or its pod) that is one of
+    /// several sets of its role, covering indexes `offset..offset + size`.
+    pub index_offset: Option<u32>,
+    /// What one pod of this member requests, (resource, quantity) per
+    /// container (requests, else limits) — kept for a workload or a plain
+    /// pod when the gang scheduler's PodGroup wants `minResources`.
+    pub pod_requests: Vec<(String, String)>,
+    /// [`c::FINISHED_RUN`] on the object itself: left of a finished run (the
+    /// uid of its DLJob).
+    pub finished_run: Option<String>,
+}
+impl fmt::Debug for MemberSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemberSpec")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("namespace", &self.namespace)
+            .field("job", &self.job)
+            .field("role", &self.role)
+            .field("framework", &self.framework.name())
+            .field("topology", &self.spec.replicas.to_string())
+            .field("index", &self.index)
+            .field("size", &self.size)
+            .field("port", &self.spec.port)
+            .finish_non_exhaustive()
+    }
+}
+/// A parsed member and the warnings parsing produced.
+#[derive(Debug)]
+pub struct Parsed {
+    pub member: MemberSpec,
+    pub warnings: Vec<String>,
+}
+/// Default mount path of the SSH Secret for mpi/chainer.
+pub const DEFAULT_SSH_PATH: &str = "/root/.ssh";
+/// Default hostfile slots per host.
+pub const DEFAULT_SLOTS: u32 = 1;
+/// The job label of an object (own metadata), if it is a member at all.
+pub fn job_label(object: &Value) -> Option<&str> {
+    object::meta_str(object, &[], "labels", c::JOB)
+}
+/// Parses `object` of `kind`. `Ok(None)`: not a member (no `dljob.dev/job`
+/// label). `namespace` is the request's namespace, used when the object has
+/// none (pods with `generateName` may arrive without one).
+pub fn parse(
+    kind: Kind,
+    object: &Value,
+    namespace: Option<&str>,
+    config: &Config,
+) -> Result<Option<Parsed>, Violations> {
+    let Some(job) = job_label(object) else {
+        return Ok(None);
+    };
+    let meta = Meta::of(kind, object);
+    let mut v = Violations::default();
+    let mut warnings = Vec::new();
+    meta.disagreements(&mut v);
+    meta.misplaced_keys(&mut v);
+    meta.unknown_keys(&mut warnings);
+    check_job_name(job, &mut v);
+    let role = role(&meta, &mut v);
+    let framework = framework(&meta, role, &mut v);
+    let size = workload_size(kind, object, &meta, &mut v);
+    let index_offset = index_offset(kind, object, &meta, &mut v);
+    let declared = topology(kind, object, &meta, role, size, index_offset, &mut v);
+    if let Some(d) = &declared {
+        check_topology(job, kind, framework, role, (size, index_offset), d, &mut v);
+    }
+    let topology = declared.as_ref().map(|d| &d.topology);
+    let (index, owner) = match kind {
+        Kind::Pod => pod_index(object, &meta, role, topology, index_offset, &mut v),
+        _ => (None, PodOwner::None),
+    };
+    let spec = job_spec(&meta, framework, topology, config, &mut v);
+    if let Some(spec) = &spec {
+        check_gang(kind, &meta, spec, &mut v);
+    }
+    let ordered_start = ordered_start(&meta, &mut v);
+    let container = container(kind, object, &meta, &mut v);
+
+    if !v.is_empty() {
+        return Err(v);
+    }
+    // Everything below was checked above.
+    let (Some(framework), Some(role), Some(declared), Some(spec)) =
+        (framework, role, declared, spec)
+    else {
+        unreachable!("missing pieces are violations");
+    };
+    let namespace = str_at(object, &["metadata", "namespace"])
+        .filter(|s| !s.is_empty())
+        .or(namespace)
+        .unwrap_or("default");
+    let wants_resources = spec
+        .scheduler()
+        .is_some_and(|s| s.pod_group_kind().is_some());
+    let pod_requests = if wants_resources && owner == PodOwner::None {
+        pod_requests(kind, object)
+    } else {
+        Vec::new()
+    };
+    let member = MemberSpec {
+        kind,
+        name: str_at(object, &["metadata", "name"])
+            .unwrap_or("")
+            .to_owned(),
+        namespace: namespace.to_owned(),
+        job: job.to_owned(),
+        role: role.to_owned(),
+        framework,
+        spec,
+        topology_inferred: declared.inferred,
+        index,
+        owner,
+        size,
+        container,
+        ordered_start,
+        index_offset,
+        pod_requests,
+        finished_run: object::meta_str(object, &[], "annotations", c::FINISHED_RUN)
+            .map(str::to_owned),
+    };
+    slots_warning(&member, object, &mut warnings);
+    container_warning(&member, object, &mut warnings);
+    Ok(Some(Parsed { member, warnings }))
+}
+fn check_job_name(job: &str, v: &mut Violations) {
+    if !c::is_dns1035_label(job) || job.len() > c::MAX_JOB_NAME {
+        v.push(Rule::InvalidJobName, format!(
+            "{} \"{job}\" is not a valid job name: use at most {} lowercase letters, digits and '-', starting with a letter (it names the Service and every pod's hostname)",
+            c::JOB,
+            c::MAX_JOB_NAME
+        ));
+    }
+}
+/// `dljob.dev/role` (a label; an annotation of that name is reported as
+/// misplaced by [`Meta::misplaced_keys`]).
+fn role<'v>(meta: &Meta<'v>, v: &mut Violations) -> Option<&'v str> {
+    let role = meta.label(c::ROLE);
+    if role.is_none() && meta.annotation(c::ROLE).is_none() {
+        v.push(
+            Rule::MissingRole,
+            format!("label {} is missing: every member names its role", c::ROLE),
+        );
+    }
+    role
+}
+/// `dljob.dev/framework`, and whether it has the member's role.
+fn framework(
+    meta: &Meta<'_>,
+    role: Option<&str>,
+    v: &mut Violations,
+) -> Option<&'static dyn Framework> {
+    let framework = match meta.annotation(c::FRAMEWORK) {
+        None if meta.label(c::FRAMEWORK).is_some() => None, // misplaced_keys says it
+        None => {
+            v.push(
+                Rule::MissingFramework,
+                format!(
+                    "annotation {} is missing; set one of {}",
+                    c::FRAMEWORK,
+                    frameworks::names()
+                ),
+            );
+            None
+        }
+        Some(name) => {
+            let f = frameworks::by_name(name);
+            if f.is_none() {
+                v.push(
+                    Rule::UnknownFramework,
+                    format!(
+                        "{}: unknown framework \"{name}\"; frameworks are {}",
+                        c::FRAMEWORK,
+                        frameworks::names()
+                    ),
+                );
+            }
+            f
+        }
+    };
+    if let (Some(f), Some(r)) = (framework, role) {
+        if let Err(e) = frameworks::check_role(f, r) {
+            v.push(Rule::UnknownRole, e);
+        }
+    }
+    framework
+}
+impl MemberSpec {
+    /// The framework's view of the job.
+    pub fn job_view<'a>(&'a self, config: &'a Config) -> frameworks::Job<'a> {
+        frameworks::Job {
+            name: &self.job,
+            namespace: &self.namespace,
+            cluster_domain: &config.cluster_domain,
+            topology: &self.spec.replicas,
+            port: self.spec.port,
+            slots: &self.spec.slots,
+            elastic: self.spec.elastic,
+        }
+    }
+
+    /// Where the SSH Secret is mounted (mpi/chainer).
+    pub fn ssh_path(&self) -> &str {
+        self.spec.ssh_path.as_deref().unwrap_or(DEFAULT_SSH_PATH)
+    }
+}

@@ -1,0 +1,345 @@
+//! The job-wide keys every member must agree on ([`JobSpec`]): one parse
+//! step per key.
+
+use super::*;
+
+/// Everything the job's members must agree on. `None` when the framework
+/// or the topology is unknown (already a violation).
+pub(super) fn job_spec(
+    meta: &Meta<'_>,
+    framework: Option<&'static dyn Framework>,
+    topology: Option<&Topology>,
+    config: &Config,
+    v: &mut Violations,
+) -> Option<JobSpec> {
+    let mut policies = parse_policies(meta, v);
+    let port =
+        parse_number(meta, c::PORT, 1, 65535, "a port number (1-65535)", v).map(|p| p as u16);
+    let slots = slots(meta, topology, v);
+    let elastic = elastic(meta, framework, topology, v);
+    let ssh_path = ssh_path(meta, v);
+    let gang = gang(meta, config, v);
+    let queue = meta.annotation(c::QUEUE).map(str::to_owned);
+    let tensorboard = tensorboard(meta, v);
+    let (framework, topology) = (framework?, topology?);
+    if meta.annotation(c::RESTART_SCOPE).is_none() {
+        policies.restart_scope = framework.default_restart_scope();
+    }
+    Some(JobSpec {
+        framework: framework.name().to_owned(),
+        replicas: frameworks::in_rank_order(framework, topology),
+        port: port.unwrap_or_else(|| config.port_for(framework.name(), framework.default_port())),
+        slots,
+        elastic,
+        policies,
+        ssh_path: framework.uses_ssh().then_some(ssh_path),
+        gang,
+        queue,
+        tensorboard,
+    })
+}
+
+/// `dljob.dev/tensorboard` as written; whether the pod has, mounts and
+/// shares that volume is [`crate::tensorboard::check`]'s (it needs the
+/// whole pod spec, which the reconciler's trimmed members do not keep).
+pub(super) fn tensorboard(meta: &Meta<'_>, v: &mut Violations) -> Option<c::TensorBoard> {
+    let text = meta.annotation(c::TENSORBOARD)?;
+    c::TensorBoard::parse(text)
+        .map_err(|e| v.push(Rule::InvalidValue, e))
+        .ok()
+}
+
+/// `dljob.dev/gang`, else the config's `gang`, else `none`.
+pub(super) fn gang(meta: &Meta<'_>, config: &Config, v: &mut Violations) -> String {
+    let name = meta
+        .annotation(c::GANG)
+        .or(config.gang.as_deref())
+        .unwrap_or(gang::NONE);
+    if gang::by_name(name).is_none() {
+        v.push(
+            Rule::InvalidValue,
+            format!(
+                "{} \"{name}\" is not a gang scheduler; use one of {}",
+                c::GANG,
+                gang::names()
+            ),
+        );
+    }
+    name.to_owned()
+}
+
+/// What the chosen gang scheduler cannot work with.
+pub(super) fn check_gang(kind: Kind, meta: &Meta<'_>, spec: &JobSpec, v: &mut Violations) {
+    let Some(scheduler) = spec.scheduler() else {
+        return;
+    };
+    if let Some(queue) = &spec.queue {
+        // It becomes a label value (Kueue) or an object's name (Volcano).
+        if queue.len() > 63 || !queue.split('.').all(c::is_dns_label) {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{queue}\" is not a queue name: at most 63 lowercase letters, digits, '-' and '.'",
+                    c::QUEUE
+                ),
+            );
+        }
+        if !scheduler.queues() {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{queue}\" is for the kueue and volcano gang schedulers; {} is \"{}\"",
+                    c::QUEUE,
+                    c::GANG,
+                    spec.gang
+                ),
+            );
+        }
+    }
+    // Kueue admits a StatefulSet or Job carrying its queue label as a
+    // workload of its own and leaves its pods out of any pod group.
+    let own_queue = meta.labels[0].and_then(|l| l.get(gang::kueue::QUEUE_NAME));
+    if spec.gang == "kueue" && kind != Kind::Pod && own_queue.is_some() {
+        v.push(
+            Rule::GangConflict,
+            format!(
+                "label {} on the {} itself makes Kueue admit it as a workload of its own, outside the job's pod group: remove it and set {} (or put the label on the pod template)",
+                gang::kueue::QUEUE_NAME,
+                kind.as_str(),
+                c::QUEUE
+            ),
+        );
+    }
+}
+
+/// `dljob.dev/slots`: one count, or counts per range of worker indexes
+/// (each within the topology's workers).
+pub(super) fn slots(meta: &Meta<'_>, topology: Option<&Topology>, v: &mut Violations) -> Slots {
+    let Some(text) = meta.annotation(c::SLOTS) else {
+        return Slots::uniform(DEFAULT_SLOTS);
+    };
+    if !text.contains('=') {
+        let what = format!("a slot count (1-{})", c::MAX_SLOTS);
+        return parse_number(meta, c::SLOTS, 1, c::MAX_SLOTS, &what, v)
+            .map_or_else(|| Slots::uniform(DEFAULT_SLOTS), Slots::uniform);
+    }
+    let slots = match Slots::parse(text) {
+        Ok(s) => s,
+        Err(e) => {
+            v.push(Rule::InvalidValue, e);
+            return Slots::uniform(DEFAULT_SLOTS);
+        }
+    };
+    let workers = topology.map(|t| t.count_or_zero("worker"));
+    if let (Some(last), Some(n)) = (slots.last_index(), workers) {
+        if last >= n {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{text}\" names worker {last}, but the job has {n} worker{} (0 to {})",
+                    c::SLOTS,
+                    if n == 1 { "" } else { "s" },
+                    n.saturating_sub(1)
+                ),
+            );
+        }
+    }
+    slots
+}
+
+/// `dljob.dev/elastic`, for frameworks with elastic training, covering the
+/// topology's size.
+pub(super) fn elastic(
+    meta: &Meta<'_>,
+    framework: Option<&'static dyn Framework>,
+    topology: Option<&Topology>,
+    v: &mut Violations,
+) -> Option<Elastic> {
+    let e = match Elastic::parse(meta.annotation(c::ELASTIC)?) {
+        Ok(e) => e,
+        Err(msg) => {
+            v.push(Rule::InvalidValue, msg);
+            return None;
+        }
+    };
+    if framework.is_some_and(|f| !f.elastic()) {
+        v.push(
+            Rule::ElasticNotSupported,
+            format!(
+                "annotation {} is only for {} jobs: remove it",
+                c::ELASTIC,
+                frameworks::elastic_names()
+            ),
+        );
+    }
+    if let Some(t) = topology {
+        if t.total() < e.min || t.total() > e.max {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{e}\" does not include the {} replicas of {} \"{t}\"",
+                    c::ELASTIC,
+                    t.total(),
+                    c::REPLICAS
+                ),
+            );
+        }
+    }
+    Some(e)
+}
+
+/// `dljob.dev/ssh-path`, without a trailing '/'.
+pub(super) fn ssh_path(meta: &Meta<'_>, v: &mut Violations) -> String {
+    match meta.annotation(c::SSH_PATH) {
+        None => DEFAULT_SSH_PATH.to_owned(),
+        Some(p) if p.starts_with('/') && p.len() > 1 => p.trim_end_matches('/').to_owned(),
+        Some(p) => {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{p}\" must be an absolute directory path, e.g. /root/.ssh",
+                    c::SSH_PATH
+                ),
+            );
+            DEFAULT_SSH_PATH.to_owned()
+        }
+    }
+}
+
+/// `dljob.dev/ordered-start`.
+pub(super) fn ordered_start(meta: &Meta<'_>, v: &mut Violations) -> bool {
+    match meta.annotation(c::ORDERED_START) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{other}\" must be \"true\" or \"false\"",
+                    c::ORDERED_START
+                ),
+            );
+            false
+        }
+    }
+}
+
+/// What one pod of a workload (its template) or a plain pod requests:
+/// every container's requests, else its limits (the API server makes
+/// requests of limits where only those are set).
+pub(super) fn pod_requests(kind: Kind, object: &Value) -> Vec<(String, String)> {
+    let Some(spec) = at(object, kind.pod_path()).and_then(|p| p.get("spec")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for container in object::containers(spec) {
+        let resources = container.get("resources");
+        let requests = resources
+            .and_then(|r| r.get("requests"))
+            .and_then(Value::as_object);
+        let limits = resources
+            .and_then(|r| r.get("limits"))
+            .and_then(Value::as_object);
+        let mut names: Vec<&String> = requests
+            .into_iter()
+            .chain(limits)
+            .flat_map(|m| m.keys())
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let quantity = requests
+                .and_then(|m| m.get(name))
+                .or_else(|| limits.and_then(|m| m.get(name)));
+            let text = match quantity {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => continue,
+            };
+            out.push((name.clone(), text));
+        }
+    }
+    out
+}
+
+pub(super) fn parse_number(
+    meta: &Meta<'_>,
+    key: &str,
+    min: u32,
+    max: u32,
+    what: &str,
+    v: &mut Violations,
+) -> Option<u32> {
+    let s = meta.annotation(key)?;
+    match s.trim().parse::<u32>() {
+        Ok(n) if (min..=max).contains(&n) => Some(n),
+        _ => {
+            v.push(Rule::InvalidValue, format!("{key} \"{s}\" is not {what}"));
+            None
+        }
+    }
+}
+
+pub(super) fn parse_policies(meta: &Meta<'_>, v: &mut Violations) -> Policies {
+    let mut p = Policies::default();
+    if let Some(s) = meta.annotation(c::RESTART_POLICY) {
+        match RestartPolicy::parse(s) {
+            Some(r) => p.restart = r,
+            None => v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{s}\" is not a restart policy; use one of {}",
+                    c::RESTART_POLICY,
+                    RestartPolicy::VALUES
+                ),
+            ),
+        }
+    }
+    if let Some(s) = meta.annotation(c::RESTART_SCOPE) {
+        match RestartScope::parse(s) {
+            Some(r) => p.restart_scope = r,
+            None => v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{s}\" is not a restart scope; use one of {}",
+                    c::RESTART_SCOPE,
+                    RestartScope::VALUES
+                ),
+            ),
+        }
+    }
+    if let Some(s) = meta.annotation(c::CLEAN_POD_POLICY) {
+        match CleanPodPolicy::parse(s) {
+            Some(r) => p.clean_pod = r,
+            None => v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{s}\" is not a clean-pod policy; use one of {}",
+                    c::CLEAN_POD_POLICY,
+                    CleanPodPolicy::VALUES
+                ),
+            ),
+        }
+    }
+    let limit = format!("a whole number from 0 to {}", c::MAX_BACKOFF_LIMIT);
+    if let Some(n) = parse_number(meta, c::BACKOFF_LIMIT, 0, c::MAX_BACKOFF_LIMIT, &limit, v) {
+        p.backoff_limit = n;
+    }
+    p.ttl_seconds_after_finished = parse_number(
+        meta,
+        c::TTL_SECONDS_AFTER_FINISHED,
+        0,
+        u32::MAX,
+        "a whole number of seconds (0 or more)",
+        v,
+    );
+    p.active_deadline_seconds = parse_number(
+        meta,
+        c::ACTIVE_DEADLINE_SECONDS,
+        1,
+        u32::MAX,
+        "a whole number of seconds (1 or more)",
+        v,
+    );
+    p
+}
