@@ -1,0 +1,184 @@
+//! The DLJob's conditions: the phase's own, and the problems reported
+//! while they last (one Warning Event when they appear or change).
+
+use super::*;
+
+pub(super) const CONDITION_TYPES: [&str; 5] =
+    ["Created", "Running", "Restarting", "Succeeded", "Failed"];
+
+/// Sets the conditions for `verdict`: the phase's condition True, the others
+/// that exist False; `lastTransitionTime` moves only when a status flips.
+pub(super) fn set_conditions(conditions: &mut Vec<Condition>, verdict: &Verdict, now: Timestamp) {
+    if !conditions.iter().any(|c| c.type_ == "Created") {
+        set_condition(
+            conditions,
+            now,
+            [
+                "Created",
+                "True",
+                "Created",
+                "the DLJob was created from its members' annotations",
+            ],
+        );
+    }
+    let mine = match verdict.phase {
+        Phase::Pending => "",
+        p => p.as_str(),
+    };
+    if !mine.is_empty() {
+        set_condition(
+            conditions,
+            now,
+            [mine, "True", verdict.reason, &verdict.message],
+        );
+    }
+    // Every other phase condition that is True becomes False.
+    let others: Vec<String> = conditions
+        .iter()
+        .filter(|c| {
+            CONDITION_TYPES[1..].contains(&c.type_.as_str())
+                && c.type_ != mine
+                && c.status == "True"
+        })
+        .map(|c| c.type_.clone())
+        .collect();
+    for t in others {
+        set_condition(
+            conditions,
+            now,
+            [&t, "False", verdict.phase.as_str(), &verdict.message],
+        );
+    }
+    conditions.sort_by_key(|c| {
+        CONDITION_TYPES
+            .iter()
+            .position(|t| *t == c.type_)
+            .unwrap_or(CONDITION_TYPES.len())
+    });
+}
+
+/// The condition saying an owned object's kind is not served.
+pub const OWNED_UNAVAILABLE: &str = "GangUnavailable";
+
+/// Sets [`OWNED_UNAVAILABLE`] from the owned objects the cluster does not
+/// serve (each a message naming what to install); see
+/// [`set_problem_condition`].
+pub fn set_owned_condition(
+    conditions: &mut Vec<Condition>,
+    not_served: &[String],
+    now: Timestamp,
+) -> Option<JobEvent> {
+    set_problem_condition(
+        conditions,
+        Problem {
+            type_: OWNED_UNAVAILABLE,
+            reason: "PodGroupNotApplied",
+            cleared_reason: "PodGroupServed",
+            cleared_message: "the gang scheduler's PodGroup is kept",
+        },
+        not_served,
+        now,
+    )
+}
+
+/// The condition saying an object dljob would keep for the job exists and
+/// is not this DLJob's: left alone.
+pub const OWNERSHIP_CONFLICT: &str = "OwnershipConflict";
+
+/// Sets [`OWNERSHIP_CONFLICT`] from the objects of the job's names that
+/// this DLJob does not control (each a message naming the object, whose it
+/// is and the fix); see [`set_problem_condition`].
+pub fn set_ownership_condition(
+    conditions: &mut Vec<Condition>,
+    foreign: &[String],
+    now: Timestamp,
+) -> Option<JobEvent> {
+    set_problem_condition(
+        conditions,
+        Problem {
+            type_: OWNERSHIP_CONFLICT,
+            reason: "NotControlledByThisJob",
+            cleared_reason: "OwnedObjectsKept",
+            cleared_message: "every object dljob keeps for the job is this DLJob's",
+        },
+        foreign,
+        now,
+    )
+}
+
+/// A condition that reports problems while there are any.
+pub(super) struct Problem {
+    pub(super) type_: &'static str,
+    pub(super) reason: &'static str,
+    pub(super) cleared_reason: &'static str,
+    pub(super) cleared_message: &'static str,
+}
+
+/// Sets `problem`'s condition True with `problems` as its message, or False
+/// once they are gone (only if it was ever set). Returns the Warning Event
+/// to publish: once when the problems appear or change, not on every
+/// reconcile.
+pub(super) fn set_problem_condition(
+    conditions: &mut Vec<Condition>,
+    problem: Problem,
+    problems: &[String],
+    now: Timestamp,
+) -> Option<JobEvent> {
+    let before = conditions
+        .iter()
+        .find(|c| c.type_ == problem.type_)
+        .map(|c| (c.status == "True", c.message.clone()));
+    if problems.is_empty() {
+        if before.is_some_and(|(on, _)| on) {
+            set_condition(
+                conditions,
+                now,
+                [
+                    problem.type_,
+                    "False",
+                    problem.cleared_reason,
+                    problem.cleared_message,
+                ],
+            );
+        }
+        return None;
+    }
+    let message = problems.join("; ");
+    set_condition(
+        conditions,
+        now,
+        [problem.type_, "True", problem.reason, &message],
+    );
+    let unchanged = before.is_some_and(|(on, m)| on && m == message);
+    (!unchanged).then(|| JobEvent {
+        warning: true,
+        reason: problem.type_.to_owned(),
+        note: message,
+    })
+}
+
+/// Sets one condition: [type, status, reason, message].
+pub(super) fn set_condition(
+    conditions: &mut Vec<Condition>,
+    now: Timestamp,
+    [type_, status, reason, message]: [&str; 4],
+) {
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = Time(now);
+                c.status = status.to_owned();
+            }
+            c.reason = reason.to_owned();
+            c.message = message.to_owned();
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            last_transition_time: Time(now),
+            observed_generation: None,
+        }),
+    }
+}

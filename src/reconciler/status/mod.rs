@@ -1,0 +1,483 @@
+//! The job status as a pure function (DESIGN §5):
+//! (the members' observed pods and workloads, the previous status, now) →
+//! (the new status, the actions that make the cluster follow it).
+//!
+//! No client, no clock: the I/O layer observes, calls [`next`], writes the
+//! status if it changed and executes the actions, each of which is
+//! idempotent. Everything a restart of the reconciler must not forget — the
+//! exits already counted, the bare pods still to recreate — is in the status
+//! (a bare pod's manifest itself is kept in a PodTemplate, never in the
+//! status: it holds the pod's env).
+//!
+//! The observed members are the run's: pods and workloads another DLJob's
+//! finished run marked ([`c::FINISHED_RUN`]) are left out by the caller.
+//! When this run finishes, what is left of it is marked in turn.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::contract::{self as c, CleanPodPolicy, Policies, RestartPolicy, RestartScope, Topology};
+use crate::crd::{
+    CoordinatorStatus, DLJobStatus, JobRestart, PendingRecreate, Phase, RoleStatus, SavedPod,
+};
+use crate::frameworks::Framework;
+use crate::member::PodOwner;
+
+mod conditions;
+mod decide;
+mod finish;
+mod gate;
+mod sizes;
+#[cfg(test)]
+mod tests;
+
+use self::conditions::{set_condition, set_conditions, set_problem_condition, Problem};
+pub use self::conditions::{
+    set_owned_condition, set_ownership_condition, OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT,
+};
+use self::decide::{decide, Members};
+use self::finish::{clean_up, mark_finished};
+use self::gate::release_gated;
+pub use self::gate::LAUNCHER_GATED;
+use self::sizes::set_size_condition;
+pub use self::sizes::{size_mismatches, SIZE_MISMATCH};
+
+/// What the job's members agree on (from the DLJob spec).
+#[derive(Clone)]
+pub struct JobPlan {
+    pub framework: &'static dyn Framework,
+    pub topology: Topology,
+    pub policies: Policies,
+}
+impl std::fmt::Debug for JobPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobPlan")
+            .field("framework", &self.framework.name())
+            .field("topology", &self.topology.to_string())
+            .field("policies", &self.policies)
+            .finish()
+    }
+}
+/// The pod's own `spec.restartPolicy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodRestart {
+    #[default]
+    Always,
+    OnFailure,
+    Never,
+}
+/// How a container run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    /// None: the pod failed without its container reporting an exit
+    /// (eviction, node loss) — treated as retryable.
+    pub code: Option<i32>,
+    /// `Completed`, `Error`, `OOMKilled`, `Evicted`, …
+    pub reason: Option<String>,
+    /// Identifies this run of the container (its container id, else its
+    /// finish time), so that one exit is counted once.
+    pub run: String,
+}
+/// The framework container's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ContainerState {
+    Waiting,
+    Running,
+    Terminated(Exit),
+}
+/// The framework container of one pod (only its exit code counts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameworkContainer {
+    pub state: ContainerState,
+    /// `lastState.terminated`: the previous run, after a kubelet restart.
+    pub last: Option<Exit>,
+    pub restart_count: u32,
+}
+/// One member pod as the status needs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedPod {
+    pub name: String,
+    pub uid: String,
+    pub role: String,
+    pub index: u32,
+    pub owner: PodOwner,
+    pub restart_policy: PodRestart,
+    /// `status.phase`.
+    pub phase: String,
+    /// `status.reason` (e.g. `Evicted`).
+    pub reason: Option<String>,
+    /// Has a deletionTimestamp: it is going away, its exits do not count.
+    pub deleting: bool,
+    pub container: Option<FrameworkContainer>,
+    /// Still held by dljob's scheduling gate ([`c::WORKERS_READY_GATE`]).
+    pub gated: bool,
+    /// Already marked [`c::FINISHED_RUN`] by this job's finished run.
+    pub marked: bool,
+}
+/// A member workload, for the clean-pod policy and the size check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Workload {
+    StatefulSet {
+        name: String,
+        uid: String,
+        role: String,
+        replicas: u32,
+        /// `dljob.dev/index-offset`: one of several sets of its role.
+        offset: Option<u32>,
+        /// Already marked [`c::FINISHED_RUN`] by this job's finished run.
+        marked: bool,
+    },
+    Job {
+        name: String,
+        uid: String,
+        role: String,
+        /// Already marked [`c::FINISHED_RUN`] by this job's finished run.
+        marked: bool,
+        suspended: bool,
+        /// `spec.completions` (None: not set).
+        completions: Option<u32>,
+        /// `spec.parallelism` (1 when not set).
+        parallelism: u32,
+        /// `dljob.dev/index-offset`: one of several sets of its role.
+        offset: Option<u32>,
+    },
+}
+/// Everything observed of one job's members.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    pub pods: Vec<ObservedPod>,
+    pub workloads: Vec<Workload>,
+    /// The PodTemplates this DLJob saved bare pods' manifests in (read only
+    /// while a recreate is pending).
+    pub saved: Vec<SavedPod>,
+}
+/// A member kind, for [`Action::MarkFinished`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberKind {
+    Pod,
+    StatefulSet,
+    Job,
+}
+/// One idempotent change to the cluster. Every change to a member is made
+/// only if it still has the uid observed (a pod or workload recreated under
+/// the same name is left alone).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Read the bare pod and keep its manifest (in a new PodTemplate the
+    /// DLJob owns) to recreate it from, and record that PodTemplate in the
+    /// status; before the pod is deleted (which waits for it).
+    SavePod { name: String, uid: String },
+    /// Delete the pod if it still has this uid.
+    DeletePod { name: String, uid: String },
+    /// Create the bare pod `name` again from the manifest saved in
+    /// `saved` (AlreadyExists means another pod took the name: said).
+    CreatePod { name: String, saved: SavedPod },
+    /// Delete a saved manifest no recreate needs any more.
+    DeleteSaved { saved: SavedPod },
+    /// Annotate `dljob.dev/scaled-from: from`, then scale to 0.
+    ScaleStatefulSetToZero {
+        name: String,
+        uid: String,
+        from: u32,
+    },
+    /// `spec.suspend: true`.
+    SuspendJob { name: String, uid: String },
+    /// Annotate the member [`c::FINISHED_RUN`]: what is left of a finished
+    /// run never counts toward a later run of the same job.
+    MarkFinished {
+        kind: MemberKind,
+        name: String,
+        uid: String,
+    },
+    /// ttl-seconds-after-finished: delete the DLJob.
+    DeleteDLJob,
+    /// Remove dljob's scheduling gate from the pod if it still has this uid:
+    /// the members it waits for run.
+    RemoveSchedulingGate { name: String, uid: String },
+}
+/// A Kubernetes Event about the job: a phase change, or a member
+/// workload's size starting to differ from its role's count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEvent {
+    pub warning: bool,
+    pub reason: String,
+    pub note: String,
+}
+/// What [`next`] decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub status: DLJobStatus,
+    pub actions: Vec<Action>,
+    /// The phase's Event when the phase changed, then the
+    /// [`SIZE_MISMATCH`] Event when that condition appeared or changed.
+    pub events: Vec<JobEvent>,
+    /// Reconcile again after this long (a deadline or the ttl).
+    pub requeue_after: Option<Duration>,
+    /// Restarts counted by this call (for metrics).
+    pub new_restarts: u32,
+}
+/// The class of an exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitClass {
+    /// 0.
+    Success,
+    /// 1–127: the program failed; retrying will not help.
+    Permanent,
+    /// 128–255 (killed by a signal, OOM) or no exit code: worth a retry.
+    Retryable,
+}
+/// Classifies an exit under the job's restart policy.
+pub fn classify(code: Option<i32>, policy: RestartPolicy) -> ExitClass {
+    let class = match code {
+        Some(0) => ExitClass::Success,
+        Some(1..=127) => ExitClass::Permanent,
+        _ => ExitClass::Retryable,
+    };
+    match (class, policy) {
+        (ExitClass::Retryable, RestartPolicy::Never) => ExitClass::Permanent,
+        (c, _) => c,
+    }
+}
+impl ObservedPod {
+    /// The exit that speaks for this pod: the framework container's
+    /// `state.terminated`, else its `lastState.terminated`, else — for a pod
+    /// that failed as a whole — an exit without code.
+    pub fn exit(&self) -> Option<Exit> {
+        let from_container = self.container.as_ref().and_then(|c| match &c.state {
+            ContainerState::Terminated(e) => Some(e.clone()),
+            _ => c.last.clone(),
+        });
+        from_container.or_else(|| {
+            (self.phase == "Failed").then(|| Exit {
+                code: None,
+                reason: self.reason.clone(),
+                run: "pod".to_owned(),
+            })
+        })
+    }
+
+    /// The framework container stopped and nothing will restart it: the
+    /// pod must be deleted to run again.
+    pub fn finished(&self) -> bool {
+        if self.phase == "Succeeded" || self.phase == "Failed" {
+            return true;
+        }
+        match self.container.as_ref().map(|c| &c.state) {
+            Some(ContainerState::Terminated(e)) => match self.restart_policy {
+                PodRestart::Never => true,
+                PodRestart::OnFailure => e.code == Some(0),
+                PodRestart::Always => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// Key of the exit in `countedExits`.
+    pub(super) fn exit_key(&self, exit: &Exit) -> String {
+        format!("{}/{}", self.uid, exit.run)
+    }
+
+    pub(super) fn replica(&self) -> String {
+        format!("{}-{}", self.role, self.index)
+    }
+}
+/// Why the job finished, or is where it is.
+pub(super) struct Verdict {
+    pub(super) phase: Phase,
+    pub(super) reason: &'static str,
+    pub(super) message: String,
+}
+/// Computes the job's next status and the actions to take.
+pub fn next(
+    plan: &JobPlan,
+    observed: &Observed,
+    previous: Option<&DLJobStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Outcome {
+    let prev = previous.cloned().unwrap_or_default();
+    let mut status = prev.clone();
+    status.observed_generation = generation;
+    if status.start_time.is_none() {
+        status.start_time = Some(Time(now));
+    }
+    let mut pods: Vec<&ObservedPod> = observed.pods.iter().filter(|p| !p.deleting).collect();
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+
+    // Counts per role, every role of the topology listed.
+    let mut roles: BTreeMap<String, RoleStatus> = plan
+        .topology
+        .roles()
+        .map(|(r, _)| {
+            let restarts = prev.replicas.get(r).map_or(0, |s| s.restarts);
+            (
+                r.to_owned(),
+                RoleStatus {
+                    restarts,
+                    ..RoleStatus::default()
+                },
+            )
+        })
+        .collect();
+    for p in &pods {
+        let Some(counts) = roles.get_mut(&p.role) else {
+            continue;
+        };
+        let exit = p.exit();
+        match (&p.container, exit) {
+            (Some(c), _) if c.state == ContainerState::Running => counts.active += 1,
+            (_, Some(e)) if e.code == Some(0) => counts.succeeded += 1,
+            (_, Some(_)) => counts.failed += 1,
+            (_, None) => counts.pending += 1,
+        }
+    }
+
+    // The coordinator.
+    let coordinator_replica = plan.framework.coordinator(&plan.topology);
+    let coordinator_pod = coordinator_replica.and_then(|(role, index)| {
+        pods.iter()
+            .find(|p| p.role == role && p.index == index)
+            .copied()
+    });
+    status.coordinator = coordinator_replica.map(|(role, index)| {
+        let exit = coordinator_pod.and_then(|p| p.exit());
+        CoordinatorStatus {
+            replica: format!("{role}-{index}"),
+            pod: coordinator_pod.map(|p| p.name.clone()),
+            exit_code: exit.as_ref().and_then(|e| e.code),
+            reason: exit.and_then(|e| e.reason),
+        }
+    });
+
+    let mut lost = Vec::new();
+    let (verdict, mut actions, new_restarts) = if prev.phase.is_finished() {
+        let verdict = Verdict {
+            phase: prev.phase,
+            reason: "",
+            message: String::new(),
+        };
+        (verdict, Vec::new(), 0)
+    } else {
+        let members = Members {
+            live: &pods,
+            all: &observed.pods,
+            saved: &observed.saved,
+            coordinator: coordinator_pod,
+        };
+        let decision = decide(plan, &members, &mut status, &mut roles, now, &mut lost);
+        (decision.verdict, decision.actions, decision.new_restarts)
+    };
+
+    status.restarts = roles.values().map(|r| r.restarts).sum();
+    let active: u32 = roles.values().map(|r| r.active).sum();
+    status.active = format!("{active}/{}", plan.topology.total());
+    status.replicas = roles;
+    status.phase = verdict.phase;
+
+    let mut requeue_after = None;
+    if verdict.phase.is_finished() {
+        if !prev.phase.is_finished() {
+            status.completion_time = Some(Time(now));
+        }
+        status.pending_recreates.clear();
+        status.job_restart = None;
+        clean_up(plan.policies.clean_pod, &pods, observed, &mut actions);
+        mark_finished(plan.policies.clean_pod, &pods, observed, &mut actions);
+        actions.extend(
+            observed
+                .saved
+                .iter()
+                .map(|t| Action::DeleteSaved { saved: t.clone() }),
+        );
+        if let (Some(ttl), Some(done)) = (
+            plan.policies.ttl_seconds_after_finished,
+            status.completion_time.as_ref(),
+        ) {
+            match remaining(done.0, ttl, now) {
+                None => actions.push(Action::DeleteDLJob),
+                Some(d) => requeue_after = Some(d),
+            }
+        }
+    } else if let (Some(deadline), Some(start)) = (
+        plan.policies.active_deadline_seconds,
+        status.start_time.as_ref(),
+    ) {
+        requeue_after = remaining(start.0, deadline, now);
+    }
+
+    let mut events = Vec::new();
+    if prev.phase != verdict.phase || previous.is_none() {
+        events.push(JobEvent {
+            warning: verdict.phase == Phase::Failed || verdict.phase == Phase::Restarting,
+            reason: verdict.reason.to_owned(),
+            note: verdict.message.clone(),
+        });
+    }
+    if !lost.is_empty() {
+        events.push(JobEvent {
+            warning: true,
+            reason: "RecreateLost".to_owned(),
+            note: format!(
+                "bare pod(s) {} cannot be recreated: the manifest dljob saved to recreate them from (a PodTemplate owned by this DLJob) is gone; create them again from your manifests",
+                lost.join(", ")
+            ),
+        });
+    }
+    if !prev.phase.is_finished() {
+        set_conditions(&mut status.conditions, &verdict, now);
+    }
+    events.extend(set_size_condition(
+        &mut status.conditions,
+        &size_mismatches(&plan.topology, &observed.workloads),
+        now,
+    ));
+    if !verdict.phase.is_finished() {
+        release_gated(plan, &pods, &mut status.conditions, &mut actions, now);
+    } else if status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == LAUNCHER_GATED && c.status == "True")
+    {
+        set_condition(
+            &mut status.conditions,
+            now,
+            [
+                LAUNCHER_GATED,
+                "False",
+                "JobFinished",
+                "the job finished before its launcher started",
+            ],
+        );
+    }
+    Outcome {
+        status,
+        actions,
+        events,
+        requeue_after,
+        new_restarts,
+    }
+}
+/// Time left until `start + seconds`, None when it has passed.
+pub(super) fn remaining(start: Timestamp, seconds: u32, now: Timestamp) -> Option<Duration> {
+    let end = start
+        .checked_add(SignedDuration::from_secs(i64::from(seconds)))
+        .ok()?;
+    let left = now.duration_until(end);
+    if left <= SignedDuration::ZERO {
+        None
+    } else {
+        Duration::try_from(left).ok()
+    }
+}
+pub(super) fn describe(p: &ObservedPod, e: &Exit) -> String {
+    let code = e.code.map_or("without an exit code".to_owned(), |c| {
+        format!("with exit code {c}")
+    });
+    match &e.reason {
+        Some(r) => format!("{} (pod {}) exited {code} ({r})", p.replica(), p.name),
+        None => format!("{} (pod {}) exited {code}", p.replica(), p.name),
+    }
+}

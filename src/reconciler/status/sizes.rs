@@ -1,0 +1,211 @@
+//! Member workloads whose size differs from their role's count (what
+//! `kubectl scale` does, which no webhook sees), with the fix.
+
+use super::*;
+
+/// The condition type reporting member workloads whose size differs from
+/// their role's count (DESIGN §4: `kubectl scale` of a member StatefulSet
+/// never reaches the webhook, which can only refuse the extra pods).
+pub const SIZE_MISMATCH: &str = "MemberSizeMismatch";
+
+/// One sentence per member workload whose size differs from its role's
+/// count, with the fix. A StatefulSet scaled to 0 or a suspended Job is
+/// stopped, not resized (the reconciler itself stops them when the job
+/// finishes); a role the topology lacks is the webhook's to refuse.
+pub fn size_mismatches(topology: &Topology, workloads: &[Workload]) -> Vec<String> {
+    let fix = |what: &str| {
+        format!("{what}, or change dljob.dev/replicas ({topology}) on every member of the job")
+    };
+    let mut out = Vec::new();
+    // Roles split over several sets: their sizes must add up.
+    let mut sets: BTreeMap<&str, u32> = BTreeMap::new();
+    for w in workloads {
+        let (name, role, size, offset, kind) = match w {
+            Workload::StatefulSet {
+                name,
+                role,
+                replicas,
+                offset,
+                ..
+            } => (name, role, *replicas, *offset, "StatefulSet"),
+            Workload::Job {
+                name,
+                role,
+                suspended,
+                completions,
+                parallelism,
+                offset,
+                ..
+            } => {
+                if *suspended {
+                    continue;
+                }
+                // A whole role's Job must have the role's count; a set its
+                // own size, all running at once either way.
+                let want = match offset {
+                    Some(_) => *completions,
+                    None => topology.count(role),
+                };
+                let Some(want) = want else {
+                    if offset.is_none() {
+                        continue; // not a role of the topology
+                    }
+                    out.push(format!(
+                        "Job {name} has no completions: {}",
+                        fix("re-create it with completions")
+                    ));
+                    continue;
+                };
+                if offset.is_none() && *completions != Some(want) {
+                    let has = completions
+                        .map_or("no completions".to_owned(), |n| format!("completions {n}"));
+                    out.push(format!(
+                        "Job {name} has {has} but role {role} has {want}: {}",
+                        fix(&format!("re-create it with completions {want}"))
+                    ));
+                    continue;
+                }
+                if *parallelism < want {
+                    out.push(format!(
+                        "Job {name} has parallelism {parallelism} but role {role} has {want} replicas that must all run at once: {}",
+                        fix(&format!("set its parallelism to {want}"))
+                    ));
+                }
+                if offset.is_none() {
+                    continue; // checked in full above
+                }
+                (name, role, want, *offset, "Job")
+            }
+        };
+        let Some(count) = topology.count(role) else {
+            continue;
+        };
+        match offset {
+            Some(offset) => {
+                let sum = sets.entry(role.as_str()).or_default();
+                *sum = sum.saturating_add(size);
+                if size > 0 && offset.saturating_add(size) > count {
+                    out.push(format!(
+                        "{kind} {name} has {size} from {role} index {offset} but role {role} has {count} (indexes 0 to {}): {}",
+                        count - 1,
+                        fix(&format!("make it at most {}", count.saturating_sub(offset)))
+                    ));
+                }
+            }
+            None if size > 0 && size != count => {
+                out.push(format!(
+                    "StatefulSet {name} has {size} replicas but role {role} has {count}: {}",
+                    fix(&format!(
+                        "scale it back (kubectl scale statefulset {name} --replicas={count})"
+                    ))
+                ));
+            }
+            None => {}
+        }
+    }
+    for (role, covered) in sets {
+        let count = topology.count_or_zero(role);
+        if covered != count && covered > 0 {
+            out.push(format!(
+                "the sets of role {role} have {covered} replicas in all but role {role} has {count}: {}",
+                fix(&format!("resize them to add up to {count}"))
+            ));
+        }
+    }
+    out
+}
+
+/// Sets [`SIZE_MISMATCH`] from the workloads whose size differs from
+/// their role's count; see [`set_problem_condition`].
+pub(super) fn set_size_condition(
+    conditions: &mut Vec<Condition>,
+    mismatches: &[String],
+    now: Timestamp,
+) -> Option<JobEvent> {
+    set_problem_condition(
+        conditions,
+        Problem {
+            type_: SIZE_MISMATCH,
+            reason: "SizeDiffersFromTopology",
+            cleared_reason: "SizesMatchTopology",
+            cleared_message: "every member StatefulSet and Job has its role's size",
+        },
+        mismatches,
+        now,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Worker sets: each within the role's indexes from its offset, and
+    /// all of them adding up to the role's count.
+    #[test]
+    fn worker_sets_are_sized_against_their_role_together() {
+        let t = Topology::parse("master=1,worker=6").unwrap();
+        let set = |name: &str, replicas, offset| Workload::StatefulSet {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            marked: false,
+            role: "worker".into(),
+            replicas,
+            offset: Some(offset),
+        };
+        assert!(size_mismatches(&t, &[set("gpu8", 2, 0), set("gpu4", 4, 2)]).is_empty());
+        assert_eq!(
+            size_mismatches(&t, &[set("gpu8", 2, 0), set("gpu4", 5, 2)]),
+            vec![
+                "StatefulSet gpu4 has 5 from worker index 2 but role worker has 6 (indexes 0 to 5): make it at most 4, or change dljob.dev/replicas (master=1,worker=6) on every member of the job",
+                "the sets of role worker have 7 replicas in all but role worker has 6: resize them to add up to 6, or change dljob.dev/replicas (master=1,worker=6) on every member of the job",
+            ]
+        );
+        assert_eq!(
+            size_mismatches(&t, &[set("gpu8", 2, 0), set("gpu4", 3, 2)]),
+            vec!["the sets of role worker have 5 replicas in all but role worker has 6: resize them to add up to 6, or change dljob.dev/replicas (master=1,worker=6) on every member of the job"]
+        );
+    }
+
+    #[test]
+    fn member_sizes_that_differ_from_their_roles_are_reported_with_the_fix() {
+        let topology = Topology::parse("chief=1,ps=2,worker=4").unwrap();
+        let sts = |name: &str, role: &str, replicas| Workload::StatefulSet {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            marked: false,
+            role: role.into(),
+            replicas,
+            offset: None,
+        };
+        let job = |name: &str, role: &str, suspended, completions, parallelism| Workload::Job {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            marked: false,
+            role: role.into(),
+            suspended,
+            completions,
+            parallelism,
+            offset: None,
+        };
+        let fix = "or change dljob.dev/replicas (chief=1,ps=2,worker=4) on every member of the job";
+        assert_eq!(
+            size_mismatches(
+                &topology,
+                &[
+                    sts("ps", "ps", 3),
+                    sts("stopped", "ps", 0),
+                    sts("other", "evaluator", 7),
+                    job("chief", "chief", false, Some(2), 2),
+                    job("w", "worker", false, Some(4), 2),
+                    job("w-suspended", "worker", true, Some(1), 1),
+                    job("w-ok", "worker", false, Some(4), 4),
+                ]
+            ),
+            [
+                format!("StatefulSet ps has 3 replicas but role ps has 2: scale it back (kubectl scale statefulset ps --replicas=2), {fix}"),
+                format!("Job chief has completions 2 but role chief has 1: re-create it with completions 1, {fix}"),
+                format!("Job w has parallelism 2 but role worker has 4 replicas that must all run at once: set its parallelism to 4, {fix}"),
+            ]
+        );
+    }
+}

@@ -1,0 +1,1247 @@
+//! The status function end to end: observed members in, status and
+//! actions out.
+
+use super::*;
+use crate::frameworks;
+
+fn t(s: i64) -> Timestamp {
+    Timestamp::from_second(1_700_000_000 + s).unwrap()
+}
+
+fn plan(framework: &str, topology: &str) -> JobPlan {
+    JobPlan {
+        framework: frameworks::by_name(framework).unwrap(),
+        topology: Topology::parse(topology).unwrap(),
+        policies: Policies::default(),
+    }
+}
+
+fn exit(code: i32, reason: &str, run: &str) -> Exit {
+    Exit {
+        code: Some(code),
+        reason: Some(reason.to_owned()),
+        run: run.to_owned(),
+    }
+}
+
+/// A pod of `role`/`index`, named `role-index`, whose framework
+/// container is in `state`.
+fn pod(role: &str, index: u32, owner: PodOwner, state: ContainerState) -> ObservedPod {
+    let name = format!("{role}-{index}");
+    ObservedPod {
+        uid: format!("uid-{name}"),
+        role: role.to_owned(),
+        index,
+        owner,
+        restart_policy: match owner {
+            PodOwner::StatefulSet => PodRestart::Always,
+            _ => PodRestart::Never,
+        },
+        phase: match &state {
+            ContainerState::Waiting => "Pending",
+            ContainerState::Running => "Running",
+            ContainerState::Terminated(e) if e.code == Some(0) => "Succeeded",
+            ContainerState::Terminated(_) => "Failed",
+        }
+        .to_owned(),
+        reason: None,
+        deleting: false,
+        gated: false,
+        container: Some(FrameworkContainer {
+            state,
+            last: None,
+            restart_count: 0,
+        }),
+        marked: false,
+        name,
+    }
+}
+
+/// The mark a finished run leaves on pod `name`.
+fn mark(name: &str) -> Action {
+    Action::MarkFinished {
+        kind: MemberKind::Pod,
+        name: name.into(),
+        uid: format!("uid-{name}"),
+    }
+}
+
+/// What the controller does after a SavePod: each pending recreate
+/// gets the PodTemplate it was saved in (`t-<pod>`); returns them, as
+/// the listing then finds them.
+fn save_all(status: &mut DLJobStatus) -> Vec<SavedPod> {
+    status
+        .pending_recreates
+        .iter_mut()
+        .map(|r| {
+            let saved = SavedPod {
+                name: format!("t-{}", r.name),
+                uid: format!("t-uid-{}", r.name),
+            };
+            r.saved = Some(saved.clone());
+            saved
+        })
+        .collect()
+}
+
+fn running(role: &str, index: u32) -> ObservedPod {
+    pod(role, index, PodOwner::None, ContainerState::Running)
+}
+
+fn observed(pods: Vec<ObservedPod>) -> Observed {
+    Observed {
+        pods,
+        ..Observed::default()
+    }
+}
+
+fn counts(pending: u32, active: u32, succeeded: u32, failed: u32, restarts: u32) -> RoleStatus {
+    RoleStatus {
+        pending,
+        active,
+        succeeded,
+        failed,
+        restarts,
+    }
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str, at: Timestamp) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: Time(at),
+        observed_generation: None,
+    }
+}
+
+const CREATED_MSG: &str = "the DLJob was created from its members' annotations";
+
+/// restart-scope Job: one member's retryable exit restarts every member,
+/// counted once, however many exit with it; what the doomed pods do
+/// while they go (a peer exiting 1) does not fail the job; the restart
+/// is over once they are all gone and bare ones were recreated.
+#[test]
+fn a_job_scope_restart_deletes_every_member_and_counts_once() {
+    let mut p = plan("pytorch", "master=1,worker=2");
+    p.policies.restart_scope = RestartScope::Job;
+    let failed = |role: &str, i: u32, code: i32, run: &str| {
+        pod(
+            role,
+            i,
+            PodOwner::None,
+            ContainerState::Terminated(exit(code, "Error", run)),
+        )
+    };
+    let sts_worker = pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running);
+    let running_start = next(
+        &p,
+        &observed(vec![
+            running("master", 0),
+            sts_worker.clone(),
+            running("worker", 1),
+        ]),
+        None,
+        Some(1),
+        t(0),
+    );
+    // worker-1 (a bare pod) is OOM-killed.
+    let out = next(
+        &p,
+        &observed(vec![
+            running("master", 0),
+            sts_worker.clone(),
+            failed("worker", 1, 137, "c1"),
+        ]),
+        Some(&running_start.status),
+        Some(1),
+        t(10),
+    );
+    assert_eq!(out.status.phase, Phase::Restarting);
+    assert_eq!(out.status.restarts, 1);
+    assert_eq!(out.new_restarts, 1);
+    // Every member goes; a bare pod's manifest is saved first.
+    let act = |a: &Action| match a {
+        Action::SavePod { name, .. } => format!("save {name}"),
+        Action::DeletePod { name, .. } => format!("delete {name}"),
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(
+        out.actions.iter().map(act).collect::<Vec<_>>(),
+        [
+            "save master-0",
+            "delete master-0",
+            "delete worker-0",
+            "save worker-1",
+            "delete worker-1"
+        ]
+    );
+    let cause = "worker-1 (pod worker-1) exited with exit code 137 (Error)";
+    assert_eq!(
+        out.status.job_restart,
+        Some(JobRestart {
+            cause: cause.into(),
+            uids: vec![
+                "uid-master-0".into(),
+                "uid-worker-0".into(),
+                "uid-worker-1".into()
+            ],
+        })
+    );
+    // Both bare pods will be recreated from their spec.
+    let recreated: Vec<&str> = out
+        .status
+        .pending_recreates
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(recreated, ["master-0", "worker-1"]);
+    assert_eq!(out.events.len(), 1);
+    assert_eq!(
+        out.events[0].note,
+        format!("restarting every member (restart scope Job) after {cause}: 1 of 3 restarts used")
+    );
+    // Seen in one reconcile, the worker's 137 and the master's 1 (its
+    // peer died) restart the job rather than fail it.
+    let together = next(
+        &p,
+        &observed(vec![
+            failed("master", 0, 1, "c9"),
+            sts_worker.clone(),
+            failed("worker", 1, 137, "c1"),
+        ]),
+        Some(&running_start.status),
+        Some(1),
+        t(10),
+    );
+    assert_eq!(together.status.phase, Phase::Restarting);
+    assert_eq!(together.status.restarts, 1);
+    // Next reconcile: the master exited 1 as its peer died, the
+    // StatefulSet pod is terminating. Nothing more is counted or failed.
+    let mut terminating = sts_worker.clone();
+    terminating.deleting = true;
+    let again = next(
+        &p,
+        &observed(vec![
+            failed("master", 0, 1, "c2"),
+            terminating,
+            failed("worker", 1, 137, "c1"),
+        ]),
+        Some(&out.status),
+        Some(1),
+        t(12),
+    );
+    assert_eq!(again.status.phase, Phase::Restarting);
+    assert_eq!(again.status.restarts, 1);
+    assert_eq!(again.new_restarts, 0);
+    assert!(again.events.is_empty());
+    // All gone: the bare pods are created again from their saved
+    // manifests, the restart is over.
+    let mut recorded = again.status.clone();
+    let saved = Observed {
+        saved: save_all(&mut recorded),
+        ..observed(vec![])
+    };
+    let gone = next(&p, &saved, Some(&recorded), Some(1), t(15));
+    assert_eq!(gone.status.job_restart, None);
+    let created: Vec<&str> = gone
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreatePod { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created, ["master-0", "worker-1"]);
+    assert_eq!(gone.status.restarts, 1);
+}
+
+/// mpi: the launcher's scheduling gate stays while a worker does not
+/// run, and the condition says so; once both run it is removed, once.
+#[test]
+fn the_launcher_is_released_when_every_worker_runs() {
+    let p = plan("mpi", "launcher=1,worker=2");
+    let gated_launcher = || ObservedPod {
+        gated: true,
+        ..pod("launcher", 0, PodOwner::None, ContainerState::Waiting)
+    };
+    let waiting = next(
+        &p,
+        &observed(vec![
+            gated_launcher(),
+            running("worker", 0),
+            pod("worker", 1, PodOwner::StatefulSet, ContainerState::Waiting),
+        ]),
+        None,
+        Some(1),
+        t(0),
+    );
+    assert!(waiting.actions.is_empty(), "{:?}", waiting.actions);
+    let gate = |out: &Outcome| {
+        out.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == LAUNCHER_GATED)
+            .cloned()
+    };
+    assert_eq!(
+        gate(&waiting),
+        Some(condition(
+            LAUNCHER_GATED,
+            "True",
+            "WaitingForWorkers",
+            "launcher-0 waits (scheduling gate dljob.dev/workers-ready) until every other member runs: 1 of 2 run",
+            t(0)
+        ))
+    );
+    let released = next(
+        &p,
+        &observed(vec![
+            gated_launcher(),
+            running("worker", 0),
+            running("worker", 1),
+        ]),
+        Some(&waiting.status),
+        Some(1),
+        t(5),
+    );
+    assert_eq!(
+        released.actions,
+        vec![Action::RemoveSchedulingGate {
+            name: "launcher-0".into(),
+            uid: "uid-launcher-0".into()
+        }]
+    );
+    assert_eq!(
+        gate(&released),
+        Some(condition(
+            LAUNCHER_GATED,
+            "False",
+            "WorkersRunning",
+            "all 2 other members run: the launcher's scheduling gate dljob.dev/workers-ready is removed",
+            t(5)
+        ))
+    );
+    // The gate is gone: nothing more to do, the condition stays.
+    let started = next(
+        &p,
+        &observed(vec![
+            running("launcher", 0),
+            running("worker", 0),
+            running("worker", 1),
+        ]),
+        Some(&released.status),
+        Some(1),
+        t(9),
+    );
+    assert!(started.actions.is_empty(), "{:?}", started.actions);
+    assert_eq!(gate(&started).unwrap().last_transition_time, Time(t(5)));
+    // A job that fails while its launcher still waits says so.
+    let failed = next(
+        &p,
+        &observed(vec![
+            gated_launcher(),
+            running("worker", 0),
+            pod(
+                "worker",
+                1,
+                PodOwner::None,
+                ContainerState::Terminated(exit(1, "Error", "c1")),
+            ),
+        ]),
+        Some(&waiting.status),
+        Some(1),
+        t(7),
+    );
+    assert_eq!(failed.status.phase, Phase::Failed);
+    assert_eq!(
+        gate(&failed).map(|c| (c.status, c.reason)),
+        Some(("False".to_owned(), "JobFinished".to_owned()))
+    );
+    // Frameworks without a gated role never get the condition.
+    let py = next(
+        &plan("pytorch", "master=1,worker=1"),
+        &observed(vec![running("master", 0), running("worker", 0)]),
+        None,
+        Some(1),
+        t(0),
+    );
+    assert_eq!(gate(&py), None);
+}
+
+#[test]
+fn first_sight_with_pods_starting_is_pending() {
+    let p = plan("pytorch", "master=1,worker=2");
+    let obs = observed(vec![
+        running("master", 0),
+        pod("worker", 0, PodOwner::None, ContainerState::Waiting),
+    ]);
+    let out = next(&p, &obs, None, Some(1), t(0));
+    assert_eq!(
+        out.status,
+        DLJobStatus {
+            phase: Phase::Pending,
+            conditions: vec![condition("Created", "True", "Created", CREATED_MSG, t(0))],
+            replicas: BTreeMap::from([
+                ("master".into(), counts(0, 1, 0, 0, 0)),
+                ("worker".into(), counts(1, 0, 0, 0, 0)),
+            ]),
+            active: "1/3".into(),
+            restarts: 0,
+            coordinator: Some(CoordinatorStatus {
+                replica: "master-0".into(),
+                pod: Some("master-0".into()),
+                exit_code: None,
+                reason: None,
+            }),
+            start_time: Some(Time(t(0))),
+            completion_time: None,
+            observed_generation: Some(1),
+            counted_exits: BTreeMap::new(),
+            pending_recreates: vec![],
+            ssh_secret: None,
+            job_restart: None,
+        }
+    );
+    assert_eq!(out.actions, vec![]);
+    assert_eq!(
+        out.events,
+        vec![JobEvent {
+            warning: false,
+            reason: "Pending".into(),
+            note: "1 of 3 replicas running".into()
+        }]
+    );
+}
+
+#[test]
+fn all_replicas_running_is_running_and_a_second_pass_changes_nothing() {
+    let p = plan("pytorch", "master=1,worker=2");
+    let obs = observed(vec![
+        running("master", 0),
+        running("worker", 0),
+        running("worker", 1),
+    ]);
+    let first = next(&p, &obs, None, Some(1), t(0));
+    assert_eq!(first.status.phase, Phase::Running);
+    assert_eq!(
+        first.status.conditions,
+        vec![
+            condition("Created", "True", "Created", CREATED_MSG, t(0)),
+            condition("Running", "True", "Running", "all 3 replicas started", t(0)),
+        ]
+    );
+    assert_eq!(first.status.active, "3/3");
+    let second = next(&p, &obs, Some(&first.status), Some(1), t(30));
+    assert_eq!(second.status, first.status);
+    assert_eq!(second.actions, vec![]);
+    assert_eq!(second.events, vec![]);
+    assert_eq!(second.requeue_after, None);
+}
+
+#[test]
+fn coordinator_exit_0_succeeds_and_stops_running_bare_pods() {
+    let p = plan("pytorch", "master=1,worker=2");
+    let obs = observed(vec![
+        pod(
+            "master",
+            0,
+            PodOwner::None,
+            ContainerState::Terminated(exit(0, "Completed", "c1")),
+        ),
+        pod(
+            "worker",
+            0,
+            PodOwner::None,
+            ContainerState::Terminated(exit(0, "Completed", "c2")),
+        ),
+        running("worker", 1),
+    ]);
+    let prev = next(
+        &p,
+        &observed(vec![
+            running("master", 0),
+            running("worker", 0),
+            running("worker", 1),
+        ]),
+        None,
+        Some(1),
+        t(0),
+    )
+    .status;
+    let out = next(&p, &obs, Some(&prev), Some(1), t(100));
+    let s = &out.status;
+    assert_eq!(s.phase, Phase::Succeeded);
+    assert_eq!(s.completion_time, Some(Time(t(100))));
+    assert_eq!(
+        s.coordinator,
+        Some(CoordinatorStatus {
+            replica: "master-0".into(),
+            pod: Some("master-0".into()),
+            exit_code: Some(0),
+            reason: Some("Completed".into()),
+        })
+    );
+    let msg = "master-0 (pod master-0) exited with exit code 0 (Completed)";
+    assert_eq!(
+        s.conditions,
+        vec![
+            condition("Created", "True", "Created", CREATED_MSG, t(0)),
+            condition("Running", "False", "Succeeded", msg, t(100)),
+            condition("Succeeded", "True", "CoordinatorSucceeded", msg, t(100)),
+        ]
+    );
+    assert_eq!(s.replicas["worker"], counts(0, 1, 1, 0, 0));
+    // clean-pod-policy Running: only the bare pod that still runs; the
+    // finished ones stay, marked as this run's.
+    assert_eq!(
+        out.actions,
+        vec![
+            Action::DeletePod {
+                name: "worker-1".into(),
+                uid: "uid-worker-1".into()
+            },
+            mark("master-0"),
+            mark("worker-0"),
+        ]
+    );
+    assert_eq!(
+        out.events,
+        vec![JobEvent {
+            warning: false,
+            reason: "CoordinatorSucceeded".into(),
+            note: msg.into()
+        }]
+    );
+    // Finished is final: a later pass keeps the status as it is.
+    let again = next(&p, &obs, Some(s), Some(1), t(200));
+    assert_eq!(&again.status, s);
+    assert_eq!(again.events, vec![]);
+}
+
+#[test]
+fn non_coordinator_exit_0_is_only_counted() {
+    let p = plan("pytorch", "master=1,worker=2");
+    let obs = observed(vec![
+        running("master", 0),
+        pod(
+            "worker",
+            0,
+            PodOwner::None,
+            ContainerState::Terminated(exit(0, "Completed", "c")),
+        ),
+        running("worker", 1),
+    ]);
+    let out = next(&p, &obs, None, None, t(0));
+    assert_eq!(out.status.phase, Phase::Pending);
+    assert_eq!(out.status.replicas["worker"], counts(0, 1, 1, 0, 0));
+    assert_eq!(out.actions, vec![]);
+}
+
+#[test]
+fn permanent_exit_of_any_member_fails_the_job() {
+    let p = plan("tensorflow", "chief=1,ps=1,worker=1");
+    let obs = observed(vec![
+        running("chief", 0),
+        running("ps", 0),
+        pod(
+            "worker",
+            0,
+            PodOwner::None,
+            ContainerState::Terminated(exit(1, "Error", "c")),
+        ),
+    ]);
+    let out = next(&p, &obs, None, None, t(5));
+    assert_eq!(out.status.phase, Phase::Failed);
+    assert_eq!(out.status.completion_time, Some(Time(t(5))));
+    let msg = "worker-0 (pod worker-0) exited with exit code 1 (Error)";
+    assert_eq!(
+        out.status.conditions.last(),
+        Some(&condition("Failed", "True", "ExitCode", msg, t(5)))
+    );
+    assert_eq!(out.status.restarts, 0);
+    // The parameter server never exits on its own: it is stopped. The
+    // failed worker stays, marked as this run's.
+    assert_eq!(
+        out.actions,
+        vec![
+            Action::DeletePod {
+                name: "chief-0".into(),
+                uid: "uid-chief-0".into()
+            },
+            Action::DeletePod {
+                name: "ps-0".into(),
+                uid: "uid-ps-0".into()
+            },
+            mark("worker-0"),
+        ]
+    );
+    assert!(out.events[0].warning);
+}
+
+#[test]
+fn retryable_exit_of_a_bare_pod_deletes_counts_and_recreates_it_once() {
+    let p = plan("pytorch", "master=1,worker=1");
+    let failed = pod(
+        "worker",
+        0,
+        PodOwner::None,
+        ContainerState::Terminated(exit(137, "OOMKilled", "c1")),
+    );
+    let obs = observed(vec![running("master", 0), failed.clone()]);
+    let out = next(&p, &obs, None, None, t(0));
+    let s = &out.status;
+    assert_eq!(s.phase, Phase::Restarting);
+    assert_eq!(s.restarts, 1);
+    assert_eq!(s.replicas["worker"], counts(0, 0, 0, 1, 1));
+    assert_eq!(
+        s.counted_exits,
+        BTreeMap::from([("worker-0".into(), "uid-worker-0/c1".into())])
+    );
+    assert_eq!(
+        s.pending_recreates,
+        vec![PendingRecreate {
+            name: "worker-0".into(),
+            uid: "uid-worker-0".into(),
+            saved: None,
+        }]
+    );
+    // Its manifest is saved (outside the status), then it is deleted.
+    let save = Action::SavePod {
+        name: "worker-0".into(),
+        uid: "uid-worker-0".into(),
+    };
+    let delete = Action::DeletePod {
+        name: "worker-0".into(),
+        uid: "uid-worker-0".into(),
+    };
+    assert_eq!(out.actions, vec![save.clone(), delete.clone()]);
+    assert_eq!(out.new_restarts, 1);
+    assert_eq!(
+        s.conditions.last(),
+        Some(&condition(
+            "Restarting",
+            "True",
+            "Restarting",
+            "retrying after a retryable exit: 1 of 3 restarts used",
+            t(0)
+        ))
+    );
+
+    // The same observation again (the save failed): no second count,
+    // the save and the delete are repeated.
+    let again = next(&p, &obs, Some(s), None, t(1));
+    assert_eq!(&again.status, s);
+    assert_eq!(again.actions, vec![save, delete.clone()]);
+    assert_eq!(again.new_restarts, 0);
+    // Saved and recorded (the controller), the delete lost: only the
+    // delete is repeated.
+    let mut recorded = s.clone();
+    let templates = save_all(&mut recorded);
+    let again = next(&p, &obs, Some(&recorded), None, t(1));
+    assert_eq!(again.actions, vec![delete]);
+    let s = &recorded;
+
+    // Terminating: wait, create nothing.
+    let mut terminating = failed.clone();
+    terminating.deleting = true;
+    let out = next(
+        &p,
+        &observed(vec![running("master", 0), terminating]),
+        Some(s),
+        None,
+        t(2),
+    );
+    assert_eq!(out.actions, vec![]);
+    assert_eq!(out.status.restarts, 1);
+
+    // Gone: recreate it from its saved spec, the PodTemplate the status
+    // names (one the listing does not find is not used).
+    let saved = Observed {
+        saved: templates.clone(),
+        ..observed(vec![running("master", 0)])
+    };
+    let pending = out.status.clone();
+    let out = next(&p, &saved, Some(&pending), None, t(3));
+    assert_eq!(
+        out.actions,
+        vec![Action::CreatePod {
+            name: "worker-0".into(),
+            saved: templates[0].clone(),
+        }]
+    );
+    assert_eq!(out.status.phase, Phase::Restarting);
+    assert!(out.events.is_empty());
+
+    // Had its saved manifest gone (deleted by hand), it could not be:
+    // given up and said, and the job runs on without it.
+    let lost = next(
+        &p,
+        &observed(vec![running("master", 0)]),
+        Some(&pending),
+        None,
+        t(3),
+    );
+    assert_eq!(lost.actions, vec![]);
+    assert_eq!(lost.status.pending_recreates, vec![]);
+    assert_eq!(
+        lost.events,
+        vec![JobEvent {
+            warning: true,
+            reason: "RecreateLost".into(),
+            note: "bare pod(s) worker-0 cannot be recreated: the manifest dljob saved to recreate them from (a PodTemplate owned by this DLJob) is gone; create them again from your manifests".into(),
+        }]
+    );
+
+    // Back with a new uid: nothing pending, Running again, and the
+    // saved manifest goes.
+    let mut back = running("worker", 0);
+    back.uid = "uid-2".into();
+    let out = next(
+        &p,
+        &Observed {
+            saved: templates.clone(),
+            ..observed(vec![running("master", 0), back])
+        },
+        Some(&out.status),
+        None,
+        t(4),
+    );
+    assert_eq!(
+        out.actions,
+        vec![Action::DeleteSaved {
+            saved: templates[0].clone()
+        }]
+    );
+    assert_eq!(out.status.pending_recreates, vec![]);
+    assert_eq!(out.status.counted_exits, BTreeMap::new());
+    assert_eq!(out.status.phase, Phase::Running);
+    assert_eq!(out.status.restarts, 1);
+    assert_eq!(
+        out.status.conditions[1..],
+        [
+            condition("Running", "True", "Running", "all 2 replicas started", t(4)),
+            condition(
+                "Restarting",
+                "False",
+                "Running",
+                "all 2 replicas started",
+                t(4)
+            ),
+        ]
+    );
+}
+
+#[test]
+fn exit_in_last_state_after_a_kubelet_restart_counts_once_without_delete() {
+    let p = plan("jax", "worker=2");
+    let mut w1 = pod("worker", 1, PodOwner::StatefulSet, ContainerState::Running);
+    w1.container.as_mut().unwrap().last = Some(exit(143, "Error", "c1"));
+    w1.container.as_mut().unwrap().restart_count = 1;
+    let obs = Observed {
+        saved: vec![],
+        pods: vec![
+            pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running),
+            w1,
+        ],
+        workloads: vec![Workload::StatefulSet {
+            name: "w".into(),
+            uid: format!("uid-{}", "w"),
+            marked: false,
+            role: "worker".into(),
+            replicas: 2,
+            offset: None,
+        }],
+    };
+    let out = next(&p, &obs, None, None, t(0));
+    assert_eq!(out.status.phase, Phase::Restarting);
+    assert_eq!(out.status.replicas["worker"], counts(0, 2, 0, 0, 1));
+    assert_eq!(out.actions, vec![]);
+    let again = next(&p, &obs, Some(&out.status), None, t(1));
+    assert_eq!(again.status.restarts, 1);
+    assert_eq!(again.status.phase, Phase::Running);
+}
+
+#[test]
+fn coordinator_exit_0_in_last_state_of_a_statefulset_pod_succeeds_and_scales_down() {
+    let p = plan("jax", "worker=2");
+    let mut w0 = pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running);
+    w0.container.as_mut().unwrap().last = Some(exit(0, "Completed", "c1"));
+    let obs = Observed {
+        saved: vec![],
+        pods: vec![
+            w0,
+            pod("worker", 1, PodOwner::StatefulSet, ContainerState::Running),
+        ],
+        workloads: vec![Workload::StatefulSet {
+            name: "train".into(),
+            uid: format!("uid-{}", "train"),
+            marked: false,
+            role: "worker".into(),
+            replicas: 2,
+            offset: None,
+        }],
+    };
+    let out = next(&p, &obs, None, None, t(0));
+    assert_eq!(out.status.phase, Phase::Succeeded);
+    assert_eq!(
+        out.status.coordinator.as_ref().unwrap().pod.as_deref(),
+        Some("worker-0")
+    );
+    assert_eq!(
+        out.actions,
+        vec![Action::ScaleStatefulSetToZero {
+            name: "train".into(),
+            uid: format!("uid-{}", "train"),
+            from: 2
+        }]
+    );
+    // Scaled: nothing more to do.
+    let obs = Observed {
+        saved: vec![],
+        pods: vec![],
+        workloads: vec![Workload::StatefulSet {
+            name: "train".into(),
+            uid: format!("uid-{}", "train"),
+            marked: false,
+            role: "worker".into(),
+            replicas: 0,
+            offset: None,
+        }],
+    };
+    assert_eq!(
+        next(&p, &obs, Some(&out.status), None, t(1)).actions,
+        vec![]
+    );
+}
+
+#[test]
+fn on_failure_pods_are_restarted_by_the_kubelet_never_pods_are_deleted() {
+    let p = plan("pytorch", "master=1,worker=1");
+    for (policy, deleted) in [(PodRestart::OnFailure, false), (PodRestart::Never, true)] {
+        let mut w = pod(
+            "worker",
+            0,
+            PodOwner::Job,
+            ContainerState::Terminated(exit(137, "OOMKilled", "c")),
+        );
+        w.restart_policy = policy;
+        w.phase = "Running".into();
+        let out = next(
+            &p,
+            &observed(vec![running("master", 0), w]),
+            None,
+            None,
+            t(0),
+        );
+        assert_eq!(out.status.restarts, 1, "{policy:?}");
+        assert_eq!(out.status.phase, Phase::Restarting, "{policy:?}");
+        let expected = if deleted {
+            vec![Action::DeletePod {
+                name: "worker-0".into(),
+                uid: "uid-worker-0".into(),
+            }]
+        } else {
+            vec![]
+        };
+        assert_eq!(out.actions, expected, "{policy:?}");
+        // An owned pod is recreated by its owner, not from a manifest.
+        assert_eq!(out.status.pending_recreates, vec![]);
+    }
+}
+
+#[test]
+fn restarts_beyond_the_backoff_limit_fail_the_job() {
+    let mut p = plan("pytorch", "master=1,worker=1");
+    p.policies.backoff_limit = 1;
+    let first = pod(
+        "worker",
+        0,
+        PodOwner::Job,
+        ContainerState::Terminated(exit(137, "OOMKilled", "c1")),
+    );
+    let out = next(
+        &p,
+        &observed(vec![running("master", 0), first]),
+        None,
+        None,
+        t(0),
+    );
+    assert_eq!(out.status.restarts, 1);
+    assert_eq!(out.status.phase, Phase::Restarting);
+    let mut second = pod(
+        "worker",
+        0,
+        PodOwner::Job,
+        ContainerState::Terminated(exit(137, "OOMKilled", "c2")),
+    );
+    second.uid = "uid-2".into();
+    let out = next(
+        &p,
+        &observed(vec![running("master", 0), second]),
+        Some(&out.status),
+        None,
+        t(10),
+    );
+    assert_eq!(out.status.phase, Phase::Failed);
+    assert_eq!(out.status.restarts, 1);
+    assert_eq!(
+        out.status.conditions.last(),
+        Some(&condition(
+            "Failed",
+            "True",
+            "BackoffLimitExceeded",
+            "worker-0 (pod worker-0) exited with exit code 137 (OOMKilled); the backoff limit of 1 restarts is reached",
+            t(10)
+        ))
+    );
+    // Running: the bare master still runs and is stopped; the worker
+    // that exited stays, marked.
+    assert_eq!(
+        out.actions,
+        vec![
+            Action::DeletePod {
+                name: "master-0".into(),
+                uid: "uid-master-0".into()
+            },
+            Action::MarkFinished {
+                kind: MemberKind::Pod,
+                name: "worker-0".into(),
+                uid: "uid-2".into()
+            }
+        ]
+    );
+}
+
+#[test]
+fn restart_policy_never_fails_on_a_retryable_exit() {
+    let mut p = plan("pytorch", "master=1");
+    p.policies.restart = RestartPolicy::Never;
+    let m = pod(
+        "master",
+        0,
+        PodOwner::None,
+        ContainerState::Terminated(exit(137, "OOMKilled", "c")),
+    );
+    let out = next(&p, &observed(vec![m]), None, None, t(0));
+    assert_eq!(out.status.phase, Phase::Failed);
+    assert_eq!(
+        out.status.conditions.last().unwrap().reason,
+        "RestartPolicyNever"
+    );
+    assert_eq!(out.actions, vec![mark("master-0")]);
+}
+
+#[test]
+fn active_deadline_fails_the_job_and_requeues_until_then() {
+    let mut p = plan("pytorch", "master=1");
+    p.policies.active_deadline_seconds = Some(60);
+    let obs = observed(vec![running("master", 0)]);
+    let out = next(&p, &obs, None, None, t(0));
+    assert_eq!(out.status.phase, Phase::Running);
+    assert_eq!(out.requeue_after, Some(Duration::from_secs(60)));
+    let out = next(&p, &obs, Some(&out.status), None, t(45));
+    assert_eq!(out.requeue_after, Some(Duration::from_secs(15)));
+    let out = next(&p, &obs, Some(&out.status), None, t(60));
+    assert_eq!(out.status.phase, Phase::Failed);
+    assert_eq!(
+        out.status.conditions.last(),
+        Some(&condition(
+            "Failed",
+            "True",
+            "DeadlineExceeded",
+            "the job ran longer than its active deadline of 60s",
+            t(60)
+        ))
+    );
+    assert_eq!(
+        out.actions,
+        vec![Action::DeletePod {
+            name: "master-0".into(),
+            uid: "uid-master-0".into()
+        }]
+    );
+}
+
+#[test]
+fn coordinator_missing_or_not_started_keeps_the_job_pending() {
+    let p = plan("mxnet", "scheduler=1,server=1,worker=1");
+    let out = next(
+        &p,
+        &observed(vec![running("server", 0), running("worker", 0)]),
+        None,
+        None,
+        t(0),
+    );
+    assert_eq!(out.status.phase, Phase::Pending);
+    assert_eq!(
+        out.status.coordinator,
+        Some(CoordinatorStatus {
+            replica: "scheduler-0".into(),
+            pod: None,
+            exit_code: None,
+            reason: None
+        })
+    );
+    let mut creating = pod("scheduler", 0, PodOwner::None, ContainerState::Waiting);
+    creating.container = None; // no container status yet
+    let out = next(
+        &p,
+        &observed(vec![creating, running("server", 0), running("worker", 0)]),
+        None,
+        None,
+        t(0),
+    );
+    assert_eq!(out.status.phase, Phase::Pending);
+    assert_eq!(out.status.replicas["scheduler"], counts(1, 0, 0, 0, 0));
+    assert_eq!(
+        out.status.coordinator.unwrap().pod.as_deref(),
+        Some("scheduler-0")
+    );
+}
+
+#[test]
+fn statefulset_ordinals_are_counted_per_role_and_jobs_are_suspended() {
+    let p = plan("tensorflow", "chief=1,ps=2,worker=2");
+    let obs = Observed {
+        saved: vec![],
+        pods: vec![
+            pod(
+                "chief",
+                0,
+                PodOwner::Job,
+                ContainerState::Terminated(exit(0, "Completed", "c")),
+            ),
+            pod("ps", 0, PodOwner::StatefulSet, ContainerState::Running),
+            pod("ps", 1, PodOwner::StatefulSet, ContainerState::Running),
+            pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running),
+            pod("worker", 1, PodOwner::StatefulSet, ContainerState::Waiting),
+        ],
+        workloads: vec![
+            Workload::Job {
+                name: "chief".into(),
+                uid: format!("uid-{}", "chief"),
+                marked: false,
+                role: "chief".into(),
+                suspended: false,
+                completions: Some(1),
+                parallelism: 1,
+                offset: None,
+            },
+            Workload::StatefulSet {
+                name: "ps".into(),
+                uid: format!("uid-{}", "ps"),
+                marked: false,
+                role: "ps".into(),
+                replicas: 2,
+                offset: None,
+            },
+            Workload::StatefulSet {
+                name: "worker".into(),
+                uid: format!("uid-{}", "worker"),
+                marked: false,
+                role: "worker".into(),
+                replicas: 2,
+                offset: None,
+            },
+        ],
+    };
+    let out = next(&p, &obs, None, None, t(0));
+    assert_eq!(out.status.phase, Phase::Succeeded);
+    assert_eq!(
+        out.status.replicas,
+        BTreeMap::from([
+            ("chief".into(), counts(0, 0, 1, 0, 0)),
+            ("ps".into(), counts(0, 2, 0, 0, 0)),
+            ("worker".into(), counts(1, 1, 0, 0, 0)),
+        ])
+    );
+    assert_eq!(out.status.active, "3/5");
+    assert_eq!(
+        out.actions,
+        vec![
+            Action::SuspendJob {
+                name: "chief".into(),
+                uid: format!("uid-{}", "chief"),
+            },
+            Action::ScaleStatefulSetToZero {
+                name: "ps".into(),
+                uid: format!("uid-{}", "ps"),
+                from: 2
+            },
+            Action::ScaleStatefulSetToZero {
+                name: "worker".into(),
+                uid: format!("uid-{}", "worker"),
+                from: 2
+            },
+            // The chief's finished pod stays (its Job is suspended);
+            // the sets' pods go with them.
+            mark("chief-0"),
+        ]
+    );
+}
+
+#[test]
+fn clean_pod_policy_all_removes_finished_pods_and_none_leaves_everything() {
+    let mut p = plan("pytorch", "master=1,worker=1");
+    let obs = observed(vec![
+        pod(
+            "master",
+            0,
+            PodOwner::None,
+            ContainerState::Terminated(exit(0, "Completed", "c")),
+        ),
+        running("worker", 0),
+    ]);
+    p.policies.clean_pod = CleanPodPolicy::All;
+    assert_eq!(
+        next(&p, &obs, None, None, t(0)).actions,
+        vec![
+            Action::DeletePod {
+                name: "master-0".into(),
+                uid: "uid-master-0".into()
+            },
+            Action::DeletePod {
+                name: "worker-0".into(),
+                uid: "uid-worker-0".into()
+            },
+        ]
+    );
+    // None leaves everything running, each pod marked as this run's
+    // (a DLJob made for the job later leaves them out), once.
+    p.policies.clean_pod = CleanPodPolicy::None;
+    let done = next(&p, &obs, None, None, t(0));
+    assert_eq!(done.actions, vec![mark("master-0"), mark("worker-0")]);
+    let mut marked = obs.clone();
+    marked.pods.iter_mut().for_each(|p| p.marked = true);
+    assert_eq!(
+        next(&p, &marked, Some(&done.status), None, t(1)).actions,
+        vec![]
+    );
+}
+
+/// What a `None` policy leaves running of the run's workloads is marked
+/// too; a workload stopped is not (started again, it makes a new run).
+#[test]
+fn a_finished_run_marks_the_workloads_it_leaves_running() {
+    let mut p = plan("tensorflow", "chief=1,ps=1");
+    p.policies.clean_pod = CleanPodPolicy::None;
+    let sts = |name: &str, replicas| Workload::StatefulSet {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        marked: false,
+        role: "ps".into(),
+        replicas,
+        offset: None,
+    };
+    let obs = Observed {
+        pods: vec![
+            pod(
+                "chief",
+                0,
+                PodOwner::None,
+                ContainerState::Terminated(exit(0, "Completed", "c")),
+            ),
+            pod("ps", 0, PodOwner::StatefulSet, ContainerState::Running),
+        ],
+        workloads: vec![sts("ps", 1), sts("old-ps", 0)],
+        saved: vec![],
+    };
+    let out = next(&p, &obs, None, None, t(0));
+    assert_eq!(out.status.phase, Phase::Succeeded);
+    assert_eq!(
+        out.actions,
+        vec![
+            mark("chief-0"),
+            mark("ps-0"),
+            Action::MarkFinished {
+                kind: MemberKind::StatefulSet,
+                name: "ps".into(),
+                uid: "uid-ps".into()
+            },
+        ]
+    );
+    // Under Running the set is scaled to 0 instead, its pod goes with
+    // it, and only the chief stays, marked.
+    p.policies.clean_pod = CleanPodPolicy::Running;
+    assert_eq!(
+        next(&p, &obs, None, None, t(0)).actions,
+        vec![
+            Action::ScaleStatefulSetToZero {
+                name: "ps".into(),
+                uid: "uid-ps".into(),
+                from: 1
+            },
+            mark("chief-0"),
+        ]
+    );
+}
+
+#[test]
+fn ttl_after_finished_deletes_the_dljob() {
+    let mut p = plan("pytorch", "master=1");
+    p.policies.ttl_seconds_after_finished = Some(100);
+    let obs = observed(vec![pod(
+        "master",
+        0,
+        PodOwner::None,
+        ContainerState::Terminated(exit(0, "Completed", "c")),
+    )]);
+    let done = next(&p, &obs, None, None, t(0));
+    assert_eq!(done.requeue_after, Some(Duration::from_secs(100)));
+    assert_eq!(done.actions, vec![mark("master-0")]);
+    let mut marked = obs.clone();
+    marked.pods[0].marked = true;
+    let later = next(&p, &marked, Some(&done.status), None, t(100));
+    assert_eq!(later.actions, vec![Action::DeleteDLJob]);
+}
+
+#[test]
+fn exit_code_classes() {
+    use ExitClass::*;
+    for (code, policy, class) in [
+        (Some(0), RestartPolicy::ExitCode, Success),
+        (Some(1), RestartPolicy::ExitCode, Permanent),
+        (Some(127), RestartPolicy::ExitCode, Permanent),
+        (Some(128), RestartPolicy::ExitCode, Retryable),
+        (Some(137), RestartPolicy::ExitCode, Retryable),
+        (Some(255), RestartPolicy::ExitCode, Retryable),
+        (None, RestartPolicy::ExitCode, Retryable),
+        (Some(137), RestartPolicy::Never, Permanent),
+        (Some(0), RestartPolicy::Never, Success),
+    ] {
+        assert_eq!(classify(code, policy), class, "{code:?} {policy:?}");
+    }
+}
+
+#[test]
+fn evicted_pod_without_exit_is_retryable() {
+    let p = plan("pytorch", "master=1,worker=1");
+    let mut w = running("worker", 0);
+    w.container = None;
+    w.phase = "Failed".into();
+    w.reason = Some("Evicted".into());
+    let out = next(
+        &p,
+        &observed(vec![running("master", 0), w]),
+        None,
+        None,
+        t(0),
+    );
+    assert_eq!(out.status.phase, Phase::Restarting);
+    assert_eq!(out.status.counted_exits["worker-0"], "uid-worker-0/pod");
+    assert_eq!(
+        out.actions,
+        vec![
+            Action::SavePod {
+                name: "worker-0".into(),
+                uid: "uid-worker-0".into()
+            },
+            Action::DeletePod {
+                name: "worker-0".into(),
+                uid: "uid-worker-0".into()
+            }
+        ]
+    );
+}
