@@ -70,3 +70,23 @@ pub(super) fn release_gated(
         );
     }
 }
+
+/// A job that finished before its launcher started says so in the
+/// condition.
+pub(super) fn gate_finished(conditions: &mut Vec<Condition>, now: Timestamp) {
+    if conditions
+        .iter()
+        .any(|c| c.type_ == LAUNCHER_GATED && c.status == "True")
+    {
+        set_condition(
+            conditions,
+            now,
+            [
+                LAUNCHER_GATED,
+                "False",
+                "JobFinished",
+                "the job finished before its launcher started",
+            ],
+        );
+    }
+}

@@ -40,8 +40,8 @@ pub use self::conditions::{
 };
 use self::decide::{decide, Members};
 use self::finish::{clean_up, mark_finished};
-use self::gate::release_gated;
 pub use self::gate::LAUNCHER_GATED;
+use self::gate::{gate_finished, release_gated};
 use self::sizes::set_size_condition;
 pub use self::sizes::{size_mismatches, SIZE_MISMATCH};
 
@@ -306,51 +306,8 @@ pub fn next(
     }
     let mut pods: Vec<&ObservedPod> = observed.pods.iter().filter(|p| !p.deleting).collect();
     pods.sort_by(|a, b| a.name.cmp(&b.name));
-
-    // Counts per role, every role of the topology listed.
-    let mut roles: BTreeMap<String, RoleStatus> = plan
-        .topology
-        .roles()
-        .map(|(r, _)| {
-            let restarts = prev.replicas.get(r).map_or(0, |s| s.restarts);
-            (
-                r.to_owned(),
-                RoleStatus {
-                    restarts,
-                    ..RoleStatus::default()
-                },
-            )
-        })
-        .collect();
-    for p in &pods {
-        let Some(counts) = roles.get_mut(&p.role) else {
-            continue;
-        };
-        let exit = p.exit();
-        match (&p.container, exit) {
-            (Some(c), _) if c.state == ContainerState::Running => counts.active += 1,
-            (_, Some(e)) if e.code == Some(0) => counts.succeeded += 1,
-            (_, Some(_)) => counts.failed += 1,
-            (_, None) => counts.pending += 1,
-        }
-    }
-
-    // The coordinator.
-    let coordinator_replica = plan.framework.coordinator(&plan.topology);
-    let coordinator_pod = coordinator_replica.and_then(|(role, index)| {
-        pods.iter()
-            .find(|p| p.role == role && p.index == index)
-            .copied()
-    });
-    status.coordinator = coordinator_replica.map(|(role, index)| {
-        let exit = coordinator_pod.and_then(|p| p.exit());
-        CoordinatorStatus {
-            replica: format!("{role}-{index}"),
-            pod: coordinator_pod.map(|p| p.name.clone()),
-            exit_code: exit.as_ref().and_then(|e| e.code),
-            reason: exit.and_then(|e| e.reason),
-        }
-    });
+    let mut roles = role_counts(plan, &prev, &pods);
+    let coordinator = coordinator(plan, &pods, &mut status);
 
     let mut lost = Vec::new();
     let (verdict, mut actions, new_restarts) = if prev.phase.is_finished() {
@@ -365,7 +322,7 @@ pub fn next(
             live: &pods,
             all: &observed.pods,
             saved: &observed.saved,
-            coordinator: coordinator_pod,
+            coordinator,
         };
         let decision = decide(plan, &members, &mut status, &mut roles, now, &mut lost);
         (decision.verdict, decision.actions, decision.new_restarts)
@@ -377,39 +334,142 @@ pub fn next(
     status.replicas = roles;
     status.phase = verdict.phase;
 
-    let mut requeue_after = None;
-    if verdict.phase.is_finished() {
+    let requeue_after = if verdict.phase.is_finished() {
         if !prev.phase.is_finished() {
             status.completion_time = Some(Time(now));
         }
-        status.pending_recreates.clear();
-        status.job_restart = None;
-        clean_up(plan.policies.clean_pod, &pods, observed, &mut actions);
-        mark_finished(plan.policies.clean_pod, &pods, observed, &mut actions);
-        actions.extend(
-            observed
-                .saved
-                .iter()
-                .map(|t| Action::DeleteSaved { saved: t.clone() }),
-        );
-        if let (Some(ttl), Some(done)) = (
-            plan.policies.ttl_seconds_after_finished,
-            status.completion_time.as_ref(),
-        ) {
-            match remaining(done.0, ttl, now) {
-                None => actions.push(Action::DeleteDLJob),
-                Some(d) => requeue_after = Some(d),
-            }
-        }
-    } else if let (Some(deadline), Some(start)) = (
-        plan.policies.active_deadline_seconds,
-        status.start_time.as_ref(),
-    ) {
-        requeue_after = remaining(start.0, deadline, now);
-    }
+        finish(plan, &pods, observed, &mut status, now, &mut actions)
+    } else {
+        let deadline = plan.policies.active_deadline_seconds;
+        deadline
+            .zip(status.start_time.as_ref())
+            .and_then(|(deadline, start)| remaining(start.0, deadline, now))
+    };
 
+    let mut events = phase_events(&prev, previous.is_none(), &verdict, &lost);
+    if !prev.phase.is_finished() {
+        set_conditions(&mut status.conditions, &verdict, now);
+    }
+    events.extend(set_size_condition(
+        &mut status.conditions,
+        &size_mismatches(&plan.topology, &observed.workloads),
+        now,
+    ));
+    if verdict.phase.is_finished() {
+        gate_finished(&mut status.conditions, now);
+    } else {
+        release_gated(plan, &pods, &mut status.conditions, &mut actions, now);
+    }
+    Outcome {
+        status,
+        actions,
+        events,
+        requeue_after,
+        new_restarts,
+    }
+}
+
+/// Counts per role, every role of the topology listed, the restarts
+/// carried over from the previous status.
+fn role_counts(
+    plan: &JobPlan,
+    prev: &DLJobStatus,
+    pods: &[&ObservedPod],
+) -> BTreeMap<String, RoleStatus> {
+    let mut roles: BTreeMap<String, RoleStatus> = plan
+        .topology
+        .roles()
+        .map(|(r, _)| {
+            let restarts = prev.replicas.get(r).map_or(0, |s| s.restarts);
+            (
+                r.to_owned(),
+                RoleStatus {
+                    restarts,
+                    ..RoleStatus::default()
+                },
+            )
+        })
+        .collect();
+    for p in pods {
+        let Some(counts) = roles.get_mut(&p.role) else {
+            continue;
+        };
+        match (&p.container, p.exit()) {
+            (Some(c), _) if c.state == ContainerState::Running => counts.active += 1,
+            (_, Some(e)) if e.code == Some(0) => counts.succeeded += 1,
+            (_, Some(_)) => counts.failed += 1,
+            (_, None) => counts.pending += 1,
+        }
+    }
+    roles
+}
+
+/// The coordinator's pod, if it exists; its replica, pod and exit go into
+/// the status.
+fn coordinator<'a>(
+    plan: &JobPlan,
+    pods: &[&'a ObservedPod],
+    status: &mut DLJobStatus,
+) -> Option<&'a ObservedPod> {
+    let replica = plan.framework.coordinator(&plan.topology);
+    let pod = replica.and_then(|(role, index)| {
+        pods.iter()
+            .find(|p| p.role == role && p.index == index)
+            .copied()
+    });
+    status.coordinator = replica.map(|(role, index)| {
+        let exit = pod.and_then(|p| p.exit());
+        CoordinatorStatus {
+            replica: format!("{role}-{index}"),
+            pod: pod.map(|p| p.name.clone()),
+            exit_code: exit.as_ref().and_then(|e| e.code),
+            reason: exit.and_then(|e| e.reason),
+        }
+    });
+    pod
+}
+
+/// What a finished job leaves: nothing pending, the clean-pod policy
+/// applied, what is left marked, the saved manifests deleted, and the
+/// DLJob itself once its ttl passed. Returns when to look again for the
+/// ttl.
+fn finish(
+    plan: &JobPlan,
+    pods: &[&ObservedPod],
+    observed: &Observed,
+    status: &mut DLJobStatus,
+    now: Timestamp,
+    actions: &mut Vec<Action>,
+) -> Option<Duration> {
+    status.pending_recreates.clear();
+    status.job_restart = None;
+    clean_up(plan.policies.clean_pod, pods, observed, actions);
+    mark_finished(plan.policies.clean_pod, pods, observed, actions);
+    actions.extend(
+        observed
+            .saved
+            .iter()
+            .map(|t| Action::DeleteSaved { saved: t.clone() }),
+    );
+    let ttl = plan.policies.ttl_seconds_after_finished?;
+    let done = status.completion_time.as_ref()?;
+    let left = remaining(done.0, ttl, now);
+    if left.is_none() {
+        actions.push(Action::DeleteDLJob);
+    }
+    left
+}
+
+/// The phase's Event when the phase changed (or on the first status), and
+/// one about bare pods that cannot be recreated.
+fn phase_events(
+    prev: &DLJobStatus,
+    first: bool,
+    verdict: &Verdict,
+    lost: &[String],
+) -> Vec<JobEvent> {
     let mut events = Vec::new();
-    if prev.phase != verdict.phase || previous.is_none() {
+    if prev.phase != verdict.phase || first {
         events.push(JobEvent {
             warning: verdict.phase == Phase::Failed || verdict.phase == Phase::Restarting,
             reason: verdict.reason.to_owned(),
@@ -426,39 +486,7 @@ pub fn next(
             ),
         });
     }
-    if !prev.phase.is_finished() {
-        set_conditions(&mut status.conditions, &verdict, now);
-    }
-    events.extend(set_size_condition(
-        &mut status.conditions,
-        &size_mismatches(&plan.topology, &observed.workloads),
-        now,
-    ));
-    if !verdict.phase.is_finished() {
-        release_gated(plan, &pods, &mut status.conditions, &mut actions, now);
-    } else if status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == LAUNCHER_GATED && c.status == "True")
-    {
-        set_condition(
-            &mut status.conditions,
-            now,
-            [
-                LAUNCHER_GATED,
-                "False",
-                "JobFinished",
-                "the job finished before its launcher started",
-            ],
-        );
-    }
-    Outcome {
-        status,
-        actions,
-        events,
-        requeue_after,
-        new_restarts,
-    }
+    events
 }
 /// Time left until `start + seconds`, None when it has passed.
 pub(super) fn remaining(start: Timestamp, seconds: u32, now: Timestamp) -> Option<Duration> {
