@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::CustomResource;
 use kube::CustomResourceExt;
 use schemars::JsonSchema;
@@ -75,6 +75,27 @@ pub struct JobSpec {
 
 fn default_gang() -> String {
     crate::gang::NONE.to_owned()
+}
+
+impl DLJob {
+    /// The metadata of an object this DLJob owns: named `name`, in its
+    /// namespace, labelled with its job and controlled by it. None until the
+    /// DLJob has a uid (an owner reference needs it).
+    pub fn owned_meta(&self, name: String) -> Option<ObjectMeta> {
+        use kube::Resource;
+        let owner = self.controller_owner_ref(&())?;
+        let job_name = self.metadata.name.clone()?;
+        Some(ObjectMeta {
+            name: Some(name),
+            namespace: self.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([(
+                crate::contract::JOB.to_owned(),
+                job_name,
+            )])),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        })
+    }
 }
 
 impl JobSpec {

@@ -9,12 +9,18 @@
 //! keep, so the validating webhook and `dljob validate` check it
 //! ([`crate::validate::validate`]), never the member index.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use serde_json::Value;
+use kube::api::ObjectMeta;
+use serde_json::{json, Value};
 
+use crate::config::TensorBoardConfig;
 use crate::contract::{self as c, CleanPodPolicy};
+use crate::crd::DLJob;
 use crate::member::{self, MemberSpec};
 use crate::object::{self, at, Kind};
 
@@ -191,9 +197,196 @@ pub fn check(m: &MemberSpec, object: &Value) -> Vec<String> {
     }
 }
 
+/// The volume a member's `dljob.dev/tensorboard` names, from the first of
+/// `metas` that has the annotation (a workload's own, then its template's).
+pub fn annotated_volume(metas: [Option<&ObjectMeta>; 2]) -> Option<String> {
+    metas.into_iter().flatten().find_map(|m| {
+        let value = m.annotations.as_ref()?.get(c::TENSORBOARD)?;
+        Some(value.split_once(':')?.0.to_owned())
+    })
+}
+
+/// Records on the DLJob the volume its TensorBoard mounts (`volume`, from
+/// the pod spec of the member the DLJob is made from), in the annotation
+/// [`c::TENSORBOARD_VOLUME`]: the DLJob then holds all its TensorBoard
+/// needs for its whole life, even once the clean-pod policy removed the
+/// members, and the volume is fixed at first sight, as the spec is.
+/// Nothing is recorded for a job without a TensorBoard.
+pub fn record_volume(job: &mut DLJob, volume: &Value) {
+    if job.spec.tensorboard.is_some() {
+        job.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(c::TENSORBOARD_VOLUME.to_owned(), volume.to_string());
+    }
+}
+
+/// The volume the job's TensorBoard mounts, as [`record_volume`] recorded it.
+/// `Ok(None)`: the job has no TensorBoard. `Err`: it has one but no usable
+/// volume, and why — the annotation is missing (a DLJob created before
+/// dljob recorded it, or from a member without the volume: refused by the
+/// webhook, so only where it did not run), unreadable, or edited into a
+/// volume each pod has for itself (the reconciler mounts only what the
+/// webhook would have let the members share).
+pub fn recorded_volume(job: &DLJob) -> Result<Option<Value>, String> {
+    let Some(tb) = &job.spec.tensorboard else {
+        return Ok(None);
+    };
+    let recorded = job
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(c::TENSORBOARD_VOLUME));
+    let Some(text) = recorded else {
+        return Err(format!(
+            "the DLJob has no {} annotation: the reconciler records volume \"{}\" there when it creates the DLJob; delete the DLJob to have it created again",
+            c::TENSORBOARD_VOLUME,
+            tb.volume
+        ));
+    };
+    let volume: Value = serde_json::from_str(text)
+        .ok()
+        .filter(Value::is_object)
+        .ok_or_else(|| format!("annotation {} is not a volume", c::TENSORBOARD_VOLUME))?;
+    if let Some(why) = not_shared(&volume) {
+        return Err(format!(
+            "annotation {}: the volume is {why}",
+            c::TENSORBOARD_VOLUME
+        ));
+    }
+    Ok(Some(volume))
+}
+
+/// TensorBoard's port, in its container and on its Service.
+pub const PORT: u16 = 6006;
+/// Where TensorBoard's container mounts the log volume (read-only).
+pub const LOGS: &str = "/logs";
+/// The user TensorBoard runs as: `nobody`, which the logs must be readable
+/// by.
+pub const USER: i64 = 65534;
+
+/// The job's TensorBoard: a Deployment `<job>-tensorboard` of one pod
+/// (none once it stopped, see [`job_runs`]) and a ClusterIP Service
+/// of the same name on port 6006, both owned by the DLJob. None when the
+/// job has no TensorBoard, no usable volume ([`recorded_volume`]) or no
+/// uid yet.
+///
+/// The pod is not a member: it is labelled [`c::TENSORBOARD_OF`], not
+/// `dljob.dev/job`, so neither the webhook, the member watches nor the
+/// job's headless Service select it. The Deployment and Service carry
+/// `dljob.dev/job` as every owned object does (the owned-object watch
+/// finds the Service by it). The pod mounts the volume read-only, runs as
+/// `nobody` with every capability dropped, no privilege escalation, the
+/// runtime's seccomp profile and a read-only root filesystem (TensorBoard
+/// writes only to `/tmp`, an emptyDir), and no service account token.
+pub fn objects(
+    job: &DLJob,
+    config: &TensorBoardConfig,
+    now: Timestamp,
+) -> Option<(Deployment, Service)> {
+    let tb = job.spec.tensorboard.as_ref()?;
+    let mut logs = recorded_volume(job).ok()??;
+    logs["name"] = json!("logs");
+    let job_name = job.metadata.name.clone()?;
+    let name = name(&job_name);
+    let (running, _) = job_runs(job, config, now);
+    let mut meta = job.owned_meta(name.clone())?;
+    meta.labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(c::TENSORBOARD_OF.to_owned(), job_name.clone());
+    let selector = json!({c::TENSORBOARD_OF: job_name});
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": i32::from(running),
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {
+                    "automountServiceAccountToken": false,
+                    "enableServiceLinks": false,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": USER,
+                        "runAsGroup": USER,
+                        "seccompProfile": {"type": "RuntimeDefault"}
+                    },
+                    "containers": [{
+                        "name": "tensorboard",
+                        "image": config.image,
+                        "command": ["tensorboard"],
+                        "args": [
+                            format!("--logdir={LOGS}/{}", tb.path),
+                            "--bind_all",
+                            format!("--port={PORT}")
+                        ],
+                        "env": [{"name": "HOME", "value": "/tmp"}],
+                        "ports": [{"name": "tensorboard", "containerPort": PORT, "protocol": "TCP"}],
+                        "readinessProbe": {"httpGet": {"path": "/", "port": "tensorboard"}},
+                        "resources": {
+                            "requests": {"cpu": "100m", "memory": "256Mi"},
+                            "limits": {"cpu": "1", "memory": "2Gi"}
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "readOnlyRootFilesystem": true,
+                            "capabilities": {"drop": ["ALL"]}
+                        },
+                        "volumeMounts": [
+                            {"name": "logs", "mountPath": LOGS, "readOnly": true},
+                            {"name": "tmp", "mountPath": "/tmp"}
+                        ]
+                    }],
+                    "volumes": [logs, {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}]
+                }
+            }
+        }
+    });
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "tensorboard", "port": PORT, "targetPort": "tensorboard", "protocol": "TCP"}]
+        }
+    });
+    Some((
+        serde_json::from_value(deployment).ok()?,
+        serde_json::from_value(service).ok()?,
+    ))
+}
+
+/// Whether the job's TensorBoard runs, and when that changes next (a
+/// finished job's TensorBoard running on for its TTL): see
+/// [`runs`]. The job's status is the one the previous
+/// reconcile wrote; writing a finished phase triggers the next.
+pub fn job_runs(
+    job: &DLJob,
+    config: &TensorBoardConfig,
+    now: Timestamp,
+) -> (bool, Option<std::time::Duration>) {
+    let finished = job
+        .status
+        .as_ref()
+        .filter(|s| s.phase.is_finished())
+        .map(|s| s.completion_time.as_ref().map_or(now, |t| t.0));
+    runs(
+        finished,
+        job.spec.policies.clean_pod,
+        config.ttl_seconds_after_finished,
+        now,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::{TensorBoard, Topology};
+    use crate::crd::{DLJobStatus, JobSpec, Phase};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn t(second: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + second).unwrap()
@@ -244,5 +437,168 @@ mod tests {
             None
         );
         assert_eq!(name("mnist"), "mnist-tensorboard");
+    }
+
+    /// A pytorch job with `dljob.dev/tensorboard: logs:runs/mnist` whose
+    /// volume `logs` is an nfs export, as the reconciler creates it.
+    fn with_tensorboard() -> DLJob {
+        let mut spec = JobSpec::new(
+            "pytorch",
+            Topology::parse("master=1,worker=2").unwrap(),
+            23456,
+        );
+        spec.tensorboard = Some(TensorBoard::parse("logs:runs/mnist").unwrap());
+        let mut j = DLJob::new("mnist", spec);
+        j.metadata.namespace = Some("ml".into());
+        j.metadata.uid = Some("u1".into());
+        record_volume(
+            &mut j,
+            &json!({"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}}),
+        );
+        j
+    }
+
+    #[test]
+    fn tensorboard_is_a_restricted_deployment_and_a_service_owned_by_the_job() {
+        let j = with_tensorboard();
+        let (deployment, service) = objects(&j, &TensorBoardConfig::default(), t(0)).unwrap();
+        let meta = json!({
+            "name": "mnist-tensorboard", "namespace": "ml",
+            "labels": {"dljob.dev/job": "mnist", "dljob.dev/tensorboard-of": "mnist"},
+            "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist", "uid": "u1", "controller": true}]
+        });
+        assert_eq!(
+            serde_json::to_value(&deployment).unwrap(),
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": meta,
+                "spec": {
+                    "replicas": 1,
+                    "strategy": {"type": "Recreate"},
+                    "selector": {"matchLabels": {"dljob.dev/tensorboard-of": "mnist"}},
+                    "template": {
+                        "metadata": {"labels": {"dljob.dev/tensorboard-of": "mnist"}},
+                        "spec": {
+                            "automountServiceAccountToken": false,
+                            "enableServiceLinks": false,
+                            "securityContext": {
+                                "runAsNonRoot": true, "runAsUser": 65534, "runAsGroup": 65534,
+                                "seccompProfile": {"type": "RuntimeDefault"}
+                            },
+                            "containers": [{
+                                "name": "tensorboard",
+                                "image": "tensorflow/tensorflow:2.20.0",
+                                "command": ["tensorboard"],
+                                "args": ["--logdir=/logs/runs/mnist", "--bind_all", "--port=6006"],
+                                "env": [{"name": "HOME", "value": "/tmp"}],
+                                "ports": [{"name": "tensorboard", "containerPort": 6006, "protocol": "TCP"}],
+                                "readinessProbe": {"httpGet": {"path": "/", "port": "tensorboard"}},
+                                "resources": {
+                                    "requests": {"cpu": "100m", "memory": "256Mi"},
+                                    "limits": {"cpu": "1", "memory": "2Gi"}
+                                },
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": false,
+                                    "readOnlyRootFilesystem": true,
+                                    "capabilities": {"drop": ["ALL"]}
+                                },
+                                "volumeMounts": [
+                                    {"name": "logs", "mountPath": "/logs", "readOnly": true},
+                                    {"name": "tmp", "mountPath": "/tmp"}
+                                ]
+                            }],
+                            "volumes": [
+                                {"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}},
+                                {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}
+                            ]
+                        }
+                    }
+                }
+            })
+        );
+        assert_eq!(
+            serde_json::to_value(&service).unwrap(),
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": meta,
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": {"dljob.dev/tensorboard-of": "mnist"},
+                    "ports": [{"name": "tensorboard", "port": 6006, "targetPort": "tensorboard", "protocol": "TCP"}]
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn tensorboard_takes_the_configured_image_and_stops_with_the_job() {
+        let config = TensorBoardConfig {
+            image: "registry.local/tensorboard:2.20".into(),
+            ttl_seconds_after_finished: None,
+        };
+        let replicas = |j: &DLJob, config: &TensorBoardConfig, now| {
+            let (d, _) = objects(j, config, now).unwrap();
+            d.spec.replicas.unwrap()
+        };
+        let mut j = with_tensorboard();
+        let (d, _) = objects(&j, &config, t(0)).unwrap();
+        let pod = d.spec.template.spec.unwrap();
+        assert_eq!(
+            pod.containers[0].image.as_deref(),
+            Some("registry.local/tensorboard:2.20")
+        );
+        // Finished: stopped, but the objects stay (the Service, the
+        // Deployment at 0 replicas) until the DLJob goes.
+        j.status = Some(DLJobStatus {
+            phase: Phase::Succeeded,
+            completion_time: Some(Time(t(0))),
+            ..DLJobStatus::default()
+        });
+        assert_eq!(replicas(&j, &config, t(1)), 0);
+        assert_eq!(job_runs(&j, &config, t(1)), (false, None));
+        // Unless the clean-pod policy leaves everything running...
+        j.spec.policies.clean_pod = CleanPodPolicy::None;
+        assert_eq!(replicas(&j, &config, t(1)), 1);
+        // ... or its own TTL keeps it: until then, then it stops.
+        j.spec.policies.clean_pod = CleanPodPolicy::All;
+        let ttl = TensorBoardConfig {
+            ttl_seconds_after_finished: Some(600),
+            ..config
+        };
+        assert_eq!(replicas(&j, &ttl, t(100)), 1);
+        assert_eq!(
+            job_runs(&j, &ttl, t(100)),
+            (true, Some(std::time::Duration::from_secs(500)))
+        );
+        assert_eq!(replicas(&j, &ttl, t(600)), 0);
+    }
+
+    #[test]
+    fn no_tensorboard_without_a_usable_recorded_volume() {
+        let mut j = with_tensorboard();
+        let annotations = j.metadata.annotations.as_mut().unwrap();
+        annotations.insert(
+            c::TENSORBOARD_VOLUME.into(),
+            r#"{"name":"logs","hostPath":{"path":"/"}}"#.into(),
+        );
+        assert_eq!(
+            recorded_volume(&j),
+            Err("annotation dljob.dev/tensorboard-volume: the volume is a hostPath, a directory of whichever node each pod runs on".to_owned())
+        );
+        assert!(objects(&j, &TensorBoardConfig::default(), t(0)).is_none());
+        j.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(c::TENSORBOARD_VOLUME.into(), "logs".into());
+        assert_eq!(
+            recorded_volume(&j),
+            Err("annotation dljob.dev/tensorboard-volume is not a volume".to_owned())
+        );
+        j.metadata.annotations = None;
+        assert_eq!(
+            recorded_volume(&j),
+            Err("the DLJob has no dljob.dev/tensorboard-volume annotation: the reconciler records volume \"logs\" there when it creates the DLJob; delete the DLJob to have it created again".to_owned())
+        );
     }
 }

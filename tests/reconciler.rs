@@ -1491,7 +1491,7 @@ fn tensorboard_world(state: fn() -> Value) -> World {
 /// dljob declared, with `replicas` pods, plus what the API server fills in
 /// (a uid, defaults).
 fn tensorboard_deployment_served(replicas: i32) -> Value {
-    let (declared, _) = dljob::reconciler::resources::tensorboard(
+    let (declared, _) = dljob::tensorboard::objects(
         &tensorboard_dljob(),
         &dljob::config::TensorBoardConfig::default(),
         now(),

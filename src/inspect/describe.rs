@@ -250,12 +250,9 @@ fn tensorboard_field(
     let name = crate::tensorboard::name(dljob.metadata.name.as_deref().unwrap_or_default());
     let reach = format!(
         "kubectl port-forward -n {namespace} svc/{name} {port}, then open http://localhost:{port}",
-        port = crate::reconciler::resources::TENSORBOARD_PORT
+        port = crate::tensorboard::PORT
     );
-    let (state, reachable) = match (
-        crate::reconciler::resources::tensorboard_volume(dljob),
-        deployment,
-    ) {
+    let (state, reachable) = match (crate::tensorboard::recorded_volume(dljob), deployment) {
         (Err(why), _) => (format!("not run: {why}"), false),
         (Ok(_), None) => return,
         (Ok(_), Some(Err(why))) => (

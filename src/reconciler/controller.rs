@@ -395,7 +395,7 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     let mut created_secret = None;
     let mut not_served = Vec::new();
     let mut foreign = Vec::new();
-    if let Err(why) = resources::tensorboard_volume(job) {
+    if let Err(why) = crate::tensorboard::recorded_volume(job) {
         tracing::warn!(job = %name, %namespace, %why, "no TensorBoard for this job");
     }
     // Only a PodGroup wants the members' requests.
@@ -572,7 +572,7 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         .spec
         .tensorboard
         .as_ref()
-        .and_then(|_| resources::tensorboard_runs(job, &config.tensorboard, (ctx.now)()).1);
+        .and_then(|_| crate::tensorboard::job_runs(job, &config.tensorboard, (ctx.now)()).1);
     let requeue = [out.requeue_after, tensorboard_stops]
         .into_iter()
         .flatten()

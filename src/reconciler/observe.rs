@@ -38,15 +38,6 @@ fn trim_meta(meta: &mut ObjectMeta) {
     }
 }
 
-/// The volume a member's `dljob.dev/tensorboard` names, from the first of
-/// `metas` that has the annotation (a workload's own, then its template's).
-fn tensorboard_volume_name(metas: [Option<&ObjectMeta>; 2]) -> Option<String> {
-    metas.into_iter().flatten().find_map(|m| {
-        let value = m.annotations.as_ref()?.get(c::TENSORBOARD)?;
-        Some(value.split_once(':')?.0.to_owned())
-    })
-}
-
 /// Only the container names (to find the framework container), and the
 /// volume named `tensorboard` (see [`Entry::tensorboard_volume`]).
 fn names_only(spec: &mut PodSpec, tensorboard: Option<&str>) {
@@ -117,7 +108,7 @@ pub fn trim_pod(pod: &mut Pod) {
         .as_ref()
         .is_some_and(|refs| refs.iter().any(|r| r.controller == Some(true)));
     member_keys_only(&mut pod.metadata);
-    let tensorboard = tensorboard_volume_name([Some(&pod.metadata), None]);
+    let tensorboard = crate::tensorboard::annotated_volume([Some(&pod.metadata), None]);
     let mut framework = None;
     if let Some(spec) = pod.spec.as_mut() {
         let chosen = framework_container_of(&pod.metadata, &spec.containers);
@@ -212,8 +203,10 @@ pub fn trim_statefulset(sts: &mut StatefulSet) {
     if let Some(m) = spec.template.metadata.as_mut() {
         trim_meta(m);
     }
-    let tensorboard =
-        tensorboard_volume_name([Some(&sts.metadata), spec.template.metadata.as_ref()]);
+    let tensorboard = crate::tensorboard::annotated_volume([
+        Some(&sts.metadata),
+        spec.template.metadata.as_ref(),
+    ]);
     if let Some(s) = spec.template.spec.as_mut() {
         template_trim(s, tensorboard.as_deref());
     }
@@ -228,8 +221,10 @@ pub fn trim_job(job: &mut Job) {
         if let Some(m) = spec.template.metadata.as_mut() {
             trim_meta(m);
         }
-        let tensorboard =
-            tensorboard_volume_name([Some(&job.metadata), spec.template.metadata.as_ref()]);
+        let tensorboard = crate::tensorboard::annotated_volume([
+            Some(&job.metadata),
+            spec.template.metadata.as_ref(),
+        ]);
         if let Some(s) = spec.template.spec.as_mut() {
             template_trim(s, tensorboard.as_deref());
         }

@@ -6,15 +6,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ApiResource, DynamicObject, ObjectMeta};
+use kube::api::{ApiResource, DynamicObject};
 use kube::Resource;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::config::{Config, TensorBoardConfig};
+use crate::config::Config;
 use crate::contract as c;
 use crate::crd::DLJob;
 use crate::frameworks;
@@ -92,7 +90,7 @@ pub fn owned(
     };
     out.push(Owned::of(&svc, Keep::Apply));
     out.extend(pod_group(job, min_resources.as_ref()));
-    if let Some((deployment, service)) = tensorboard(job, &config.tensorboard, now) {
+    if let Some((deployment, service)) = tensorboard::objects(job, &config.tensorboard, now) {
         out.push(Owned::of(&deployment, Keep::Apply));
         out.push(Owned::of(&service, Keep::Apply));
     }
@@ -115,7 +113,6 @@ pub fn pod_group(job: &DLJob, min_resources: Option<&Value>) -> Option<Owned> {
     let scheduler = job.spec.scheduler()?;
     let kind = scheduler.pod_group_kind()?;
     let framework = job.spec.framework()?;
-    let owner = job.controller_owner_ref(&())?;
     let name = job.metadata.name.clone()?;
     let group = job.spec.gang_group(&name, framework);
     let api_version = format!("{}/{}", kind.group, kind.version);
@@ -124,7 +121,7 @@ pub fn pod_group(job: &DLJob, min_resources: Option<&Value>) -> Option<Owned> {
             api_version: api_version.clone(),
             kind: kind.kind.to_owned(),
         }),
-        metadata: owned_meta(job, name.clone(), owner),
+        metadata: job.owned_meta(name.clone())?,
         data: serde_json::json!({"spec": scheduler.pod_group_spec(&group, min_resources)}),
     };
     Some(Owned {
@@ -232,194 +229,18 @@ pub fn dljob_for(member: &MemberSpec, tensorboard_volume: Option<&Value>) -> DLJ
     let mut job = DLJob::new(&member.job, member.spec.clone());
     job.metadata.namespace = Some(member.namespace.clone());
     job.metadata.labels = Some(BTreeMap::from([(c::JOB.to_owned(), member.job.clone())]));
-    if let (Some(_), Some(volume)) = (&member.spec.tensorboard, tensorboard_volume) {
-        job.metadata.annotations = Some(BTreeMap::from([(
-            c::TENSORBOARD_VOLUME.to_owned(),
-            volume.to_string(),
-        )]));
+    if let Some(volume) = tensorboard_volume {
+        tensorboard::record_volume(&mut job, volume);
     }
     job
-}
-
-/// The volume the job's TensorBoard mounts, as [`dljob_for`] recorded it.
-/// `Ok(None)`: the job has no TensorBoard. `Err`: it has one but no usable
-/// volume, and why — the annotation is missing (a DLJob created before
-/// dljob recorded it, or from a member without the volume: refused by the
-/// webhook, so only where it did not run), unreadable, or edited into a
-/// volume each pod has for itself (the reconciler mounts only what the
-/// webhook would have let the members share).
-pub fn tensorboard_volume(job: &DLJob) -> Result<Option<Value>, String> {
-    let Some(tb) = &job.spec.tensorboard else {
-        return Ok(None);
-    };
-    let recorded = job
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(c::TENSORBOARD_VOLUME));
-    let Some(text) = recorded else {
-        return Err(format!(
-            "the DLJob has no {} annotation: the reconciler records volume \"{}\" there when it creates the DLJob; delete the DLJob to have it created again",
-            c::TENSORBOARD_VOLUME,
-            tb.volume
-        ));
-    };
-    let volume: Value = serde_json::from_str(text)
-        .ok()
-        .filter(Value::is_object)
-        .ok_or_else(|| format!("annotation {} is not a volume", c::TENSORBOARD_VOLUME))?;
-    if let Some(why) = tensorboard::not_shared(&volume) {
-        return Err(format!(
-            "annotation {}: the volume is {why}",
-            c::TENSORBOARD_VOLUME
-        ));
-    }
-    Ok(Some(volume))
-}
-
-/// TensorBoard's port, in its container and on its Service.
-pub const TENSORBOARD_PORT: u16 = 6006;
-/// Where TensorBoard's container mounts the log volume (read-only).
-pub const TENSORBOARD_LOGS: &str = "/logs";
-/// The user TensorBoard runs as: `nobody`, which the logs must be readable
-/// by.
-pub const TENSORBOARD_USER: i64 = 65534;
-
-/// The job's TensorBoard: a Deployment `<job>-tensorboard` of one pod
-/// (none once it stopped, see [`tensorboard_runs`]) and a ClusterIP Service
-/// of the same name on port 6006, both owned by the DLJob. None when the
-/// job has no TensorBoard, no usable volume ([`tensorboard_volume`]) or no
-/// uid yet.
-///
-/// The pod is not a member: it is labelled [`c::TENSORBOARD_OF`], not
-/// `dljob.dev/job`, so neither the webhook, the member watches nor the
-/// job's headless Service select it. The Deployment and Service carry
-/// `dljob.dev/job` as every owned object does (the owned-object watch
-/// finds the Service by it). The pod mounts the volume read-only, runs as
-/// `nobody` with every capability dropped, no privilege escalation, the
-/// runtime's seccomp profile and a read-only root filesystem (TensorBoard
-/// writes only to `/tmp`, an emptyDir), and no service account token.
-pub fn tensorboard(
-    job: &DLJob,
-    config: &TensorBoardConfig,
-    now: Timestamp,
-) -> Option<(Deployment, Service)> {
-    let tb = job.spec.tensorboard.as_ref()?;
-    let mut logs = tensorboard_volume(job).ok()??;
-    logs["name"] = json!("logs");
-    let owner = job.controller_owner_ref(&())?;
-    let job_name = job.metadata.name.clone()?;
-    let name = tensorboard::name(&job_name);
-    let (running, _) = tensorboard_runs(job, config, now);
-    let mut meta = owned_meta(job, name.clone(), owner);
-    meta.labels
-        .get_or_insert_with(BTreeMap::new)
-        .insert(c::TENSORBOARD_OF.to_owned(), job_name.clone());
-    let selector = json!({c::TENSORBOARD_OF: job_name});
-    let deployment = json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": meta,
-        "spec": {
-            "replicas": i32::from(running),
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": selector},
-                "spec": {
-                    "automountServiceAccountToken": false,
-                    "enableServiceLinks": false,
-                    "securityContext": {
-                        "runAsNonRoot": true,
-                        "runAsUser": TENSORBOARD_USER,
-                        "runAsGroup": TENSORBOARD_USER,
-                        "seccompProfile": {"type": "RuntimeDefault"}
-                    },
-                    "containers": [{
-                        "name": "tensorboard",
-                        "image": config.image,
-                        "command": ["tensorboard"],
-                        "args": [
-                            format!("--logdir={TENSORBOARD_LOGS}/{}", tb.path),
-                            "--bind_all",
-                            format!("--port={TENSORBOARD_PORT}")
-                        ],
-                        "env": [{"name": "HOME", "value": "/tmp"}],
-                        "ports": [{"name": "tensorboard", "containerPort": TENSORBOARD_PORT, "protocol": "TCP"}],
-                        "readinessProbe": {"httpGet": {"path": "/", "port": "tensorboard"}},
-                        "resources": {
-                            "requests": {"cpu": "100m", "memory": "256Mi"},
-                            "limits": {"cpu": "1", "memory": "2Gi"}
-                        },
-                        "securityContext": {
-                            "allowPrivilegeEscalation": false,
-                            "readOnlyRootFilesystem": true,
-                            "capabilities": {"drop": ["ALL"]}
-                        },
-                        "volumeMounts": [
-                            {"name": "logs", "mountPath": TENSORBOARD_LOGS, "readOnly": true},
-                            {"name": "tmp", "mountPath": "/tmp"}
-                        ]
-                    }],
-                    "volumes": [logs, {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}]
-                }
-            }
-        }
-    });
-    let service = json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": meta,
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector,
-            "ports": [{"name": "tensorboard", "port": TENSORBOARD_PORT, "targetPort": "tensorboard", "protocol": "TCP"}]
-        }
-    });
-    Some((
-        serde_json::from_value(deployment).ok()?,
-        serde_json::from_value(service).ok()?,
-    ))
-}
-
-/// Whether the job's TensorBoard runs, and when that changes next (a
-/// finished job's TensorBoard running on for its TTL): see
-/// [`tensorboard::runs`]. The job's status is the one the previous
-/// reconcile wrote; writing a finished phase triggers the next.
-pub fn tensorboard_runs(
-    job: &DLJob,
-    config: &TensorBoardConfig,
-    now: Timestamp,
-) -> (bool, Option<std::time::Duration>) {
-    let finished = job
-        .status
-        .as_ref()
-        .filter(|s| s.phase.is_finished())
-        .map(|s| s.completion_time.as_ref().map_or(now, |t| t.0));
-    tensorboard::runs(
-        finished,
-        job.spec.policies.clean_pod,
-        config.ttl_seconds_after_finished,
-        now,
-    )
-}
-
-fn owned_meta(job: &DLJob, name: String, owner: OwnerReference) -> ObjectMeta {
-    let job_name = job.metadata.name.clone().unwrap_or_default();
-    ObjectMeta {
-        name: Some(name),
-        namespace: job.metadata.namespace.clone(),
-        labels: Some(BTreeMap::from([(c::JOB.to_owned(), job_name)])),
-        owner_references: Some(vec![owner]),
-        ..ObjectMeta::default()
-    }
 }
 
 /// The job's headless Service `j`: every member pod gets the DNS name
 /// `j-r-i.j.ns.svc`, ready or not. None when the DLJob has no uid yet.
 pub fn service(job: &DLJob) -> Option<Service> {
-    let owner = job.controller_owner_ref(&())?;
     let name = job.metadata.name.clone()?;
     Some(Service {
-        metadata: owned_meta(job, name.clone(), owner),
+        metadata: job.owned_meta(name.clone())?,
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_owned()),
             publish_not_ready_addresses: Some(true),
@@ -473,7 +294,6 @@ pub fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> Option<S
 /// The Secret `j-ssh` the webhook mounts on mpi/chainer pods: the key
 /// pair, `authorized_keys` and the ssh `config`.
 pub fn ssh_secret(job: &DLJob, key: &ssh_key::PrivateKey, cluster_domain: &str) -> Option<Secret> {
-    let owner = job.controller_owner_ref(&())?;
     let name = job.metadata.name.as_deref()?;
     let ssh_path = job
         .spec
@@ -492,7 +312,7 @@ pub fn ssh_secret(job: &DLJob, key: &ssh_key::PrivateKey, cluster_domain: &str) 
         ),
     ]);
     Some(Secret {
-        metadata: owned_meta(job, mutate::ssh_secret_name(name), owner),
+        metadata: job.owned_meta(mutate::ssh_secret_name(name))?,
         string_data: Some(string_data),
         type_: Some("Opaque".to_owned()),
         ..Secret::default()
@@ -502,9 +322,9 @@ pub fn ssh_secret(job: &DLJob, key: &ssh_key::PrivateKey, cluster_domain: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::{CleanPodPolicy, TensorBoard, Topology};
-    use crate::crd::{DLJobStatus, JobSpec, Phase};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use crate::contract::{TensorBoard, Topology};
+    use crate::crd::JobSpec;
+    use serde_json::json;
 
     fn t(second: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + second).unwrap()
@@ -816,7 +636,7 @@ mod tests {
             r#"{"name":"logs","nfs":{"path":"/exports/ml","server":"nfs.example.internal"}}"#
         );
         assert_eq!(
-            tensorboard_volume(&j).unwrap(),
+            tensorboard::recorded_volume(&j).unwrap(),
             Some(
                 json!({"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}})
             )
@@ -827,7 +647,7 @@ mod tests {
             Some(&json!({"name": "logs", "emptyDir": {}})),
         );
         assert_eq!(plain.metadata.annotations, None);
-        assert_eq!(tensorboard_volume(&plain), Ok(None));
+        assert_eq!(tensorboard::recorded_volume(&plain), Ok(None));
     }
 
     /// A pytorch worker without a TensorBoard.
@@ -846,76 +666,8 @@ mod tests {
     }
 
     #[test]
-    fn tensorboard_is_a_restricted_deployment_and_a_service_owned_by_the_job() {
+    fn the_tensorboard_objects_are_kept_after_the_headless_service() {
         let j = with_tensorboard();
-        let (deployment, service) = tensorboard(&j, &TensorBoardConfig::default(), t(0)).unwrap();
-        let meta = json!({
-            "name": "mnist-tensorboard", "namespace": "ml",
-            "labels": {"dljob.dev/job": "mnist", "dljob.dev/tensorboard-of": "mnist"},
-            "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist", "uid": "u1", "controller": true}]
-        });
-        assert_eq!(
-            serde_json::to_value(&deployment).unwrap(),
-            json!({
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": meta,
-                "spec": {
-                    "replicas": 1,
-                    "strategy": {"type": "Recreate"},
-                    "selector": {"matchLabels": {"dljob.dev/tensorboard-of": "mnist"}},
-                    "template": {
-                        "metadata": {"labels": {"dljob.dev/tensorboard-of": "mnist"}},
-                        "spec": {
-                            "automountServiceAccountToken": false,
-                            "enableServiceLinks": false,
-                            "securityContext": {
-                                "runAsNonRoot": true, "runAsUser": 65534, "runAsGroup": 65534,
-                                "seccompProfile": {"type": "RuntimeDefault"}
-                            },
-                            "containers": [{
-                                "name": "tensorboard",
-                                "image": "tensorflow/tensorflow:2.20.0",
-                                "command": ["tensorboard"],
-                                "args": ["--logdir=/logs/runs/mnist", "--bind_all", "--port=6006"],
-                                "env": [{"name": "HOME", "value": "/tmp"}],
-                                "ports": [{"name": "tensorboard", "containerPort": 6006, "protocol": "TCP"}],
-                                "readinessProbe": {"httpGet": {"path": "/", "port": "tensorboard"}},
-                                "resources": {
-                                    "requests": {"cpu": "100m", "memory": "256Mi"},
-                                    "limits": {"cpu": "1", "memory": "2Gi"}
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": false,
-                                    "readOnlyRootFilesystem": true,
-                                    "capabilities": {"drop": ["ALL"]}
-                                },
-                                "volumeMounts": [
-                                    {"name": "logs", "mountPath": "/logs", "readOnly": true},
-                                    {"name": "tmp", "mountPath": "/tmp"}
-                                ]
-                            }],
-                            "volumes": [
-                                {"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}},
-                                {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}
-                            ]
-                        }
-                    }
-                }
-            })
-        );
-        assert_eq!(
-            serde_json::to_value(&service).unwrap(),
-            json!({
-                "apiVersion": "v1", "kind": "Service",
-                "metadata": meta,
-                "spec": {
-                    "type": "ClusterIP",
-                    "selector": {"dljob.dev/tensorboard-of": "mnist"},
-                    "ports": [{"name": "tensorboard", "port": 6006, "targetPort": "tensorboard", "protocol": "TCP"}]
-                }
-            })
-        );
-        // Kept as the headless Service is, after it.
         let kinds: Vec<(String, Keep)> = owned(&j, &Config::default(), t(0), None, generate_key)
             .unwrap()
             .iter()
@@ -932,75 +684,9 @@ mod tests {
     }
 
     #[test]
-    fn tensorboard_takes_the_configured_image_and_stops_with_the_job() {
-        let config = TensorBoardConfig {
-            image: "registry.local/tensorboard:2.20".into(),
-            ttl_seconds_after_finished: None,
-        };
-        let replicas = |j: &DLJob, config: &TensorBoardConfig, now| {
-            let (d, _) = tensorboard(j, config, now).unwrap();
-            d.spec.replicas.unwrap()
-        };
+    fn a_job_without_a_usable_tensorboard_volume_keeps_the_rest() {
         let mut j = with_tensorboard();
-        let (d, _) = tensorboard(&j, &config, t(0)).unwrap();
-        let pod = d.spec.template.spec.unwrap();
-        assert_eq!(
-            pod.containers[0].image.as_deref(),
-            Some("registry.local/tensorboard:2.20")
-        );
-        // Finished: stopped, but the objects stay (the Service, the
-        // Deployment at 0 replicas) until the DLJob goes.
-        j.status = Some(DLJobStatus {
-            phase: Phase::Succeeded,
-            completion_time: Some(Time(t(0))),
-            ..DLJobStatus::default()
-        });
-        assert_eq!(replicas(&j, &config, t(1)), 0);
-        assert_eq!(tensorboard_runs(&j, &config, t(1)), (false, None));
-        // Unless the clean-pod policy leaves everything running...
-        j.spec.policies.clean_pod = CleanPodPolicy::None;
-        assert_eq!(replicas(&j, &config, t(1)), 1);
-        // ... or its own TTL keeps it: until then, then it stops.
-        j.spec.policies.clean_pod = CleanPodPolicy::All;
-        let ttl = TensorBoardConfig {
-            ttl_seconds_after_finished: Some(600),
-            ..config
-        };
-        assert_eq!(replicas(&j, &ttl, t(100)), 1);
-        assert_eq!(
-            tensorboard_runs(&j, &ttl, t(100)),
-            (true, Some(std::time::Duration::from_secs(500)))
-        );
-        assert_eq!(replicas(&j, &ttl, t(600)), 0);
-    }
-
-    #[test]
-    fn no_tensorboard_without_a_usable_recorded_volume() {
-        let mut j = with_tensorboard();
-        let annotations = j.metadata.annotations.as_mut().unwrap();
-        annotations.insert(
-            c::TENSORBOARD_VOLUME.into(),
-            r#"{"name":"logs","hostPath":{"path":"/"}}"#.into(),
-        );
-        assert_eq!(
-            tensorboard_volume(&j),
-            Err("annotation dljob.dev/tensorboard-volume: the volume is a hostPath, a directory of whichever node each pod runs on".to_owned())
-        );
-        assert!(tensorboard(&j, &TensorBoardConfig::default(), t(0)).is_none());
-        j.metadata
-            .annotations
-            .as_mut()
-            .unwrap()
-            .insert(c::TENSORBOARD_VOLUME.into(), "logs".into());
-        assert_eq!(
-            tensorboard_volume(&j),
-            Err("annotation dljob.dev/tensorboard-volume is not a volume".to_owned())
-        );
         j.metadata.annotations = None;
-        assert_eq!(
-            tensorboard_volume(&j),
-            Err("the DLJob has no dljob.dev/tensorboard-volume annotation: the reconciler records volume \"logs\" there when it creates the DLJob; delete the DLJob to have it created again".to_owned())
-        );
         // The rest of the job is kept as ever.
         let kinds: Vec<String> = owned(&j, &Config::default(), t(0), None, generate_key)
             .unwrap()
