@@ -20,11 +20,12 @@ use dljob::frameworks;
 use dljob::member::PodOwner;
 use dljob::object::Kind;
 use dljob::reconciler::controller;
-use dljob::reconciler::observe::{self, MemberIndex};
+use dljob::reconciler::index::MemberIndex;
 use dljob::reconciler::status::{
     self, Action, ContainerState, Exit, FrameworkContainer, JobPlan, Observed, ObservedPod,
     PodRestart, Workload,
 };
+use dljob::reconciler::{observe, trim};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -427,7 +428,7 @@ fn cluster() -> Cluster {
         let job = format!("job-{j}");
         for (role, size) in [("master", 1), ("worker", 7)] {
             let mut sts = member_statefulset(&job, role, size);
-            observe::trim_statefulset(&mut sts);
+            trim::trim_statefulset(&mut sts);
             let ev = watcher::Event::Apply(sts);
             statefulsets.apply_watcher_event(&ev);
             index.apply_event(&ev, &config);
@@ -435,7 +436,7 @@ fn cluster() -> Cluster {
                 // One job in ten has a worker that ran again after an OOM kill.
                 let restarted = role == "worker" && i == 3 && j % 10 == 0;
                 let mut pod = member_pod(&job, role, i, restarted);
-                observe::trim_pod(&mut pod);
+                trim::trim_pod(&mut pod);
                 let ev = watcher::Event::Apply(pod);
                 pods.apply_watcher_event(&ev);
                 index.apply_event(&ev, &config);
@@ -460,7 +461,11 @@ fn observe_members(c: &Cluster, namespace: &str, job: &str) -> Observed {
         match entry.member.kind {
             Kind::Pod => {
                 if let Some(pod) = c.pods.get(&ObjectRef::new(name).within(namespace)) {
-                    observed.pods.extend(observe::observe_pod(&entry, &pod));
+                    observed.pods.extend(observe::observe_pod(
+                        &entry.member,
+                        entry.framework_container.as_deref(),
+                        &pod,
+                    ));
                 }
             }
             Kind::StatefulSet => {

@@ -10,9 +10,10 @@ use dljob::config::Config;
 use dljob::contract::Topology;
 use dljob::crd::{DLJob, JobSpec};
 use dljob::reconciler::controller::{self, Context, Stores};
+use dljob::reconciler::index::{self, MemberIndex, MemberObject};
 use dljob::reconciler::metrics::Metrics;
-use dljob::reconciler::observe::{self, MemberIndex, MemberObject};
 use dljob::reconciler::status::{self, ContainerState};
+use dljob::reconciler::{observe, trim};
 use dljob::validate::PeerSource;
 use http::{Request, Response};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -244,10 +245,10 @@ fn context(world: World, dljobs: Vec<DLJob>) -> (Arc<Context>, Handle) {
     let client = Client::new(service, "default");
     let index = Arc::new(MemberIndex::default());
     // Pods are only indexed: the index entry holds what is read of them.
-    drop(fill(world.pods, observe::trim_pod, &index));
+    drop(fill(world.pods, trim::trim_pod, &index));
     let stores = Stores {
-        statefulsets: fill(world.statefulsets, observe::trim_statefulset, &index),
-        jobs: fill(world.jobs, observe::trim_job, &index),
+        statefulsets: fill(world.statefulsets, trim::trim_statefulset, &index),
+        jobs: fill(world.jobs, trim::trim_job, &index),
         services: service_store(world.services),
         changed: Default::default(),
     };
@@ -1765,7 +1766,7 @@ fn peers_are_the_live_members_of_the_job() {
     let index = MemberIndex::default();
     let config = Config::default();
     let mut live = bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running());
-    observe::trim_pod(&mut live);
+    trim::trim_pod(&mut live);
     let finished = bare_pod(
         "mnist",
         "pytorch",
@@ -1807,9 +1808,10 @@ fn only_the_framework_container_counts() {
         }))
         .unwrap(),
     );
-    let (_, entry) = observe::entry_of(&pod, &Config::default()).unwrap();
+    let (_, entry) = index::entry_of(&pod, &Config::default()).unwrap();
     assert_eq!(entry.framework_container.as_deref(), Some("pytorch"));
-    let observed = observe::observe_pod(&entry, &pod).unwrap();
+    let observed =
+        observe::observe_pod(&entry.member, entry.framework_container.as_deref(), &pod).unwrap();
     assert_eq!(observed.container.unwrap().state, ContainerState::Running);
 }
 
@@ -1830,7 +1832,7 @@ fn trimmed_objects_keep_only_what_the_reconciler_reads() {
         .as_mut()
         .unwrap()
         .insert("dljob.dev/hostfile".into(), "a slots=1\n".repeat(1000));
-    observe::trim_pod(&mut pod);
+    trim::trim_pod(&mut pod);
     let v = serde_json::to_value(&pod).unwrap();
     assert_eq!(v["metadata"].get("managedFields"), None);
     assert_eq!(v["metadata"]["annotations"].get("dljob.dev/hostfile"), None);
@@ -1843,7 +1845,7 @@ fn trimmed_objects_keep_only_what_the_reconciler_reads() {
         json!({"name": "pytorch", "image": "", "imageID": "", "ready": true, "restartCount": 0, "state": running()})
     );
     // Still a member with its ordinal.
-    let (_, entry) = observe::entry_of(&pod, &Config::default()).unwrap();
+    let (_, entry) = index::entry_of(&pod, &Config::default()).unwrap();
     assert_eq!(entry.member.index, Some(1));
 }
 

@@ -1853,7 +1853,7 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
 async fn readyz_waits_for_the_reconcilers_member_caches() {
     bounded(async {
         let dir = tempdir("synced");
-        let index = Arc::new(dljob::reconciler::observe::MemberIndex::default());
+        let index = Arc::new(dljob::reconciler::index::MemberIndex::default());
         let running = run_self_signed(dir.join("ca.pem"), index.clone()).await;
         let c = connect(running.local_addr(), running.ca_pem().unwrap(), Proto::H2)
             .await

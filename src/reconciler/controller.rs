@@ -20,8 +20,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
+use super::index::MemberIndex;
 use super::metrics::Metrics;
-use super::observe::{self, MemberIndex};
+use super::observe;
 use super::resources::{self, Keep, Owned};
 use super::status::{self, Action, JobPlan, MemberKind, Observed};
 use crate::config::Config;
@@ -65,7 +66,7 @@ impl Error {
 
 /// The workloads the reflectors keep, trimmed (see [`observe`]), and the
 /// owned Services. Pods are not kept: the member index holds what is read
-/// of each ([`observe::Entry::pod`]).
+/// of each ([`crate::reconciler::index::Entry::pod`]).
 #[derive(Clone)]
 pub struct Stores {
     pub statefulsets: Store<StatefulSet>,

@@ -15,11 +15,13 @@
 //! the controller which jobs changed ([`Changed`]).
 
 pub mod controller;
+pub mod index;
 pub mod metrics;
 pub mod observe;
 pub mod resources;
 pub mod scope;
 pub mod status;
+pub mod trim;
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -39,8 +41,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{watch, Notify};
 
 use self::controller::{Context, Stores};
+use self::index::{MemberIndex, MemberObject};
 use self::metrics::Metrics;
-use self::observe::{MemberIndex, MemberObject};
 use self::scope::Scope;
 use crate::config::Config;
 use crate::contract as c;
@@ -119,11 +121,11 @@ pub async fn start(
 
     // Pods are only indexed: the index entry holds what the reconciler
     // reads of a pod. The few workloads are kept whole (trimmed) too.
-    let pod_task = watch.members::<Pod>(observe::trim_pod, None);
+    let pod_task = watch.members::<Pod>(trim::trim_pod, None);
     let (statefulsets, writer) = reflector::store();
-    let sts_task = watch.members::<StatefulSet>(observe::trim_statefulset, Some(writer));
+    let sts_task = watch.members::<StatefulSet>(trim::trim_statefulset, Some(writer));
     let (jobs, writer) = reflector::store();
-    let job_task = watch.members::<Job>(observe::trim_job, Some(writer));
+    let job_task = watch.members::<Job>(trim::trim_job, Some(writer));
     let (services, svc_task) = watch.owned::<Service>();
     // The webhook is ready once the member watches its peer checks read
     // have listed (`/readyz` answers 503 until then).
