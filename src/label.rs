@@ -101,12 +101,77 @@ impl Member<'_> {
 }
 
 /// Labels the documents; `Err` lists every problem (nothing should be
-/// written then).
+/// written then). In phases, each stopping at its problems: the inputs
+/// checked and the members found, their roles, the topology they add up
+/// to, what is job-wide (replicas, `--set`, the sets' ranges and slots),
+/// each pod's index, the keys each member needs, the edits applied to
+/// the text, and the output validated as `dljob validate` would.
 pub fn label(
     docs: &[Document],
     opts: &Options<'_>,
     config: &Config,
 ) -> Result<Labelled, Vec<String>> {
+    let Inputs {
+        framework,
+        set,
+        mut members,
+    } = inputs(docs, opts)?;
+    let mut problems = Vec::new();
+    assign_roles(&mut members, framework, opts, &mut problems);
+    stop_at(problems)?;
+    let computed = topology(&members, framework)?;
+
+    let mut problems = Vec::new();
+    let replicas = replicas_annotation(&members, &computed, &mut problems);
+    let mut policies = job_wide(&members, &set, &mut problems);
+    let ranges = set_ranges(&members, &computed, &mut problems);
+    if let Some(slots) = worker_slots(&members, framework, &ranges, &policies, &mut problems) {
+        policies.push((c::SLOTS, slots));
+    }
+    let job_wide = JobWide {
+        replicas,
+        policies,
+        indexes: pod_indexes(&members, &computed, &ranges),
+        offsets: ranges.offsets,
+    };
+    for (i, m) in members.iter_mut().enumerate() {
+        plan_edits(m, i, framework, opts.job, &job_wide, &mut problems);
+    }
+    stop_at(problems)?;
+
+    let mut labelled = apply(docs, &members)?;
+    // The output must pass `dljob validate`.
+    let (invalid, warnings) = manifest::validate(&labelled.documents, Some(opts.namespace), config);
+    if !invalid.is_empty() {
+        return Err(invalid
+            .into_iter()
+            .map(|(name, p)| format!("{name}: {p}"))
+            .collect());
+    }
+    labelled.warnings.extend(warnings);
+    Ok(labelled)
+}
+
+/// `Err(problems)` unless there are none.
+fn stop_at(problems: Vec<String>) -> Result<(), Vec<String>> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// What `dljob label` starts from, once the options check out.
+struct Inputs<'d> {
+    framework: &'static dyn Framework,
+    /// `--set`, parsed.
+    set: Vec<(&'static str, String)>,
+    members: Vec<Member<'d>>,
+}
+
+/// The framework, the `--set` pairs and the member documents, once the
+/// options check out.
+fn inputs<'d>(docs: &'d [Document], opts: &Options<'_>) -> Result<Inputs<'d>, Vec<String>> {
     let mut problems = Vec::new();
     let framework = frameworks::by_name(opts.framework);
     if framework.is_none() {
@@ -124,8 +189,26 @@ pub fn label(
         ));
     }
     let set = parse_set(opts.set, &mut problems);
+    let members = find_members(docs, &mut problems);
+    if members.is_empty() && problems.is_empty() {
+        problems.push(
+            "no Pod, apps/v1 StatefulSet or batch/v1 Job in the input: nothing to label".to_owned(),
+        );
+    }
+    match framework {
+        Some(framework) if problems.is_empty() => Ok(Inputs {
+            framework,
+            set,
+            members,
+        }),
+        _ => Err(problems),
+    }
+}
 
-    let mut members: Vec<Member<'_>> = Vec::new();
+/// The documents of the kinds dljob handles; a `kind: List` holding some
+/// is a problem (its items are not edited).
+fn find_members<'d>(docs: &'d [Document], problems: &mut Vec<String>) -> Vec<Member<'d>> {
+    let mut members = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
         let Some(value) = &doc.value else { continue };
         if value.get("kind").and_then(Value::as_str) == Some("List") {
@@ -156,26 +239,14 @@ pub fn label(
             edits: Vec::new(),
         });
     }
-    if members.is_empty() && problems.is_empty() {
-        problems.push(
-            "no Pod, apps/v1 StatefulSet or batch/v1 Job in the input: nothing to label".to_owned(),
-        );
-    }
-    let Some(framework) = framework else {
-        return Err(problems);
-    };
-    if !problems.is_empty() {
-        return Err(problems);
-    }
+    members
+}
 
-    assign_roles(&mut members, framework, opts, &mut problems);
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-
-    // The topology, from each member's own size, in the framework's order.
+/// The topology, from each member's own size, in the framework's order.
+fn topology(members: &[Member<'_>], framework: &dyn Framework) -> Result<Topology, Vec<String>> {
+    let mut problems = Vec::new();
     let mut counts: Vec<(String, u32)> = Vec::new();
-    for m in &members {
+    for m in members {
         let Some(size) = size_of(m, &mut problems) else {
             continue;
         };
@@ -188,29 +259,29 @@ pub fn label(
     if let Roles::Fixed(rules) = framework.roles() {
         counts.sort_by_key(|(r, _)| rules.iter().position(|rule| rule.name == r));
     }
-    let computed_text = counts
+    let text = counts
         .iter()
         .map(|(r, n)| format!("{r}={n}"))
         .collect::<Vec<_>>()
         .join(",");
-    let computed = match Topology::parse(&computed_text) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            problems.push(format!("the members add up to \"{computed_text}\": {e}"));
-            None
-        }
-    };
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    let computed = computed.expect("no problem means a topology");
+    let computed = Topology::parse(&text)
+        .map_err(|e| format!("the members add up to \"{text}\": {e}"))
+        .map_err(|e| problems.push(e));
+    stop_at(problems)?;
+    Ok(computed.expect("no problem means a topology"))
+}
 
-    // dljob.dev/replicas: kept where it agrees, else a problem; left out
-    // for a job that is one StatefulSet or Job (the webhook infers it from
-    // the workload's size).
+/// `dljob.dev/replicas` to write: what a member already says where it
+/// agrees (else a problem); none for a job that is one StatefulSet or Job
+/// (the webhook infers it from the workload's size).
+fn replicas_annotation(
+    members: &[Member<'_>],
+    computed: &Topology,
+    problems: &mut Vec<String>,
+) -> Option<String> {
     let mut replicas: Option<String> = None;
     let mut any_written = false;
-    for m in &members {
+    for m in members {
         for (text, place) in [
             (m.own("annotations", c::REPLICAS), ""),
             (
@@ -224,7 +295,7 @@ pub fn label(
             }
             any_written = true;
             match Topology::parse(text) {
-                Ok(t) if t.same_as(&computed) => {
+                Ok(t) if t.same_as(computed) => {
                     replicas.get_or_insert_with(|| text.to_owned());
                 }
                 _ => problems.push(format!(
@@ -236,13 +307,20 @@ pub fn label(
         }
     }
     let single_workload = members.len() == 1 && members[0].kind != Kind::Pod;
-    let replicas = match replicas {
+    match replicas {
         Some(t) => Some(t),
         None if single_workload && !any_written => None,
         None => Some(computed.to_string()),
-    };
+    }
+}
 
-    // Job-wide annotations: --set, else what some member already says.
+/// Job-wide annotations: `--set`, else what some member already says (all
+/// that say it must agree).
+fn job_wide(
+    members: &[Member<'_>],
+    set: &[(&'static str, String)],
+    problems: &mut Vec<String>,
+) -> Vec<(&'static str, String)> {
     let mut policies: Vec<(&'static str, String)> = Vec::new();
     for key in settable() {
         let wanted = set.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone());
@@ -277,12 +355,23 @@ pub fn label(
             }
         }
     }
+    policies
+}
 
-    // A role split over several workloads (sets): each covers the next
-    // range of the role's indexes, in document order (dljob.dev/index-
-    // offset); offsets already written are kept.
+/// The index ranges of roles split over several workloads (sets).
+struct Ranges {
+    /// Per member: the `dljob.dev/index-offset` to write.
+    offsets: Vec<Option<String>>,
+    /// Every set's range: (role, first, end).
+    covered: Vec<(String, u32, u32)>,
+}
+
+/// A role split over several workloads (sets): each covers the next range
+/// of the role's indexes, in document order (`dljob.dev/index-offset`);
+/// offsets already written are kept.
+fn set_ranges(members: &[Member<'_>], computed: &Topology, problems: &mut Vec<String>) -> Ranges {
     let mut offsets: Vec<Option<String>> = vec![None; members.len()];
-    let mut covered: Vec<(String, u32, u32)> = Vec::new(); // role, first, end
+    let mut covered: Vec<(String, u32, u32)> = Vec::new();
     for (role, _) in computed.roles() {
         let of_role: Vec<usize> = (0..members.len())
             .filter(|&i| members[i].role.as_deref() == Some(role))
@@ -297,7 +386,7 @@ pub fn label(
         }
         let mut cursor = 0u32;
         for i in sets {
-            let size = size_of(&members[i], &mut problems).unwrap_or(0);
+            let size = size_of(&members[i], problems).unwrap_or(0);
             let written = members[i]
                 .own("annotations", c::INDEX_OFFSET)
                 .and_then(|s| s.trim().parse::<u32>().ok());
@@ -309,11 +398,21 @@ pub fn label(
             covered.push((role.to_owned(), first, first.saturating_add(size)));
         }
     }
+    Ranges { offsets, covered }
+}
 
-    // mpi/chainer with worker sets and no slots given: each set's range
-    // gets the GPUs its framework container requests, every other host
-    // the launcher's (or 1).
-    let worker_sets: Vec<(u32, u32, u32)> = covered
+/// mpi/chainer with worker sets and no slots given: each set's range gets
+/// the GPUs its framework container requests, every other host the
+/// launcher's (or 1).
+fn worker_slots(
+    members: &[Member<'_>],
+    framework: &dyn Framework,
+    ranges: &Ranges,
+    policies: &[(&'static str, String)],
+    problems: &mut Vec<String>,
+) -> Option<String> {
+    let worker_sets: Vec<(u32, u32, u32)> = ranges
+        .covered
         .iter()
         .filter(|(r, _, _)| r == "worker")
         .zip(
@@ -323,27 +422,34 @@ pub fn label(
         )
         .map(|((_, first, end), m)| (*first, *end, gpus_of(m, framework).max(1)))
         .collect();
-    if framework.uses_slots()
-        && worker_sets.len() > 1
-        && !policies.iter().any(|(k, _)| *k == c::SLOTS)
+    if !framework.uses_slots()
+        || worker_sets.len() < 2
+        || policies.iter().any(|(k, _)| *k == c::SLOTS)
     {
-        let others = framework
-            .gated_role()
-            .and_then(|r| members.iter().find(|m| m.role.as_deref() == Some(r)))
-            .map_or(1, |m| gpus_of(m, framework).max(1));
-        let mut text = others.to_string();
-        for (first, end, n) in &worker_sets {
-            text.push_str(&format!(",{first}-{}={n}", end.saturating_sub(1)));
-        }
-        match c::Slots::parse(&text) {
-            Ok(slots) => policies.push((c::SLOTS, slots.to_string())),
-            Err(e) => problems.push(e),
-        }
+        return None;
     }
+    let others = framework
+        .gated_role()
+        .and_then(|r| members.iter().find(|m| m.role.as_deref() == Some(r)))
+        .map_or(1, |m| gpus_of(m, framework).max(1));
+    let mut text = others.to_string();
+    for (first, end, n) in &worker_sets {
+        text.push_str(&format!(",{first}-{}={n}", end.saturating_sub(1)));
+    }
+    c::Slots::parse(&text)
+        .map(|slots| slots.to_string())
+        .map_err(|e| problems.push(e))
+        .ok()
+}
 
-    // Indexes of plain Pods, in document order per role, where the role
-    // has more than one replica; indexes already written, and the sets'
-    // ranges, are kept.
+/// Indexes of plain Pods, in document order per role, where the role has
+/// more than one replica; indexes already written, and the sets' ranges,
+/// are kept.
+fn pod_indexes(
+    members: &[Member<'_>],
+    computed: &Topology,
+    ranges: &Ranges,
+) -> Vec<Option<String>> {
     let mut indexes: Vec<Option<String>> = vec![None; members.len()];
     for (role, count) in computed.roles() {
         if count < 2 {
@@ -357,7 +463,7 @@ pub fn label(
             .filter_map(|&i| members[i].own("annotations", c::INDEX))
             .filter_map(|s| s.trim().parse().ok())
             .collect();
-        for (_, first, end) in covered.iter().filter(|(r, _, _)| r == role) {
+        for (_, first, end) in ranges.covered.iter().filter(|(r, _, _)| r == role) {
             used.extend(*first..*end);
         }
         for &i in &pods {
@@ -369,108 +475,135 @@ pub fn label(
             indexes[i] = Some(next.to_string());
         }
     }
+    indexes
+}
 
-    // What each member needs.
-    for (i, m) in members.iter_mut().enumerate() {
-        let role = m.role.clone().expect("every member has a role by now");
-        let mut wants: Vec<(bool, &'static str, &'static str, String)> = vec![
-            (false, "labels", c::JOB, opts.job.to_owned()),
-            (false, "labels", c::ROLE, role.clone()),
-        ];
-        if m.kind != Kind::Pod {
-            // A StatefulSet's pods carry the labels its selector and the
-            // job's Service select on; a Job's template is left to the
-            // webhook, which copies them at creation.
-            let add = m.kind == Kind::StatefulSet;
-            for (key, v) in [(c::JOB, opts.job), (c::ROLE, role.as_str())] {
-                match m.template("labels", key) {
-                    Some(t) if t != v => problems.push(format!(
-                        "{}: label {key} in its pod template is \"{t}\", not \"{v}\"; dljob label does not overwrite it: correct or remove it",
-                        m.display
-                    )),
-                    Some(_) => {}
-                    None if add => wants.push((true, "labels", key, v.to_owned())),
-                    None => {}
+/// What the job's members are to agree on, decided from all of them.
+struct JobWide {
+    replicas: Option<String>,
+    policies: Vec<(&'static str, String)>,
+    /// Per member.
+    indexes: Vec<Option<String>>,
+    /// Per member.
+    offsets: Vec<Option<String>>,
+}
+
+/// The keys member `i` needs, as edits; a key it has with another value
+/// is a problem (never overwritten), and so is a pod template or selector
+/// that disagrees with the job and role.
+fn plan_edits(
+    m: &mut Member<'_>,
+    i: usize,
+    framework: &dyn Framework,
+    job: &str,
+    job_wide: &JobWide,
+    problems: &mut Vec<String>,
+) {
+    let role = m.role.clone().expect("every member has a role by now");
+    let mut wants: Vec<(bool, &'static str, &'static str, String)> = vec![
+        (false, "labels", c::JOB, job.to_owned()),
+        (false, "labels", c::ROLE, role.clone()),
+    ];
+    if m.kind != Kind::Pod {
+        wants.extend(template_labels(m, job, &role, problems));
+    }
+    wants.push((
+        false,
+        "annotations",
+        c::FRAMEWORK,
+        framework.name().to_owned(),
+    ));
+    if let Some(r) = &job_wide.replicas {
+        // Already checked where it is written.
+        if m.own("annotations", c::REPLICAS).is_none() {
+            wants.push((false, "annotations", c::REPLICAS, r.clone()));
+        }
+    }
+    if let Some(index) = &job_wide.indexes[i] {
+        wants.push((false, "annotations", c::INDEX, index.clone()));
+    }
+    if let Some(offset) = &job_wide.offsets[i] {
+        wants.push((false, "annotations", c::INDEX_OFFSET, offset.clone()));
+    }
+    for (key, v) in &job_wide.policies {
+        wants.push((false, "annotations", key, v.clone()));
+    }
+    for (template, which, key, value) in wants {
+        let existing = if template {
+            m.template(which, key)
+        } else {
+            m.own(which, key)
+        };
+        match existing {
+            None => m.edits.push(Edit {
+                template,
+                which,
+                key,
+                value,
+            }),
+            Some(e) if e == value => {}
+            Some(e) => {
+                // Policies and replicas were reported where decided.
+                if key == c::REPLICAS || settable().any(|k| k == key) {
+                    continue;
                 }
-            }
-            if m.kind == Kind::StatefulSet {
-                for key in [c::JOB, c::ROLE] {
-                    let selected = object::at(m.value, &["spec", "selector", "matchLabels", key])
-                        .and_then(Value::as_str);
-                    let v = if key == c::JOB {
-                        opts.job
-                    } else {
-                        role.as_str()
-                    };
-                    if let Some(s) = selected.filter(|s| *s != v) {
-                        problems.push(format!(
-                            "{}: spec.selector.matchLabels {key} is \"{s}\", but its pods are labelled \"{v}\": the selector would not select them; correct the selector (or the --job/--role)",
-                            m.display
-                        ));
-                    }
-                }
-            }
-        }
-        wants.push((
-            false,
-            "annotations",
-            c::FRAMEWORK,
-            framework.name().to_owned(),
-        ));
-        if let Some(r) = &replicas {
-            // Already checked above, where it is written.
-            if m.own("annotations", c::REPLICAS).is_none() {
-                wants.push((false, "annotations", c::REPLICAS, r.clone()));
-            }
-        }
-        if let Some(index) = &indexes[i] {
-            wants.push((false, "annotations", c::INDEX, index.clone()));
-        }
-        if let Some(offset) = &offsets[i] {
-            wants.push((false, "annotations", c::INDEX_OFFSET, offset.clone()));
-        }
-        for (key, v) in &policies {
-            wants.push((false, "annotations", key, v.clone()));
-        }
-        for (template, which, key, value) in wants {
-            let existing = if template {
-                m.template(which, key)
-            } else {
-                m.own(which, key)
-            };
-            match existing {
-                None => m.edits.push(Edit {
-                    template,
-                    which,
-                    key,
-                    value,
-                }),
-                Some(e) if e == value => {}
-                Some(e) => {
-                    // Policies and replicas were reported above.
-                    if key == c::REPLICAS || settable().any(|k| k == key) {
-                        continue;
-                    }
-                    let what = &which[..which.len() - 1];
-                    let hint = match key {
-                        c::JOB => format!("remove it, or pass --job {e}"),
-                        c::ROLE => format!("remove it, or pass --role {}={e}", m.display),
-                        c::FRAMEWORK => format!("remove it, or pass --framework {e}"),
-                        _ => "correct or remove it".to_owned(),
-                    };
-                    problems.push(format!(
-                        "{}: {what} {key} is \"{e}\", not \"{value}\"; dljob label does not overwrite it: {hint}",
-                        m.display
-                    ));
-                }
+                let what = &which[..which.len() - 1];
+                let hint = match key {
+                    c::JOB => format!("remove it, or pass --job {e}"),
+                    c::ROLE => format!("remove it, or pass --role {}={e}", m.display),
+                    c::FRAMEWORK => format!("remove it, or pass --framework {e}"),
+                    _ => "correct or remove it".to_owned(),
+                };
+                problems.push(format!(
+                    "{}: {what} {key} is \"{e}\", not \"{value}\"; dljob label does not overwrite it: {hint}",
+                    m.display
+                ));
             }
         }
     }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
+}
 
-    // Apply.
+/// A workload's pod template labels: a StatefulSet's pods carry the labels
+/// its selector and the job's Service select on (a Job's template is left
+/// to the webhook, which copies them at creation); a template label or a
+/// StatefulSet selector that disagrees is a problem.
+fn template_labels(
+    m: &Member<'_>,
+    job: &str,
+    role: &str,
+    problems: &mut Vec<String>,
+) -> Vec<(bool, &'static str, &'static str, String)> {
+    let mut wants = Vec::new();
+    let add = m.kind == Kind::StatefulSet;
+    for (key, v) in [(c::JOB, job), (c::ROLE, role)] {
+        match m.template("labels", key) {
+            Some(t) if t != v => problems.push(format!(
+                "{}: label {key} in its pod template is \"{t}\", not \"{v}\"; dljob label does not overwrite it: correct or remove it",
+                m.display
+            )),
+            Some(_) => {}
+            None if add => wants.push((true, "labels", key, v.to_owned())),
+            None => {}
+        }
+    }
+    if m.kind == Kind::StatefulSet {
+        for (key, v) in [(c::JOB, job), (c::ROLE, role)] {
+            let selected = object::at(m.value, &["spec", "selector", "matchLabels", key])
+                .and_then(Value::as_str);
+            if let Some(s) = selected.filter(|s| *s != v) {
+                problems.push(format!(
+                    "{}: spec.selector.matchLabels {key} is \"{s}\", but its pods are labelled \"{v}\": the selector would not select them; correct the selector (or the --job/--role)",
+                    m.display
+                ));
+            }
+        }
+    }
+    wants
+}
+
+/// The members' edits applied: the value, and the text edited in place
+/// (else re-serialised, with a warning).
+fn apply(docs: &[Document], members: &[Member<'_>]) -> Result<Labelled, Vec<String>> {
     let mut out: Vec<Document> = docs
         .iter()
         .map(|d| Document {
@@ -480,7 +613,8 @@ pub fn label(
         .collect();
     let mut changed = vec![false; docs.len()];
     let mut warnings = Vec::new();
-    for m in &members {
+    let mut problems = Vec::new();
+    for m in members {
         if m.edits.is_empty() {
             continue;
         }
@@ -520,19 +654,7 @@ pub fn label(
         };
         changed[m.doc] = true;
     }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-
-    // The output must pass `dljob validate`.
-    let (invalid, validation_warnings) = manifest::validate(&out, Some(opts.namespace), config);
-    if !invalid.is_empty() {
-        return Err(invalid
-            .into_iter()
-            .map(|(name, p)| format!("{name}: {p}"))
-            .collect());
-    }
-    warnings.extend(validation_warnings);
+    stop_at(problems)?;
     Ok(Labelled {
         documents: out,
         changed,
@@ -686,9 +808,6 @@ fn infer_role(
     None
 }
 
-/// Replicas a member adds to its role: 1 for a plain Pod, a StatefulSet's
-/// `replicas` (default 1; a stopped one's `dljob.dev/scaled-from`), a
-/// Job's `completions`.
 /// GPUs its framework container requests (the webhook's container rule).
 fn gpus_of(m: &Member<'_>, framework: &dyn Framework) -> u32 {
     let Some(pod) = object::at(m.value, m.kind.pod_path()) else {
@@ -715,6 +834,9 @@ fn gpus_of(m: &Member<'_>, framework: &dyn Framework) -> u32 {
     .unwrap_or(0)
 }
 
+/// Replicas a member adds to its role: 1 for a plain Pod, a StatefulSet's
+/// `replicas` (default 1; a stopped one's `dljob.dev/scaled-from`), a
+/// Job's `completions`.
 fn size_of(m: &Member<'_>, problems: &mut Vec<String>) -> Option<u32> {
     let num = |path: &[&str]| {
         object::at(m.value, path)
