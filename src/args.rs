@@ -371,7 +371,7 @@ pub struct WebhookConfigArgs {
 
 /// Parses a duration such as `10s`, `5m`, `2h`, `1d` or `1h30m` (whole
 /// numbers, units s, m, h, d; at least one second).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("{text:?} is not a duration: write e.g. 10s, 5m, 2h or 1h30m");
     let mut total: u64 = 0;
     let mut digits = String::new();

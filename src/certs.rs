@@ -107,7 +107,7 @@ const DEV_CA_MIN_LEFT: Duration = Duration::from_secs(86_400);
 /// keeps trusting the webhook across restarts — else a new one, written
 /// there (the key with mode 0600). Either way a fresh serving certificate
 /// for `sans` is signed by it.
-pub fn dev_bundle(
+pub(crate) fn dev_bundle(
     ca_path: &Path,
     key_path: &Path,
     sans: &[String],

@@ -47,7 +47,7 @@ pub struct Config {
 /// TensorBoard's default image: an official TensorFlow one, pinned; 2.20 is the
 /// last whose image has the `tensorboard` command (TensorFlow 2.21 no
 /// longer installs TensorBoard).
-pub const DEFAULT_TENSORBOARD_IMAGE: &str = "tensorflow/tensorflow:2.20.0";
+pub(crate) const DEFAULT_TENSORBOARD_IMAGE: &str = "tensorflow/tensorflow:2.20.0";
 
 /// `tensorboard:` in the config file.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
@@ -115,7 +115,7 @@ pub enum ConfigError {
 
 impl Config {
     /// `launcherGate`, true unless turned off.
-    pub fn launcher_gate(&self) -> bool {
+    pub(crate) fn launcher_gate(&self) -> bool {
         self.launcher_gate.unwrap_or(true)
     }
 
@@ -230,7 +230,7 @@ impl Config {
     }
 
     /// The port for `framework`: config override, else the framework default.
-    pub fn port_for(&self, framework: &str, default: u16) -> u16 {
+    pub(crate) fn port_for(&self, framework: &str, default: u16) -> u16 {
         self.ports.get(framework).copied().unwrap_or(default)
     }
 }

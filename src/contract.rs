@@ -8,77 +8,77 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 /// Label: the job name. Selects members for the webhooks and the Service.
-pub const JOB: &str = "dljob.dev/job";
+pub(crate) const JOB: &str = "dljob.dev/job";
 /// Label: the member's role within its framework.
-pub const ROLE: &str = "dljob.dev/role";
+pub(crate) const ROLE: &str = "dljob.dev/role";
 /// Annotation: the framework name.
-pub const FRAMEWORK: &str = "dljob.dev/framework";
+pub(crate) const FRAMEWORK: &str = "dljob.dev/framework";
 /// Annotation: the whole job's topology, e.g. `ps=2,worker=4`.
-pub const REPLICAS: &str = "dljob.dev/replicas";
+pub(crate) const REPLICAS: &str = "dljob.dev/replicas";
 /// Annotation (plain Pods): replica index within the role.
-pub const INDEX: &str = "dljob.dev/index";
+pub(crate) const INDEX: &str = "dljob.dev/index";
 /// Annotation (StatefulSets, Indexed Jobs): the member is one of several
 /// sets of its role, covering the role's indexes from this one on
 /// (pod index = offset + ordinal or completion index).
-pub const INDEX_OFFSET: &str = "dljob.dev/index-offset";
+pub(crate) const INDEX_OFFSET: &str = "dljob.dev/index-offset";
 /// Annotation: override of the framework's default port.
-pub const PORT: &str = "dljob.dev/port";
+pub(crate) const PORT: &str = "dljob.dev/port";
 /// Annotation: the name of the framework container.
-pub const CONTAINER: &str = "dljob.dev/container";
+pub(crate) const CONTAINER: &str = "dljob.dev/container";
 /// Annotation (mpi/chainer): slots per worker host in the hostfile.
-pub const SLOTS: &str = "dljob.dev/slots";
+pub(crate) const SLOTS: &str = "dljob.dev/slots";
 /// Annotation (pytorch): elastic range `min:max`.
-pub const ELASTIC: &str = "dljob.dev/elastic";
+pub(crate) const ELASTIC: &str = "dljob.dev/elastic";
 /// Annotation (StatefulSet): keep the API server's `OrderedReady` start.
-pub const ORDERED_START: &str = "dljob.dev/ordered-start";
+pub(crate) const ORDERED_START: &str = "dljob.dev/ordered-start";
 /// Annotation (mpi/chainer): where the SSH Secret is mounted.
-pub const SSH_PATH: &str = "dljob.dev/ssh-path";
+pub(crate) const SSH_PATH: &str = "dljob.dev/ssh-path";
 /// The scheduling gate dljob puts on a launcher pod at admission and the
 /// reconciler removes once every other member runs.
-pub const WORKERS_READY_GATE: &str = "dljob.dev/workers-ready";
+pub(crate) const WORKERS_READY_GATE: &str = "dljob.dev/workers-ready";
 /// Annotation written by dljob on pods: the hostfile content.
-pub const HOSTFILE: &str = "dljob.dev/hostfile";
+pub(crate) const HOSTFILE: &str = "dljob.dev/hostfile";
 /// Annotation written by the reconciler on stopped StatefulSets.
-pub const SCALED_FROM: &str = "dljob.dev/scaled-from";
+pub(crate) const SCALED_FROM: &str = "dljob.dev/scaled-from";
 /// The reconciler's mark on what is left of a finished run (pods, and the
 /// workloads a `None` clean-pod policy leaves running): the uid of the
 /// DLJob whose run it was. Such a member never counts toward a later run
 /// of the same job, and makes no new DLJob.
-pub const FINISHED_RUN: &str = "dljob.dev/finished-run";
+pub(crate) const FINISHED_RUN: &str = "dljob.dev/finished-run";
 /// On a PodTemplate the reconciler saved a bare pod's manifest in, to
 /// recreate it after a retry: the pod's name.
-pub const RECREATES: &str = "dljob.dev/recreates";
+pub(crate) const RECREATES: &str = "dljob.dev/recreates";
 /// Policy annotations.
-pub const RESTART_POLICY: &str = "dljob.dev/restart-policy";
-pub const BACKOFF_LIMIT: &str = "dljob.dev/backoff-limit";
-pub const CLEAN_POD_POLICY: &str = "dljob.dev/clean-pod-policy";
-pub const TTL_SECONDS_AFTER_FINISHED: &str = "dljob.dev/ttl-seconds-after-finished";
-pub const ACTIVE_DEADLINE_SECONDS: &str = "dljob.dev/active-deadline-seconds";
+pub(crate) const RESTART_POLICY: &str = "dljob.dev/restart-policy";
+pub(crate) const BACKOFF_LIMIT: &str = "dljob.dev/backoff-limit";
+pub(crate) const CLEAN_POD_POLICY: &str = "dljob.dev/clean-pod-policy";
+pub(crate) const TTL_SECONDS_AFTER_FINISHED: &str = "dljob.dev/ttl-seconds-after-finished";
+pub(crate) const ACTIVE_DEADLINE_SECONDS: &str = "dljob.dev/active-deadline-seconds";
 /// Annotation: what a retryable failure restarts (`Pod` or `Job`).
-pub const RESTART_SCOPE: &str = "dljob.dev/restart-scope";
+pub(crate) const RESTART_SCOPE: &str = "dljob.dev/restart-scope";
 /// Annotation: the gang scheduler (`none`, `kueue`, `volcano`,
 /// `coscheduling`).
-pub const GANG: &str = "dljob.dev/gang";
+pub(crate) const GANG: &str = "dljob.dev/gang";
 /// Annotation: the gang scheduler's queue (Kueue LocalQueue, Volcano Queue).
-pub const QUEUE: &str = "dljob.dev/queue";
+pub(crate) const QUEUE: &str = "dljob.dev/queue";
 /// Annotation: `VOLUME:PATH`, the shared volume (by its name in the pod
 /// spec) and the log directory inside it that the job's TensorBoard reads.
-pub const TENSORBOARD: &str = "dljob.dev/tensorboard";
+pub(crate) const TENSORBOARD: &str = "dljob.dev/tensorboard";
 /// Annotation written by the reconciler on a DLJob: the volume (as JSON,
 /// from the pod spec of the first member it saw) its TensorBoard mounts.
-pub const TENSORBOARD_VOLUME: &str = "dljob.dev/tensorboard-volume";
+pub(crate) const TENSORBOARD_VOLUME: &str = "dljob.dev/tensorboard-volume";
 /// Label of the TensorBoard pod (and its Service's selector): the job it
 /// serves. Not `dljob.dev/job`, which makes a pod a member.
-pub const TENSORBOARD_OF: &str = "dljob.dev/tensorboard-of";
+pub(crate) const TENSORBOARD_OF: &str = "dljob.dev/tensorboard-of";
 
 /// Kubernetes-owned keys dljob reads.
-pub const K8S_DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
-pub const K8S_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
-pub const K8S_JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+pub(crate) const K8S_DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
+pub(crate) const K8S_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
+pub(crate) const K8S_JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
 /// Annotations that every member of one job must agree on and that a
 /// workload copies into its pod template.
-pub const JOB_WIDE_ANNOTATIONS: &[&str] = &[
+pub(crate) const JOB_WIDE_ANNOTATIONS: &[&str] = &[
     FRAMEWORK,
     REPLICAS,
     PORT,
@@ -97,10 +97,10 @@ pub const JOB_WIDE_ANNOTATIONS: &[&str] = &[
 ];
 
 /// Annotations a user may set on a member that are not job-wide.
-pub const MEMBER_ANNOTATIONS: &[&str] = &[INDEX, CONTAINER, ORDERED_START, INDEX_OFFSET];
+pub(crate) const MEMBER_ANNOTATIONS: &[&str] = &[INDEX, CONTAINER, ORDERED_START, INDEX_OFFSET];
 
 /// Annotations dljob itself writes.
-pub const OWN_ANNOTATIONS: &[&str] = &[HOSTFILE, SCALED_FROM, FINISHED_RUN];
+pub(crate) const OWN_ANNOTATIONS: &[&str] = &[HOSTFILE, SCALED_FROM, FINISHED_RUN];
 
 /// Directory the hostfile volume is mounted at.
 pub const HOSTFILE_DIR: &str = "/etc/dljob";
@@ -118,7 +118,7 @@ pub const PORT_NAME: &str = "dljob";
 pub const SSH_MODE: u32 = 0o600;
 
 /// Longest job name: leaves room for `-<role>-<index>` in a 63-char DNS label.
-pub const MAX_JOB_NAME: usize = 40;
+pub(crate) const MAX_JOB_NAME: usize = 40;
 
 /// Most replicas a job may declare in total. Where a framework reads every
 /// host (`TF_CONFIG`, an MPI launcher's hostfile) admission time and memory
@@ -206,7 +206,7 @@ impl Topology {
     }
 
     /// A topology with one role (inferred from a workload's size).
-    pub fn single(role: &str, count: u32) -> Self {
+    pub(crate) fn single(role: &str, count: u32) -> Self {
         Self {
             roles: vec![(role.to_owned(), count)],
         }
@@ -218,7 +218,7 @@ impl Topology {
     }
 
     /// Count of `role`, 0 when absent.
-    pub fn count_or_zero(&self, role: &str) -> u32 {
+    pub(crate) fn count_or_zero(&self, role: &str) -> u32 {
         self.count(role).unwrap_or(0)
     }
 
@@ -235,7 +235,7 @@ impl Topology {
     /// Same roles and counts, whatever the order they were written in.
     /// The same roles and counts with `order`'s roles first, in that order;
     /// roles `order` does not name follow in declared order.
-    pub fn ordered_by(&self, order: &[&str]) -> Topology {
+    pub(crate) fn ordered_by(&self, order: &[&str]) -> Topology {
         let named = order
             .iter()
             .filter_map(|o| self.roles.iter().find(|(r, _)| r == o));
@@ -288,8 +288,8 @@ pub enum RestartScope {
 }
 
 impl RestartScope {
-    pub const VALUES: &'static str = "Pod, Job";
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) const VALUES: &'static str = "Pod, Job";
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s {
             "Pod" => Some(Self::Pod),
             "Job" => Some(Self::Job),
@@ -360,21 +360,21 @@ impl Default for Policies {
     }
 }
 
-pub const DEFAULT_BACKOFF_LIMIT: u32 = 3;
+pub(crate) const DEFAULT_BACKOFF_LIMIT: u32 = 3;
 /// Upper bounds that keep the values meaningful.
-pub const MAX_BACKOFF_LIMIT: u32 = 10_000;
-pub const MAX_SLOTS: u32 = 1024;
+pub(crate) const MAX_BACKOFF_LIMIT: u32 = 10_000;
+pub(crate) const MAX_SLOTS: u32 = 1024;
 
 impl RestartPolicy {
-    pub const VALUES: &'static str = "ExitCode, Never";
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) const VALUES: &'static str = "ExitCode, Never";
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s {
             "ExitCode" => Some(Self::ExitCode),
             "Never" => Some(Self::Never),
             _ => None,
         }
     }
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::ExitCode => "ExitCode",
             Self::Never => "Never",
@@ -383,8 +383,8 @@ impl RestartPolicy {
 }
 
 impl CleanPodPolicy {
-    pub const VALUES: &'static str = "Running, All, None";
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) const VALUES: &'static str = "Running, All, None";
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s {
             "Running" => Some(Self::Running),
             "All" => Some(Self::All),
@@ -392,7 +392,7 @@ impl CleanPodPolicy {
             _ => None,
         }
     }
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Running => "Running",
             Self::All => "All",
@@ -419,7 +419,7 @@ impl Default for Slots {
 }
 
 impl Slots {
-    pub fn uniform(n: u32) -> Self {
+    pub(crate) fn uniform(n: u32) -> Self {
         Self {
             default: n,
             ranges: Vec::new(),
@@ -427,7 +427,7 @@ impl Slots {
     }
 
     /// Parses the annotation; every count 1 to [`MAX_SLOTS`].
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         let bad = |why: &str| {
             format!(
                 "{SLOTS} \"{s}\" {why}: write a slot count (1-{MAX_SLOTS}), or worker index ranges like \"0-1=8,2-5=4\" with an optional count for the other hosts first"
@@ -479,7 +479,7 @@ impl Slots {
     }
 
     /// Slots of worker `index`.
-    pub fn of_worker(&self, index: u32) -> u32 {
+    pub(crate) fn of_worker(&self, index: u32) -> u32 {
         self.ranges
             .iter()
             .find(|(first, last, _)| (*first..=*last).contains(&index))
@@ -487,17 +487,17 @@ impl Slots {
     }
 
     /// Slots of every host no range names.
-    pub fn default_count(&self) -> u32 {
+    pub(crate) fn default_count(&self) -> u32 {
         self.default
     }
 
     /// The last worker index a range names, if any.
-    pub fn last_index(&self) -> Option<u32> {
+    pub(crate) fn last_index(&self) -> Option<u32> {
         self.ranges.last().map(|(_, last, _)| *last)
     }
 
     /// Whether it is one number for every host.
-    pub fn is_uniform(&self) -> bool {
+    pub(crate) fn is_uniform(&self) -> bool {
         self.ranges.is_empty()
     }
 }
@@ -533,7 +533,7 @@ pub struct Elastic {
 
 impl Elastic {
     /// Parses `min:max` with `1 <= min <= max`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         let bad = || {
             format!(
                 "{ELASTIC} \"{s}\" is not a range: write \"min:max\" with 1 <= min <= max, e.g. \"2:4\""
@@ -602,7 +602,7 @@ impl fmt::Display for TensorBoard {
 
 /// RFC 1123 DNS label: lowercase alphanumerics and '-', at most 63 chars,
 /// starting and ending alphanumeric.
-pub fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
@@ -618,7 +618,7 @@ pub fn is_dns1035_label(s: &str) -> bool {
 }
 
 /// The stable hostname of replica `index` of `role` in `job`: `j-r-i`.
-pub fn pod_hostname(job: &str, role: &str, index: u32) -> String {
+pub(crate) fn pod_hostname(job: &str, role: &str, index: u32) -> String {
     let mut s = String::with_capacity(job.len() + role.len() + 12);
     s.push_str(job);
     s.push('-');
@@ -630,7 +630,7 @@ pub fn pod_hostname(job: &str, role: &str, index: u32) -> String {
 
 /// Appends a decimal number to `s` (no allocation, no formatter: it runs
 /// once per host of a 1000-host hostfile).
-pub fn push_u32(s: &mut String, n: u32) {
+pub(crate) fn push_u32(s: &mut String, n: u32) {
     s.push_str(itoa::Buffer::new().format(n));
 }
 

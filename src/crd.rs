@@ -81,7 +81,7 @@ impl DLJob {
     /// The metadata of an object this DLJob owns: named `name`, in its
     /// namespace, labelled with its job and controlled by it. None until the
     /// DLJob has a uid (an owner reference needs it).
-    pub fn owned_meta(&self, name: String) -> Option<ObjectMeta> {
+    pub(crate) fn owned_meta(&self, name: String) -> Option<ObjectMeta> {
         use kube::Resource;
         let owner = self.controller_owner_ref(&())?;
         let job_name = self.metadata.name.clone()?;
@@ -119,7 +119,11 @@ impl JobSpec {
     /// The job as a gang of `name`: every pod (the elastic minimum where
     /// elastic), less the framework's gated role (mpi's launcher starts only
     /// after the others run, so it cannot be in the gang).
-    pub fn gang_group<'a>(&'a self, name: &'a str, framework: &dyn Framework) -> gang::Group<'a> {
+    pub(crate) fn gang_group<'a>(
+        &'a self,
+        name: &'a str,
+        framework: &dyn Framework,
+    ) -> gang::Group<'a> {
         let gated = framework
             .gated_role()
             .map_or(0, |r| self.replicas.count_or_zero(r));
@@ -133,19 +137,19 @@ impl JobSpec {
     }
 
     /// The gang scheduler, when the name is one dljob knows.
-    pub fn scheduler(&self) -> Option<&'static dyn crate::gang::Scheduler> {
+    pub(crate) fn scheduler(&self) -> Option<&'static dyn crate::gang::Scheduler> {
         crate::gang::by_name(&self.gang)
     }
 
     /// The framework, when the name is one dljob knows.
-    pub fn framework(&self) -> Option<&'static dyn Framework> {
+    pub(crate) fn framework(&self) -> Option<&'static dyn Framework> {
         frameworks::by_name(&self.framework)
     }
 
     /// Where `self` and `other` differ: (annotation key, this value, the
     /// other's value), by key; empty when they agree. Values are
     /// shown as written in annotations, `unset` when absent.
-    pub fn differences(&self, other: &JobSpec) -> Vec<(String, String, String)> {
+    pub(crate) fn differences(&self, other: &JobSpec) -> Vec<(String, String, String)> {
         let (Ok(Value::Object(mine)), Ok(Value::Object(theirs))) =
             (serde_json::to_value(self), serde_json::to_value(other))
         else {
@@ -195,7 +199,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 5] = [
+    pub(crate) const ALL: [Phase; 5] = [
         Phase::Pending,
         Phase::Running,
         Phase::Restarting,
@@ -203,7 +207,7 @@ impl Phase {
         Phase::Failed,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "Pending",
             Phase::Running => "Running",
@@ -214,7 +218,7 @@ impl Phase {
     }
 
     /// Succeeded or Failed.
-    pub fn is_finished(self) -> bool {
+    pub(crate) fn is_finished(self) -> bool {
         matches!(self, Phase::Succeeded | Phase::Failed)
     }
 }
@@ -322,7 +326,7 @@ pub struct SavedPod {
 }
 
 /// The CRD as YAML, exactly what `crds/dljob.yaml` holds.
-pub fn yaml() -> Result<String, serde_saphyr::SerializeError> {
+pub(crate) fn yaml() -> Result<String, serde_saphyr::SerializeError> {
     serde_saphyr::to_string(&DLJob::crd())
 }
 

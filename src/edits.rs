@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 /// A list of the pod that dljob appends to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum List {
+pub(crate) enum List {
     Env(usize),
     Ports(usize),
     Mounts(usize),
@@ -55,7 +55,7 @@ impl List {
 }
 
 /// Pending edits to one pod.
-pub struct PodEdits<'o> {
+pub(crate) struct PodEdits<'o> {
     pod: &'o Value,
     labels: Vec<(&'static str, Value)>,
     annotations: Vec<(&'static str, Value)>,
@@ -65,7 +65,7 @@ pub struct PodEdits<'o> {
 }
 
 impl<'o> PodEdits<'o> {
-    pub fn new(pod: &'o Value) -> Self {
+    pub(crate) fn new(pod: &'o Value) -> Self {
         Self {
             pod,
             labels: Vec::new(),
@@ -77,32 +77,32 @@ impl<'o> PodEdits<'o> {
     }
 
     /// The original pod.
-    pub fn pod(&self) -> &'o Value {
+    pub(crate) fn pod(&self) -> &'o Value {
         self.pod
     }
 
     /// Sets `metadata.labels[key]`.
-    pub fn set_label(&mut self, key: &'static str, value: Value) {
+    pub(crate) fn set_label(&mut self, key: &'static str, value: Value) {
         self.labels.push((key, value));
     }
 
     /// Sets `metadata.annotations[key]`.
-    pub fn set_annotation(&mut self, key: &'static str, value: Value) {
+    pub(crate) fn set_annotation(&mut self, key: &'static str, value: Value) {
         self.annotations.push((key, value));
     }
 
     /// Removes `metadata.annotations[key]` (the original pod's).
-    pub fn remove_annotation(&mut self, key: &'static str) {
+    pub(crate) fn remove_annotation(&mut self, key: &'static str) {
         self.removed_annotations.push(key);
     }
 
     /// Sets `spec[key]`.
-    pub fn set_spec(&mut self, key: &'static str, value: Value) {
+    pub(crate) fn set_spec(&mut self, key: &'static str, value: Value) {
         self.spec.push((key, value));
     }
 
     /// Items of `list`: the original ones, then those appended so far.
-    pub fn items(&self, list: List) -> impl Iterator<Item = &Value> {
+    pub(crate) fn items(&self, list: List) -> impl Iterator<Item = &Value> {
         let original = list.original(self.pod).map(Vec::as_slice).unwrap_or(&[]);
         let pending = self
             .appends
@@ -114,7 +114,7 @@ impl<'o> PodEdits<'o> {
     }
 
     /// Appends `item` to `list`.
-    pub fn append(&mut self, list: List, item: Value) {
+    pub(crate) fn append(&mut self, list: List, item: Value) {
         match self.appends.iter_mut().find(|(l, _)| *l == list) {
             Some((_, items)) => items.push(item),
             None => self.appends.push((list, vec![item])),
@@ -122,7 +122,7 @@ impl<'o> PodEdits<'o> {
     }
 
     /// The JSON Patch of every recorded edit.
-    pub fn into_patch(self) -> Patch {
+    pub(crate) fn into_patch(self) -> Patch {
         let mut ops = Vec::new();
         let meta = self.pod.get("metadata");
         let original = meta.and_then(|m| m.get("annotations"));

@@ -25,21 +25,21 @@ use crate::args::{CertsArgs, WebhookConfigArgs};
 use crate::contract;
 
 /// Name of both webhook configurations (they are cluster-scoped).
-pub const WEBHOOK_CONFIGURATION_NAME: &str = "dljob";
+pub(crate) const WEBHOOK_CONFIGURATION_NAME: &str = "dljob";
 /// The mutating webhook inside its configuration.
-pub const MUTATING_WEBHOOK_NAME: &str = "mutate.dljob.dev";
+pub(crate) const MUTATING_WEBHOOK_NAME: &str = "mutate.dljob.dev";
 /// The validating webhook inside its configuration.
-pub const VALIDATING_WEBHOOK_NAME: &str = "validate.dljob.dev";
+pub(crate) const VALIDATING_WEBHOOK_NAME: &str = "validate.dljob.dev";
 /// The Namespace deploy/ installs into.
-pub const NAMESPACE: &str = "dljob-system";
+pub(crate) const NAMESPACE: &str = "dljob-system";
 /// The Service in front of the webhook pods.
-pub const SERVICE: &str = "dljob";
+pub(crate) const SERVICE: &str = "dljob";
 /// The Secret the Deployment mounts its serving certificate from.
-pub const TLS_SECRET: &str = "dljob-tls";
+pub(crate) const TLS_SECRET: &str = "dljob-tls";
 /// Seconds the API server waits for a review before failing it.
-pub const TIMEOUT_SECONDS: i32 = 5;
+pub(crate) const TIMEOUT_SECONDS: i32 = 5;
 /// Validity of the certificates `dljob certs` makes.
-pub const CERT_DAYS: u32 = 3650;
+pub(crate) const CERT_DAYS: u32 = 3650;
 
 /// Where the API server sends admission reviews.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,7 +62,7 @@ impl Endpoint {
 
     /// Checks a base URL the way the API server will: https, a host, no user
     /// info, query or fragment. A trailing `/` is dropped.
-    pub fn url(url: &str) -> Result<Self, InstallError> {
+    pub(crate) fn url(url: &str) -> Result<Self, InstallError> {
         let bad = |why: &str| InstallError::Url {
             url: url.to_owned(),
             why: why.to_owned(),
@@ -107,7 +107,7 @@ impl Endpoint {
 
 /// Why an install command was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum InstallError {
+pub(crate) enum InstallError {
     #[error("--url {url}: {why}")]
     Url { url: String, why: String },
 }
@@ -228,7 +228,7 @@ pub fn webhook_configurations(
 }
 
 /// Both configurations as one multi-document YAML stream.
-pub fn webhook_configurations_yaml(
+pub(crate) fn webhook_configurations_yaml(
     endpoint: &Endpoint,
     ca_bundle: Option<&[u8]>,
 ) -> Result<String, serde_saphyr::SerializeError> {
@@ -274,7 +274,7 @@ pub fn webhook_config(args: &WebhookConfigArgs) -> anyhow::Result<ExitCode> {
 /// the Secret's `ca.crt`) into both webhook configurations' caBundle.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CertsComponent {
+pub(crate) struct CertsComponent {
     pub api_version: String,
     pub kind: String,
     pub secret_generator: Vec<SecretGenerator>,
@@ -282,7 +282,7 @@ pub struct CertsComponent {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SecretGenerator {
+pub(crate) struct SecretGenerator {
     pub name: String,
     pub namespace: String,
     #[serde(rename = "type")]
@@ -293,19 +293,19 @@ pub struct SecretGenerator {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GeneratorOptions {
+pub(crate) struct GeneratorOptions {
     pub disable_name_suffix_hash: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Replacement {
+pub(crate) struct Replacement {
     pub source: ReplacementSource,
     pub targets: Vec<ReplacementTarget>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplacementSource {
+pub(crate) struct ReplacementSource {
     pub kind: String,
     pub name: String,
     pub field_path: String,
@@ -313,25 +313,25 @@ pub struct ReplacementSource {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplacementTarget {
+pub(crate) struct ReplacementTarget {
     pub select: Selector,
     pub field_paths: Vec<String>,
     pub options: TargetOptions,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Selector {
+pub(crate) struct Selector {
     pub kind: String,
     pub name: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct TargetOptions {
+pub(crate) struct TargetOptions {
     pub create: bool,
 }
 
 /// The Component for a Secret in `namespace`.
-pub fn certs_component(namespace: &str) -> CertsComponent {
+pub(crate) fn certs_component(namespace: &str) -> CertsComponent {
     let target = |kind: &str| ReplacementTarget {
         select: Selector {
             kind: kind.to_owned(),
@@ -438,7 +438,7 @@ const CLUSTER_ROLE_YAML: &str = include_str!("../deploy/base/rbac.yaml");
 
 /// Why `dljob rbac` refused.
 #[derive(Debug, thiserror::Error)]
-pub enum RbacError {
+pub(crate) enum RbacError {
     #[error("\"{0}\" is not a namespace name (a DNS label)")]
     Namespace(String),
     #[error("deploy/base/rbac.yaml (compiled in) has no ClusterRole dljob: {0}")]
@@ -447,7 +447,7 @@ pub enum RbacError {
 
 /// The Roles and RoleBindings that give dljob's service account (in
 /// `sa_namespace`) the ClusterRole's rules in each of `namespaces` only.
-pub fn namespaced_rbac(
+pub(crate) fn namespaced_rbac(
     namespaces: &[String],
     sa_namespace: &str,
 ) -> Result<Vec<serde_json::Value>, RbacError> {

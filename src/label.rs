@@ -24,7 +24,7 @@ use crate::object::{self, Kind};
 
 /// What `dljob label` was asked to do.
 #[derive(Clone, Debug)]
-pub struct Options<'a> {
+pub(crate) struct Options<'a> {
     /// `--job`.
     pub job: &'a str,
     /// `--framework`.
@@ -39,7 +39,7 @@ pub struct Options<'a> {
 
 /// The labelled documents.
 #[derive(Debug)]
-pub struct Labelled {
+pub(crate) struct Labelled {
     /// Every document, in input order: changed ones with their new text
     /// and value, the others as they were.
     pub documents: Vec<Document>,
@@ -51,7 +51,7 @@ pub struct Labelled {
 
 /// The annotations `--set` takes: the job-wide ones dljob label does not
 /// compute itself.
-pub fn settable() -> impl Iterator<Item = &'static str> {
+pub(crate) fn settable() -> impl Iterator<Item = &'static str> {
     c::JOB_WIDE_ANNOTATIONS
         .iter()
         .copied()
@@ -106,7 +106,7 @@ impl Member<'_> {
 /// to, what is job-wide (replicas, `--set`, the sets' ranges and slots),
 /// each pod's index, the keys each member needs, the edits applied to
 /// the text, and the output validated as `dljob validate` would.
-pub fn label(
+pub(crate) fn label(
     docs: &[Document],
     opts: &Options<'_>,
     config: &Config,

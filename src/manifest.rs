@@ -122,7 +122,7 @@ fn objects(value: &Value) -> Vec<&Value> {
 /// `y`, `true`, `1` unquoted as boolean or number; Kubernetes refuses them),
 /// and `dljob.dev/*` keys on an object without a `dljob.dev/job` label (the
 /// webhooks never see it, so nothing would be wired — a typo'd job label).
-pub fn manifest_problems(value: &Value) -> Vec<String> {
+pub(crate) fn manifest_problems(value: &Value) -> Vec<String> {
     let mut problems = Vec::new();
     let mut dljob_keys: Vec<&str> = Vec::new();
     let metas = [
@@ -233,7 +233,7 @@ pub fn mutate(
 /// mutated, and for each StatefulSet or Indexed Job the pods its controller
 /// creates from the mutated template (every ordinal or completion index),
 /// each mutated as a pod. Documents that are not members are left out.
-pub fn pods(
+pub(crate) fn pods(
     docs: &[Document],
     namespace: Option<&str>,
     config: &Config,

@@ -31,7 +31,7 @@ pub struct Mutation {
 }
 
 /// Name of the SSH Secret of job `job`.
-pub fn ssh_secret_name(job: &str) -> String {
+pub(crate) fn ssh_secret_name(job: &str) -> String {
     format!("{job}-ssh")
 }
 
@@ -252,10 +252,10 @@ fn plan_pod_at(m: &MemberSpec, pod: &Value, config: &Config, index: u32) -> Opti
 /// Linux refuses to start a process with any environment string (`NAME=value`
 /// and its NUL) longer than `MAX_ARG_STRLEN`, 32 pages of 4 KiB: the
 /// container would fail to start.
-pub const MAX_ENV_STRING: usize = 32 * 4096;
+pub(crate) const MAX_ENV_STRING: usize = 32 * 4096;
 /// The API server refuses an object whose annotations (keys and values)
 /// exceed 256 KiB in all.
-pub const MAX_ANNOTATIONS: usize = 256 * 1024;
+pub(crate) const MAX_ANNOTATIONS: usize = 256 * 1024;
 
 /// What the member's pods would get that cannot work: an injected env string
 /// over [`MAX_ENV_STRING`] or annotations over [`MAX_ANNOTATIONS`] with the
@@ -264,7 +264,7 @@ pub const MAX_ANNOTATIONS: usize = 256 * 1024;
 /// before it creates pods that cannot start. The total environment limit
 /// (a quarter of the stack limit, 2 MiB by default) is not reached by what
 /// dljob injects once each string is bounded: one list of hosts at most.
-pub fn size_violations(m: &MemberSpec, object: &Value, config: &Config) -> Vec<String> {
+pub(crate) fn size_violations(m: &MemberSpec, object: &Value, config: &Config) -> Vec<String> {
     let Some(pod) = object::at(object, m.kind.pod_path()) else {
         return Vec::new();
     };
@@ -286,7 +286,7 @@ fn last_index(m: &MemberSpec) -> u32 {
 /// On a pod's UPDATE only what can still change is judged: its ephemeral
 /// containers (`kubectl debug`); the rest of its spec is immutable and was
 /// judged when it was created.
-pub fn pod_violations(
+pub(crate) fn pod_violations(
     m: &MemberSpec,
     object: &Value,
     config: &Config,
@@ -567,7 +567,7 @@ fn framework_volumes(m: &MemberSpec, hostfile: bool) -> Vec<(Value, Value)> {
 }
 
 /// The key of the SSH Secret every sshd reads.
-pub const SSH_AUTHORIZED_KEYS: &str = "authorized_keys";
+pub(crate) const SSH_AUTHORIZED_KEYS: &str = "authorized_keys";
 
 /// An accelerator's host directory as a volume: it must already exist on
 /// the node (`type: Directory`: never created by the kubelet).
@@ -582,7 +582,7 @@ fn host_mount(hv: &HostVolume) -> Value {
 
 /// The names of the volumes dljob adds to member pods: reserved, a user's
 /// volume or mount may not use one for anything else.
-pub fn reserved_volume_names(config: &Config) -> Vec<&str> {
+pub(crate) fn reserved_volume_names(config: &Config) -> Vec<&str> {
     let mut names = vec![HOSTFILE_VOLUME, SSH_VOLUME];
     for acc in config.accelerators.values() {
         names.extend(acc.volumes.iter().map(|hv| hv.name.as_str()));

@@ -18,7 +18,7 @@ pub enum Kind {
 
 impl Kind {
     /// From `apiVersion` + `kind` (as in a manifest).
-    pub fn from_type(api_version: &str, kind: &str) -> Option<Self> {
+    pub(crate) fn from_type(api_version: &str, kind: &str) -> Option<Self> {
         match (api_version, kind) {
             ("v1", "Pod") => Some(Self::Pod),
             ("apps/v1", "StatefulSet") => Some(Self::StatefulSet),
@@ -51,7 +51,7 @@ impl Kind {
     }
 
     /// Path from the object to its pod spec's parent (`spec` or `spec.template`).
-    pub fn pod_path(self) -> &'static [&'static str] {
+    pub(crate) fn pod_path(self) -> &'static [&'static str] {
         match self {
             Self::Pod => &[],
             Self::StatefulSet | Self::Job => &["spec", "template"],
@@ -65,7 +65,7 @@ pub fn at<'v>(value: &'v Value, path: &[&str]) -> Option<&'v Value> {
 }
 
 /// The string at `path`.
-pub fn str_at<'v>(value: &'v Value, path: &[&str]) -> Option<&'v str> {
+pub(crate) fn str_at<'v>(value: &'v Value, path: &[&str]) -> Option<&'v str> {
     at(value, path)?.as_str()
 }
 
@@ -88,7 +88,7 @@ pub fn object_at_mut<'v>(
 }
 
 /// A metadata string map (`labels`/`annotations`) at `meta_path`.
-pub fn string_map<'v>(
+pub(crate) fn string_map<'v>(
     value: &'v Value,
     meta_path: &[&str],
     which: &str,
@@ -100,7 +100,7 @@ pub fn string_map<'v>(
 }
 
 /// One label or annotation.
-pub fn meta_str<'v>(
+pub(crate) fn meta_str<'v>(
     value: &'v Value,
     meta_path: &[&str],
     which: &str,
@@ -112,7 +112,7 @@ pub fn meta_str<'v>(
 /// True when `existing` holds everything `wanted` holds: every key of an
 /// object equal recursively, arrays element-wise. Fields the API server
 /// defaults later (e.g. `defaultMode`, `protocol`) are thus not conflicts.
-pub fn contains(existing: &Value, wanted: &Value) -> bool {
+pub(crate) fn contains(existing: &Value, wanted: &Value) -> bool {
     match (existing, wanted) {
         (Value::Object(e), Value::Object(w)) => w
             .iter()
@@ -129,7 +129,7 @@ pub fn contains(existing: &Value, wanted: &Value) -> bool {
 }
 
 /// The containers of a pod spec (empty when absent).
-pub fn containers(pod_spec: &Value) -> &[Value] {
+pub(crate) fn containers(pod_spec: &Value) -> &[Value] {
     pod_spec
         .get("containers")
         .and_then(Value::as_array)
@@ -138,14 +138,14 @@ pub fn containers(pod_spec: &Value) -> &[Value] {
 }
 
 /// Name of a container value.
-pub fn name_of(v: &Value) -> &str {
+pub(crate) fn name_of(v: &Value) -> &str {
     v.get("name").and_then(Value::as_str).unwrap_or("")
 }
 
 /// The value of a Kubernetes quantity (`4`, `500m`, `0.0`, `1k`, `1Ki`,
 /// `1e3`), given as a JSON string or number; None when it is not one.
 /// Compared as the API server compares them: `0m`, `0.0` and `0k` are zero.
-pub fn quantity_value(v: &Value) -> Option<f64> {
+pub(crate) fn quantity_value(v: &Value) -> Option<f64> {
     match v {
         Value::Number(n) => n.as_f64(),
         Value::String(s) => {
@@ -164,19 +164,19 @@ pub fn quantity_value(v: &Value) -> Option<f64> {
 }
 
 /// A quantity as a whole count (`4`, `4000m`), if it is one.
-pub fn whole_quantity(v: &Value) -> Option<u32> {
+pub(crate) fn whole_quantity(v: &Value) -> Option<u32> {
     let x = quantity_value(v)?;
     (x >= 0.0 && x.fract() == 0.0 && x <= f64::from(u32::MAX)).then_some(x as u32)
 }
 
 /// Whether a quantity is zero. One that does not parse is not (the API
 /// server refuses it anyway).
-pub fn is_zero_quantity(v: &Value) -> bool {
+pub(crate) fn is_zero_quantity(v: &Value) -> bool {
     quantity_value(v) == Some(0.0)
 }
 
 /// The container's count of `resource` (limits, else requests), if named.
-pub fn resource_count<'v>(container: &'v Value, resource: &str) -> Option<&'v Value> {
+pub(crate) fn resource_count<'v>(container: &'v Value, resource: &str) -> Option<&'v Value> {
     let res = container.get("resources")?;
     res.get("limits")
         .and_then(|l| l.get(resource))
@@ -192,7 +192,7 @@ pub fn requests_resource(container: &Value, resource: &str) -> bool {
 /// Whether the container requests an extended resource — a device such as
 /// `nvidia.com/gpu`, `amd.com/gpu` or `google.com/tpu`: a domain-prefixed
 /// resource outside Kubernetes' own `kubernetes.io` domains.
-pub fn requests_extended_resource(container: &Value) -> bool {
+pub(crate) fn requests_extended_resource(container: &Value) -> bool {
     let Some(res) = container.get("resources") else {
         return false;
     };
@@ -207,13 +207,13 @@ pub fn requests_extended_resource(container: &Value) -> bool {
 }
 
 /// `vendor.example/device`, not `cpu`, `hugepages-2Mi` or `*kubernetes.io/*`.
-pub fn is_extended_resource(name: &str) -> bool {
+pub(crate) fn is_extended_resource(name: &str) -> bool {
     name.split_once('/')
         .is_some_and(|(domain, _)| domain != "kubernetes.io" && !domain.ends_with(".kubernetes.io"))
 }
 
 /// GPUs the container requests: the sum over resources named `…/gpu`.
-pub fn gpu_count(container: &Value) -> Option<u32> {
+pub(crate) fn gpu_count(container: &Value) -> Option<u32> {
     let res = container.get("resources")?;
     let pick = |section: &str| -> Option<u32> {
         let map = res.get(section)?.as_object()?;

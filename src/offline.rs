@@ -15,7 +15,7 @@ use crate::manifest;
 /// Reads a file, every `.yaml`, `.yml` and `.json` file of a directory (in
 /// name order, not recursing, as `kubectl apply -f DIR` does), or standard
 /// input for `-`.
-pub fn read_input(file: &str) -> anyhow::Result<String> {
+pub(crate) fn read_input(file: &str) -> anyhow::Result<String> {
     if file == "-" {
         let mut s = String::new();
         std::io::stdin()
@@ -77,7 +77,7 @@ fn read_documents(file: &str) -> anyhow::Result<Vec<manifest::Document>> {
 }
 
 /// Loads the config file, or the default config when none is given.
-pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
+pub(crate) fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     match path {
         None => Ok(Config::default()),
         Some(p) => {

@@ -20,7 +20,7 @@ const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 /// How long in-flight reviews get to finish after the drain.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
 /// How long startup waits for a cluster before serving the webhook alone.
-pub const CLUSTER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CLUSTER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs `dljob serve` until SIGTERM or SIGINT.
 pub fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
@@ -214,7 +214,7 @@ async fn shutdown_signal() -> &'static str {
 /// A client for the cluster from the kubeconfig or the in-cluster service
 /// account, checked by asking the API server its version — bounded, so a
 /// dead kubeconfig does not hold up startup.
-pub async fn connect(timeout: Duration) -> Result<kube::Client, String> {
+pub(crate) async fn connect(timeout: Duration) -> Result<kube::Client, String> {
     let probe = async {
         let client = kube::Client::try_default()
             .await

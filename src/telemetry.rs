@@ -8,7 +8,7 @@ use tracing_subscriber::EnvFilter;
 use crate::args::LogFormat;
 
 /// Installs the global subscriber. Calling it again (tests) is harmless.
-pub fn init(format: LogFormat) {
+pub(crate) fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

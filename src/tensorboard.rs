@@ -64,7 +64,7 @@ const NOT_SHARED: &[(&str, &str)] = &[
 const USE_SHARED: &str = "use storage every member and TensorBoard can mount: a ReadWriteMany persistentVolumeClaim, nfs, cephfs or a CSI driver's shared volume";
 
 /// The volume named `name` in a member's pod (or pod template) spec.
-pub fn volume<'v>(kind: Kind, object: &'v Value, name: &str) -> Option<&'v Value> {
+pub(crate) fn volume<'v>(kind: Kind, object: &'v Value, name: &str) -> Option<&'v Value> {
     at(object, kind.pod_path())?
         .get("spec")?
         .get("volumes")?
@@ -84,7 +84,7 @@ fn source_kind(volume: &Value) -> &str {
 
 /// Why `volume` (a pod spec's volume) is not storage pods share, e.g. "an
 /// emptyDir, which each pod has for itself"; None when it may be.
-pub fn not_shared(volume: &Value) -> Option<&'static str> {
+pub(crate) fn not_shared(volume: &Value) -> Option<&'static str> {
     let kind = source_kind(volume);
     NOT_SHARED
         .iter()
@@ -93,7 +93,7 @@ pub fn not_shared(volume: &Value) -> Option<&'static str> {
 }
 
 /// The name of job `job`'s TensorBoard Deployment and Service.
-pub fn name(job: &str) -> String {
+pub(crate) fn name(job: &str) -> String {
     format!("{job}-tensorboard")
 }
 
@@ -102,7 +102,7 @@ pub fn name(job: &str) -> String {
 /// on for the config's `ttl` seconds when one is set; without one it stops
 /// with the job's other running pods — unless the clean-pod policy is
 /// `None`, which leaves everything running.
-pub fn runs(
+pub(crate) fn runs(
     finished: Option<Timestamp>,
     clean_pod: CleanPodPolicy,
     ttl: Option<u32>,
@@ -132,7 +132,7 @@ pub fn runs(
 /// volume may be shared — a persistentVolumeClaim's access mode, which
 /// decides whether pods on several nodes can mount it, is not in the pod
 /// spec.
-pub fn check(m: &MemberSpec, object: &Value) -> Vec<String> {
+pub(crate) fn check(m: &MemberSpec, object: &Value) -> Vec<String> {
     let Some(tb) = &m.spec.tensorboard else {
         return Vec::new();
     };
@@ -199,7 +199,7 @@ pub fn check(m: &MemberSpec, object: &Value) -> Vec<String> {
 
 /// The volume a member's `dljob.dev/tensorboard` names, from the first of
 /// `metas` that has the annotation (a workload's own, then its template's).
-pub fn annotated_volume(metas: [Option<&ObjectMeta>; 2]) -> Option<String> {
+pub(crate) fn annotated_volume(metas: [Option<&ObjectMeta>; 2]) -> Option<String> {
     metas.into_iter().flatten().find_map(|m| {
         let value = m.annotations.as_ref()?.get(c::TENSORBOARD)?;
         Some(value.split_once(':')?.0.to_owned())
@@ -212,7 +212,7 @@ pub fn annotated_volume(metas: [Option<&ObjectMeta>; 2]) -> Option<String> {
 /// needs for its whole life, even once the clean-pod policy removed the
 /// members, and the volume is fixed at first sight, as the spec is.
 /// Nothing is recorded for a job without a TensorBoard.
-pub fn record_volume(job: &mut DLJob, volume: &Value) {
+pub(crate) fn record_volume(job: &mut DLJob, volume: &Value) {
     if job.spec.tensorboard.is_some() {
         job.metadata
             .annotations
@@ -228,7 +228,7 @@ pub fn record_volume(job: &mut DLJob, volume: &Value) {
 /// webhook, so only where it did not run), unreadable, or edited into a
 /// volume each pod has for itself (the reconciler mounts only what the
 /// webhook would have let the members share).
-pub fn recorded_volume(job: &DLJob) -> Result<Option<Value>, String> {
+pub(crate) fn recorded_volume(job: &DLJob) -> Result<Option<Value>, String> {
     let Some(tb) = &job.spec.tensorboard else {
         return Ok(None);
     };
@@ -258,12 +258,12 @@ pub fn recorded_volume(job: &DLJob) -> Result<Option<Value>, String> {
 }
 
 /// TensorBoard's port, in its container and on its Service.
-pub const PORT: u16 = 6006;
+pub(crate) const PORT: u16 = 6006;
 /// Where TensorBoard's container mounts the log volume (read-only).
-pub const LOGS: &str = "/logs";
+pub(crate) const LOGS: &str = "/logs";
 /// The user TensorBoard runs as: `nobody`, which the logs must be readable
 /// by.
-pub const USER: i64 = 65534;
+pub(crate) const USER: i64 = 65534;
 
 /// The job's TensorBoard: a Deployment `<job>-tensorboard` of one pod
 /// (none once it stopped, see [`job_runs`]) and a ClusterIP Service
@@ -363,7 +363,7 @@ pub fn objects(
 /// finished job's TensorBoard running on for its TTL): see
 /// [`runs`]. The job's status is the one the previous
 /// reconcile wrote; writing a finished phase triggers the next.
-pub fn job_runs(
+pub(crate) fn job_runs(
     job: &DLJob,
     config: &TensorBoardConfig,
     now: Timestamp,

@@ -135,7 +135,7 @@ impl fmt::Display for Violations {
 impl std::error::Error for Violations {}
 
 impl Violations {
-    pub fn push(&mut self, rule: Rule, message: impl Into<String>) {
+    pub(crate) fn push(&mut self, rule: Rule, message: impl Into<String>) {
         self.0.push(Violation {
             rule,
             message: message.into(),
@@ -145,11 +145,11 @@ impl Violations {
     pub fn messages(&self) -> Vec<&str> {
         self.0.iter().map(|v| v.message.as_str()).collect()
     }
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
     /// `Ok(v)` when nothing was found.
-    pub fn into_result<T>(self, v: T) -> Result<T, Violations> {
+    pub(crate) fn into_result<T>(self, v: T) -> Result<T, Violations> {
         if self.0.is_empty() {
             Ok(v)
         } else {

@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 use base64::Engine as _;
 use dljob::config::Config;
 use dljob::validate::NoPeers;
-use dljob::webhook::admission::{review, Answer, Endpoint, API_VERSION};
-use dljob::webhook::wire::{self, ReviewView};
+use dljob::webhook::admission::{review, Answer, Endpoint};
+use dljob::webhook::wire::{self, ReviewView, API_VERSION};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

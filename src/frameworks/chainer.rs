@@ -4,7 +4,7 @@ use super::mpi::mpi_env;
 use super::{push_hostfile_lines, Env, Framework, Job, Member, RoleRule, Roles};
 use crate::contract::Topology;
 
-pub struct Chainer;
+pub(crate) struct Chainer;
 
 const ROLES: &[RoleRule] = &[RoleRule::exactly_one("master"), RoleRule::any("worker")];
 

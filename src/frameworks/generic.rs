@@ -3,7 +3,7 @@
 use super::{Env, Framework, Job, Member, Roles};
 use crate::contract::{RestartScope, Topology};
 
-pub struct Generic;
+pub(crate) struct Generic;
 
 impl Framework for Generic {
     fn name(&self) -> &'static str {

@@ -3,7 +3,7 @@
 use super::{set, Env, Framework, Job, Member, RoleRule, Roles};
 use crate::contract::Topology;
 
-pub struct Jax;
+pub(crate) struct Jax;
 
 const ROLES: &[RoleRule] = &[RoleRule::at_least_one("worker")];
 

@@ -34,7 +34,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Framework> {
 }
 
 /// "tensorflow, pytorch, …" for error messages.
-pub fn names() -> String {
+pub(crate) fn names() -> String {
     ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
 }
 
@@ -47,28 +47,28 @@ pub struct RoleRule {
 }
 
 impl RoleRule {
-    pub const fn any(name: &'static str) -> Self {
+    pub(crate) const fn any(name: &'static str) -> Self {
         Self {
             name,
             min: 0,
             max: None,
         }
     }
-    pub const fn at_most_one(name: &'static str) -> Self {
+    pub(crate) const fn at_most_one(name: &'static str) -> Self {
         Self {
             name,
             min: 0,
             max: Some(1),
         }
     }
-    pub const fn exactly_one(name: &'static str) -> Self {
+    pub(crate) const fn exactly_one(name: &'static str) -> Self {
         Self {
             name,
             min: 1,
             max: Some(1),
         }
     }
-    pub const fn at_least_one(name: &'static str) -> Self {
+    pub(crate) const fn at_least_one(name: &'static str) -> Self {
         Self {
             name,
             min: 1,
@@ -110,7 +110,7 @@ pub struct Member<'a> {
 }
 
 /// Env vars in injection order.
-pub type Env = Vec<(String, String)>;
+pub(crate) type Env = Vec<(String, String)>;
 
 /// One framework.
 pub trait Framework: Sync {
@@ -186,7 +186,7 @@ pub trait Framework: Sync {
 }
 
 /// "pytorch" — the frameworks that take `dljob.dev/elastic`, for messages.
-pub fn elastic_names() -> String {
+pub(crate) fn elastic_names() -> String {
     ALL.iter()
         .filter(|f| f.elastic())
         .map(|f| f.name())
@@ -195,7 +195,7 @@ pub fn elastic_names() -> String {
 }
 
 /// Roles of `topology` in rank order.
-pub fn rank_order<'t, F: Framework + ?Sized>(
+pub(crate) fn rank_order<'t, F: Framework + ?Sized>(
     framework: &F,
     topology: &'t Topology,
 ) -> Vec<&'t str> {
@@ -216,12 +216,12 @@ pub fn rank_order<'t, F: Framework + ?Sized>(
 /// `topology` in rank order: equal for any two members whose topologies
 /// give every replica the same rank (declared order only matters where the
 /// framework leaves roles free).
-pub fn in_rank_order<F: Framework + ?Sized>(framework: &F, topology: &Topology) -> Topology {
+pub(crate) fn in_rank_order<F: Framework + ?Sized>(framework: &F, topology: &Topology) -> Topology {
     topology.ordered_by(&rank_order(framework, topology))
 }
 
 /// Global rank of (role, index): replicas of earlier roles come first.
-pub fn rank<F: Framework + ?Sized>(
+pub(crate) fn rank<F: Framework + ?Sized>(
     framework: &F,
     topology: &Topology,
     role: &str,
@@ -238,7 +238,7 @@ pub fn rank<F: Framework + ?Sized>(
 }
 
 /// Checks the topology against the framework's role rules and extra checks.
-pub fn check_topology(framework: &dyn Framework, topology: &Topology) -> Vec<String> {
+pub(crate) fn check_topology(framework: &dyn Framework, topology: &Topology) -> Vec<String> {
     let mut problems = Vec::new();
     if let Roles::Fixed(rules) = framework.roles() {
         for (role, n) in topology.roles() {
@@ -294,12 +294,12 @@ pub fn check_topology(framework: &dyn Framework, topology: &Topology) -> Vec<Str
 }
 
 /// "chief, master, worker, ps, evaluator" for error messages.
-pub fn role_list(rules: &[RoleRule]) -> String {
+pub(crate) fn role_list(rules: &[RoleRule]) -> String {
     rules.iter().map(|r| r.name).collect::<Vec<_>>().join(", ")
 }
 
 /// Whether `role` is acceptable for the framework, else a message listing the valid roles.
-pub fn check_role(framework: &dyn Framework, role: &str) -> Result<(), String> {
+pub(crate) fn check_role(framework: &dyn Framework, role: &str) -> Result<(), String> {
     match framework.roles() {
         Roles::Fixed(rules) if !rules.iter().any(|r| r.name == role) => Err(format!(
             "{}: \"{role}\" is not a {} role; use one of {}",
@@ -318,7 +318,7 @@ pub fn check_role(framework: &dyn Framework, role: &str) -> Result<(), String> {
 impl Job<'_> {
     /// Hostfile slots of (role, index): per worker index, else the count
     /// for every other host.
-    pub fn slots_of(&self, role: &str, index: u32) -> u32 {
+    pub(crate) fn slots_of(&self, role: &str, index: u32) -> u32 {
         if role == "worker" {
             self.slots.of_worker(index)
         } else {
@@ -327,7 +327,7 @@ impl Job<'_> {
     }
 
     /// Appends `j-r-i.j.ns.svc[.domain]` to `out`.
-    pub fn push_host(&self, out: &mut String, role: &str, index: u32) {
+    pub(crate) fn push_host(&self, out: &mut String, role: &str, index: u32) {
         out.push_str(self.name);
         out.push('-');
         out.push_str(role);
@@ -345,14 +345,14 @@ impl Job<'_> {
     }
 
     /// `j-r-i.j.ns.svc[.domain]`.
-    pub fn host(&self, role: &str, index: u32) -> String {
+    pub(crate) fn host(&self, role: &str, index: u32) -> String {
         let mut s = String::with_capacity(self.host_len_hint(role));
         self.push_host(&mut s, role, index);
         s
     }
 
     /// Every host as a pattern: `j-{role}-{index}.j.ns.svc[.domain]`.
-    pub fn host_pattern(&self) -> String {
+    pub(crate) fn host_pattern(&self) -> String {
         let mut s = format!(
             "{}-{{role}}-{{index}}.{}.{}.svc",
             self.name, self.name, self.namespace
@@ -365,28 +365,11 @@ impl Job<'_> {
     }
 
     /// `host:port`.
-    pub fn host_port(&self, role: &str, index: u32) -> String {
+    pub(crate) fn host_port(&self, role: &str, index: u32) -> String {
         let mut s = String::with_capacity(self.host_len_hint(role) + 6);
         self.push_host(&mut s, role, index);
         s.push(':');
         push_u32(&mut s, self.port.into());
-        s
-    }
-
-    /// Comma list of the hosts of `role` (optionally with `:port`).
-    pub fn host_list(&self, role: &str, with_port: bool) -> String {
-        let n = self.topology.count_or_zero(role);
-        let mut s = String::with_capacity(n as usize * (self.host_len_hint(role) + 7));
-        for i in 0..n {
-            if i > 0 {
-                s.push(',');
-            }
-            self.push_host(&mut s, role, i);
-            if with_port {
-                s.push(':');
-                push_u32(&mut s, self.port.into());
-            }
-        }
         s
     }
 
@@ -399,7 +382,7 @@ impl Job<'_> {
 /// Appends `host slots=N` lines for every replica of `role`: a worker's
 /// slots are its index's in `dljob.dev/slots`, any other host's the count
 /// for every other host. Returns the slots listed.
-pub fn push_hostfile_lines(out: &mut String, job: &Job<'_>, role: &str) -> u32 {
+pub(crate) fn push_hostfile_lines(out: &mut String, job: &Job<'_>, role: &str) -> u32 {
     let n = job.topology.count_or_zero(role);
     out.reserve(n as usize * (job.host_len_hint(role) + 10));
     let mut total = 0u32;
@@ -418,7 +401,12 @@ pub fn push_hostfile_lines(out: &mut String, job: &Job<'_>, role: &str) -> u32 {
 /// with the job: the other members' hosts follow from `DLJOB_REPLICAS` and
 /// `DLJOB_HOST_PATTERN` (`{role}` and `{index}` placeholders, as Python's
 /// `str.format` fills them); `DLJOB_COORDINATOR` names the coordinator's host.
-pub fn generic_env(framework: &dyn Framework, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+pub(crate) fn generic_env(
+    framework: &dyn Framework,
+    job: &Job<'_>,
+    member: &Member<'_>,
+    env: &mut Env,
+) {
     let r = rank(framework, job.topology, member.role, member.index);
     env.push(("DLJOB_JOB".into(), job.name.to_owned()));
     env.push(("DLJOB_ROLE".into(), member.role.to_owned()));
@@ -438,7 +426,10 @@ pub fn generic_env(framework: &dyn Framework, job: &Job<'_>, member: &Member<'_>
 }
 
 /// Coordinator rule shared by several frameworks: `role` if present, else worker 0.
-pub fn named_else_worker0<'t>(topology: &'t Topology, named: &[&str]) -> Option<(&'t str, u32)> {
+pub(crate) fn named_else_worker0<'t>(
+    topology: &'t Topology,
+    named: &[&str],
+) -> Option<(&'t str, u32)> {
     named
         .iter()
         .find_map(|n| topology.roles().find(|(r, _)| r == n))
@@ -448,7 +439,7 @@ pub fn named_else_worker0<'t>(topology: &'t Topology, named: &[&str]) -> Option<
 
 /// A JSON object whose keys keep the order they were pushed in (role order
 /// in `TF_CONFIG`/`MX_CONFIG`, as the operators wrote them).
-pub struct OrderedMap<'a, V>(pub Vec<(&'a str, V)>);
+pub(crate) struct OrderedMap<'a, V>(pub Vec<(&'a str, V)>);
 
 impl<V: serde::Serialize> serde::Serialize for OrderedMap<'_, V> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -463,14 +454,14 @@ impl<V: serde::Serialize> serde::Serialize for OrderedMap<'_, V> {
 
 /// `{"type": role, "index": i}` of `TF_CONFIG` and `MX_CONFIG`.
 #[derive(serde::Serialize)]
-pub struct Task<'a> {
+pub(crate) struct Task<'a> {
     #[serde(rename = "type")]
     pub kind: &'a str,
     pub index: u32,
 }
 
 /// Pushes one var.
-pub fn set(env: &mut Env, name: &str, value: impl Into<String>) {
+pub(crate) fn set(env: &mut Env, name: &str, value: impl Into<String>) {
     env.push((name.to_owned(), value.into()));
 }
 
@@ -557,10 +548,6 @@ mod tests {
         };
         assert_eq!(job.host("worker", 1), "j-worker-1.j.ns.svc");
         assert_eq!(job.host_port("worker", 0), "j-worker-0.j.ns.svc:1234");
-        assert_eq!(
-            job.host_list("worker", true),
-            "j-worker-0.j.ns.svc:1234,j-worker-1.j.ns.svc:1234"
-        );
         job.cluster_domain = "cluster.local";
         assert_eq!(job.host("worker", 1), "j-worker-1.j.ns.svc.cluster.local");
     }

@@ -4,7 +4,7 @@
 use super::{push_hostfile_lines, set, Env, Framework, Job, Member, RoleRule, Roles};
 use crate::contract::{Topology, HOSTFILE_PATH};
 
-pub struct Mpi;
+pub(crate) struct Mpi;
 
 const ROLES: &[RoleRule] = &[
     RoleRule::exactly_one("launcher"),

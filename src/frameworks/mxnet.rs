@@ -5,7 +5,7 @@
 use super::{set, Env, Framework, Job, Member, RoleRule, Roles};
 use crate::contract::{RestartScope, Topology};
 
-pub struct MxNet;
+pub(crate) struct MxNet;
 
 const ROLES: &[RoleRule] = &[
     RoleRule::exactly_one("scheduler"),

@@ -5,7 +5,7 @@
 use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
 use crate::contract::Topology;
 
-pub struct Paddle;
+pub(crate) struct Paddle;
 
 /// The pod's IP, from the downward API: the address Paddle's launcher
 /// advertises for its node, and the coordinator's own master address.

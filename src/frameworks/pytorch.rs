@@ -3,7 +3,7 @@
 use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
 use crate::contract::Topology;
 
-pub struct PyTorch;
+pub(crate) struct PyTorch;
 
 const ROLES: &[RoleRule] = &[RoleRule::at_most_one("master"), RoleRule::any("worker")];
 

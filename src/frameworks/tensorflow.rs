@@ -8,7 +8,7 @@ use super::{
 };
 use crate::contract::{RestartScope, Topology};
 
-pub struct TensorFlow;
+pub(crate) struct TensorFlow;
 
 /// `TF_CONFIG`, keys in the order TensorFlow's docs write them.
 #[derive(Serialize)]

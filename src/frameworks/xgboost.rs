@@ -6,7 +6,7 @@
 use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
 use crate::contract::Topology;
 
-pub struct XgBoost;
+pub(crate) struct XgBoost;
 
 const ROLES: &[RoleRule] = &[RoleRule::at_most_one("master"), RoleRule::any("worker")];
 

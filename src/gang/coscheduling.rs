@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 use super::{Group, PodGroupKind, PodMarks, Scheduler};
 
 /// The pod label naming its PodGroup.
-pub const GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+pub(crate) const GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
 
-pub struct Coscheduling;
+pub(crate) struct Coscheduling;
 
 impl Scheduler for Coscheduling {
     fn name(&self) -> &'static str {

@@ -7,13 +7,13 @@
 use super::{Group, PodMarks, Scheduler};
 
 /// The label naming a pod's group.
-pub const GROUP_NAME: &str = "kueue.x-k8s.io/pod-group-name";
+pub(crate) const GROUP_NAME: &str = "kueue.x-k8s.io/pod-group-name";
 /// The annotation giving the group's size.
-pub const TOTAL_COUNT: &str = "kueue.x-k8s.io/pod-group-total-count";
+pub(crate) const TOTAL_COUNT: &str = "kueue.x-k8s.io/pod-group-total-count";
 /// The label naming the LocalQueue.
-pub const QUEUE_NAME: &str = "kueue.x-k8s.io/queue-name";
+pub(crate) const QUEUE_NAME: &str = "kueue.x-k8s.io/queue-name";
 
-pub struct Kueue;
+pub(crate) struct Kueue;
 
 impl Scheduler for Kueue {
     fn name(&self) -> &'static str {

@@ -5,17 +5,17 @@
 //! (the pods' labels and annotations) and the reconciler (the PodGroup
 //! object) agree without talking to each other.
 
-pub mod coscheduling;
-pub mod kueue;
-pub mod volcano;
+pub(crate) mod coscheduling;
+pub(crate) mod kueue;
+pub(crate) mod volcano;
 
 use serde_json::Value;
 
 /// The default: no gang, pods are scheduled one by one.
-pub const NONE: &str = "none";
+pub(crate) const NONE: &str = "none";
 
 /// Every scheduler integration.
-pub static ALL: &[&dyn Scheduler] = &[
+pub(crate) static ALL: &[&dyn Scheduler] = &[
     &Unscheduled,
     &kueue::Kueue,
     &volcano::Volcano,
@@ -23,18 +23,18 @@ pub static ALL: &[&dyn Scheduler] = &[
 ];
 
 /// Looks a scheduler up by its `dljob.dev/gang` name.
-pub fn by_name(name: &str) -> Option<&'static dyn Scheduler> {
+pub(crate) fn by_name(name: &str) -> Option<&'static dyn Scheduler> {
     ALL.iter().copied().find(|s| s.name() == name)
 }
 
 /// "none, kueue, …" for messages.
-pub fn names() -> String {
+pub(crate) fn names() -> String {
     ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
 }
 
 /// One job as a gang.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Group<'a> {
+pub(crate) struct Group<'a> {
     /// The group's name: the job's.
     pub name: &'a str,
     /// Every pod of the job.
@@ -52,7 +52,7 @@ impl<'a> Group<'a> {
     /// The gang of job `name` of `total` pods, `elastic_min` of which
     /// suffice where the job is elastic, `gated` of which start only after
     /// the others run (`JobSpec::gang_group` says for a job).
-    pub fn new(
+    pub(crate) fn new(
         name: &'a str,
         total: u32,
         elastic_min: Option<u32>,
@@ -71,7 +71,7 @@ impl<'a> Group<'a> {
 
 /// What one member pod gets so that its scheduler sees the group.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodMarks {
+pub(crate) struct PodMarks {
     pub labels: Vec<(&'static str, String)>,
     pub annotations: Vec<(&'static str, String)>,
     /// `spec.schedulerName`, where the scheduler runs under its own name.
@@ -80,7 +80,7 @@ pub struct PodMarks {
 
 /// The group object a scheduler reads, kept by the reconciler.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PodGroupKind {
+pub(crate) struct PodGroupKind {
     pub group: &'static str,
     pub version: &'static str,
     pub kind: &'static str,
@@ -88,7 +88,7 @@ pub struct PodGroupKind {
 }
 
 /// A gang scheduler integration.
-pub trait Scheduler: Sync {
+pub(crate) trait Scheduler: Sync {
     /// The `dljob.dev/gang` value.
     fn name(&self) -> &'static str;
     /// Labels, annotations and scheduler name of every member pod.

@@ -8,9 +8,9 @@ use serde_json::{json, Value};
 use super::{Group, PodGroupKind, PodMarks, Scheduler};
 
 /// The pod annotation naming its PodGroup.
-pub const GROUP_NAME: &str = "scheduling.k8s.io/group-name";
+pub(crate) const GROUP_NAME: &str = "scheduling.k8s.io/group-name";
 
-pub struct Volcano;
+pub(crate) struct Volcano;
 
 impl Scheduler for Volcano {
     fn name(&self) -> &'static str {

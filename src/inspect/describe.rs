@@ -26,7 +26,7 @@ use crate::contract::Topology;
 use crate::crd::{CoordinatorStatus, DLJob, DLJobStatus, JobSpec};
 
 /// Events shown: the most recent ones.
-pub const RECENT_EVENTS: usize = 15;
+pub(crate) const RECENT_EVENTS: usize = 15;
 
 /// What `describe` read from the cluster.
 #[derive(Clone, Debug)]

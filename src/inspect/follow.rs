@@ -29,7 +29,7 @@ const MAX_REOPEN_DELAY: Duration = Duration::from_secs(30);
 
 /// A log stream `-f` opens.
 #[derive(Clone, Debug)]
-pub struct Open {
+pub(crate) struct Open {
     pub uid: String,
     pub replica: ReplicaPod,
     pub container: String,
@@ -40,7 +40,7 @@ pub struct Open {
 
 /// What `-f` does next.
 #[derive(Clone, Debug)]
-pub enum Step {
+pub(crate) enum Step {
     Open(Box<Open>),
     /// A line for standard error.
     Notice(String),
@@ -84,7 +84,7 @@ struct Tracked {
 /// that doubles while reopened streams bring nothing. At most `max` streams
 /// are open at once.
 #[derive(Debug)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     pods: BTreeMap<String, Tracked>,
     max: usize,
     active: usize,
@@ -95,7 +95,7 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    pub fn new(max: usize, tail: Option<u64>, since: Option<Duration>) -> Self {
+    pub(crate) fn new(max: usize, tail: Option<u64>, since: Option<Duration>) -> Self {
         Self {
             pods: BTreeMap::new(),
             max: max.max(1),
@@ -107,12 +107,13 @@ impl Tracker {
     }
 
     /// Open streams.
-    pub fn active(&self) -> usize {
+    #[cfg(test)]
+    fn active(&self) -> usize {
         self.active
     }
 
     /// A pod was listed or changed; `initial` when listed at the start.
-    pub fn seen(&mut self, pod: &Pod, initial: bool) {
+    pub(crate) fn seen(&mut self, pod: &Pod, initial: bool) {
         let Some(uid) = pod.uid() else { return };
         let replica = ReplicaPod::of(pod);
         let status = replica::container_status(pod, replica.container.as_deref());
@@ -152,7 +153,7 @@ impl Tracker {
     }
 
     /// A pod is gone.
-    pub fn deleted(&mut self, uid: &str) {
+    pub(crate) fn deleted(&mut self, uid: &str) {
         if let Some(t) = self.pods.get_mut(uid) {
             t.deleted = true;
             t.reopen = None;
@@ -163,14 +164,14 @@ impl Tracker {
     }
 
     /// The watch restarted: the pods it lists again follow.
-    pub fn relist_started(&mut self) {
+    pub(crate) fn relist_started(&mut self) {
         for t in self.pods.values_mut() {
             t.relisted = false;
         }
     }
 
     /// The watch listed every pod: the ones it did not list are gone.
-    pub fn relist_done(&mut self) {
+    pub(crate) fn relist_done(&mut self) {
         let gone: Vec<String> = self
             .pods
             .iter()
@@ -183,7 +184,7 @@ impl Tracker {
     }
 
     /// What the pod watch reported.
-    pub fn watched(&mut self, event: watcher::Event<Pod>) {
+    pub(crate) fn watched(&mut self, event: watcher::Event<Pod>) {
         match event {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => self.seen(&p, false),
             watcher::Event::Delete(p) => self.deleted(&p.uid().unwrap_or_default()),
@@ -193,7 +194,7 @@ impl Tracker {
     }
 
     /// A stream ended at `now` after `lines` lines.
-    pub fn ended(&mut self, uid: &str, lines: u64, now: Timestamp) {
+    pub(crate) fn ended(&mut self, uid: &str, lines: u64, now: Timestamp) {
         let Some(t) = self.pods.get_mut(uid) else {
             return;
         };
@@ -214,7 +215,7 @@ impl Tracker {
     }
 
     /// The streams to open now and what to tell the user, in replica order.
-    pub fn steps(&mut self) -> Vec<Step> {
+    pub(crate) fn steps(&mut self) -> Vec<Step> {
         let order = ReplicaOrder::of_pods(self.pods.values().map(|t| &t.replica));
         let mut uids: Vec<&String> = self.pods.keys().collect();
         uids.sort_by(|a, b| {

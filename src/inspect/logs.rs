@@ -34,7 +34,7 @@ const COLOURS: [&str; 12] = [
 
 /// Where a line comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Source {
+pub(crate) struct Source {
     pub label: String,
     pub role: String,
     pub index: Option<u32>,
@@ -46,7 +46,7 @@ pub struct Source {
 /// How lines are printed: `role-index | line`, coloured or not, or one JSON
 /// object per line.
 #[derive(Clone, Debug)]
-pub struct Format {
+pub(crate) struct Format {
     job: String,
     output: LogsOutput,
     colour: bool,
@@ -66,7 +66,7 @@ struct JsonLine<'a> {
 
 impl Format {
     /// Prefixes padded to the widest label of `pods` or of their topology.
-    pub fn new(job: &str, output: LogsOutput, colour: bool, pods: &[ReplicaPod]) -> Self {
+    pub(crate) fn new(job: &str, output: LogsOutput, colour: bool, pods: &[ReplicaPod]) -> Self {
         let order = ReplicaOrder::of_pods(pods);
         let width = pods
             .iter()
@@ -84,7 +84,7 @@ impl Format {
     }
 
     /// The source of a replica's lines, read from its framework `container`.
-    pub fn source(&self, r: &ReplicaPod, container: &str) -> Source {
+    pub(crate) fn source(&self, r: &ReplicaPod, container: &str) -> Source {
         let label = r.label();
         let slot = r
             .index
@@ -103,7 +103,7 @@ impl Format {
     /// One log line (its bytes as read, with or without the line break) as
     /// printed, ending in a line break. Bytes that are not UTF-8 are shown
     /// as U+FFFD.
-    pub fn line(&self, src: &Source, raw: &[u8]) -> String {
+    pub(crate) fn line(&self, src: &Source, raw: &[u8]) -> String {
         let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
         let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
         let text = String::from_utf8_lossy(raw);

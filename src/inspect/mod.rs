@@ -17,8 +17,8 @@
 pub mod describe;
 pub mod follow;
 pub mod logs;
-pub mod replica;
-pub mod table;
+pub(crate) mod replica;
+pub(crate) mod table;
 
 use std::time::Duration;
 
@@ -30,10 +30,10 @@ use crate::contract as c;
 use crate::crd::DLJob;
 
 /// How long a command waits for the API server to answer its first call.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The label selector of a job's pods, of one role when `role` is given.
-pub fn pod_selector(job: &str, role: Option<&str>) -> String {
+pub(crate) fn pod_selector(job: &str, role: Option<&str>) -> String {
     match role {
         Some(r) => format!("{}={job},{}={r}", c::JOB, c::ROLE),
         None => format!("{}={job}", c::JOB),
@@ -42,7 +42,7 @@ pub fn pod_selector(job: &str, role: Option<&str>) -> String {
 
 /// A client for the cluster and the namespace to read: `-n`, else the
 /// kubeconfig context's namespace (as kubectl chooses).
-pub async fn connect(namespace: Option<&str>) -> anyhow::Result<(kube::Client, String)> {
+pub(crate) async fn connect(namespace: Option<&str>) -> anyhow::Result<(kube::Client, String)> {
     let client = crate::process::connect(CONNECT_TIMEOUT)
         .await
         .map_err(|why| anyhow::anyhow!("cannot reach the cluster: {why}"))?;
@@ -51,7 +51,7 @@ pub async fn connect(namespace: Option<&str>) -> anyhow::Result<(kube::Client, S
 }
 
 /// What the API server said, without kube's debug dump of the Status.
-pub fn api_message(e: &kube::Error) -> String {
+pub(crate) fn api_message(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
         other => other.to_string(),
@@ -60,7 +60,7 @@ pub fn api_message(e: &kube::Error) -> String {
 
 /// The DLJob `job` in `ns`, None when there is none (or when the CRD is not
 /// installed: the API server answers 404 for both).
-pub async fn get_dljob(
+pub(crate) async fn get_dljob(
     client: &kube::Client,
     ns: &str,
     job: &str,
@@ -72,7 +72,7 @@ pub async fn get_dljob(
 }
 
 /// The pods labelled `dljob.dev/job=job` (and `dljob.dev/role=role`).
-pub async fn list_pods(
+pub(crate) async fn list_pods(
     client: &kube::Client,
     ns: &str,
     job: &str,
@@ -92,7 +92,7 @@ pub async fn list_pods(
 }
 
 /// The error for a job with neither a DLJob nor pods.
-pub fn no_such_job(job: &str, ns: &str) -> anyhow::Error {
+pub(crate) fn no_such_job(job: &str, ns: &str) -> anyhow::Error {
     anyhow::anyhow!(
         "no job {job:?} in namespace {ns:?}: no DLJob and no pods labelled {}={job} \
          (`kubectl get dlj -A` lists the jobs of every namespace; -n chooses one)",
@@ -102,7 +102,7 @@ pub fn no_such_job(job: &str, ns: &str) -> anyhow::Error {
 
 /// A runtime for one command: the CLI is single-threaded at heart (one
 /// printer), so a current-thread runtime serves every stream.
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

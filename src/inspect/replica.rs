@@ -15,7 +15,7 @@ use crate::object::{self, Kind};
 
 /// A member pod as `dljob logs` and `dljob describe` name it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReplicaPod {
+pub(crate) struct ReplicaPod {
     pub name: String,
     pub uid: String,
     /// `dljob.dev/role` (empty when the pod has none).
@@ -31,7 +31,7 @@ pub struct ReplicaPod {
 
 impl ReplicaPod {
     /// Reads `pod`. Never fails: what a pod does not tell stays None.
-    pub fn of(pod: &Pod) -> Self {
+    pub(crate) fn of(pod: &Pod) -> Self {
         let value = serde_json::to_value(pod).unwrap_or(Value::Null);
         let parsed = member::parse(
             Kind::Pod,
@@ -68,7 +68,7 @@ impl ReplicaPod {
     }
 
     /// `role-index` (`worker-1`); the pod's name when either is unknown.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self.index {
             Some(i) if !self.role.is_empty() => format!("{}-{i}", self.role),
             _ => self.name.clone(),
@@ -107,17 +107,17 @@ fn framework_container(pod: &Value) -> Option<String> {
 /// coordinator first, as `dljob label` writes it), roles it does not name
 /// after, by name — then by index.
 #[derive(Clone, Debug, Default)]
-pub struct ReplicaOrder {
+pub(crate) struct ReplicaOrder {
     topology: Option<Topology>,
 }
 
 impl ReplicaOrder {
-    pub fn new(topology: Option<Topology>) -> Self {
+    pub(crate) fn new(topology: Option<Topology>) -> Self {
         Self { topology }
     }
 
     /// The first topology any of `pods` declares.
-    pub fn of_pods<'p>(pods: impl IntoIterator<Item = &'p ReplicaPod>) -> Self {
+    pub(crate) fn of_pods<'p>(pods: impl IntoIterator<Item = &'p ReplicaPod>) -> Self {
         Self::new(pods.into_iter().find_map(|p| p.topology.clone()))
     }
 
@@ -129,7 +129,7 @@ impl ReplicaOrder {
     }
 
     /// The sort key of a replica: role position, role, index, pod name.
-    pub fn key<'p>(&self, p: &'p ReplicaPod) -> (usize, &'p str, u32, &'p str) {
+    pub(crate) fn key<'p>(&self, p: &'p ReplicaPod) -> (usize, &'p str, u32, &'p str) {
         (
             self.role_position(&p.role),
             &p.role,
@@ -139,7 +139,7 @@ impl ReplicaOrder {
     }
 
     /// Roles in order: the topology's, then `others` not in it, by name.
-    pub fn roles<'r>(&self, others: impl IntoIterator<Item = &'r str>) -> Vec<String> {
+    pub(crate) fn roles<'r>(&self, others: impl IntoIterator<Item = &'r str>) -> Vec<String> {
         let mut roles: Vec<String> = self
             .topology
             .iter()
@@ -157,7 +157,7 @@ impl ReplicaOrder {
 
     /// The replica's position in the whole job (roles in topology order),
     /// when the topology names its role and covers its index.
-    pub fn rank(&self, role: &str, index: u32) -> Option<u32> {
+    pub(crate) fn rank(&self, role: &str, index: u32) -> Option<u32> {
         let mut offset = 0;
         for (r, n) in self.topology.as_ref()?.roles() {
             if r == role {
@@ -169,7 +169,7 @@ impl ReplicaOrder {
     }
 
     /// The widest `role-index` the topology allows (0 without one).
-    pub fn label_width(&self) -> usize {
+    pub(crate) fn label_width(&self) -> usize {
         self.topology.as_ref().map_or(0, |t| {
             t.roles()
                 .map(|(r, n)| r.len() + 1 + (n - 1).to_string().len())
@@ -180,7 +180,10 @@ impl ReplicaOrder {
 }
 
 /// The status of `container` in `pod`.
-pub fn container_status<'p>(pod: &'p Pod, container: Option<&str>) -> Option<&'p ContainerStatus> {
+pub(crate) fn container_status<'p>(
+    pod: &'p Pod,
+    container: Option<&str>,
+) -> Option<&'p ContainerStatus> {
     let name = container?;
     pod.status
         .as_ref()?
@@ -192,7 +195,7 @@ pub fn container_status<'p>(pod: &'p Pod, container: Option<&str>) -> Option<&'p
 
 /// Whether the container has run at all, so that the kubelet has logs of
 /// it (the current run's, or the last one's while it waits to restart).
-pub fn has_run(s: &ContainerStatus) -> bool {
+pub(crate) fn has_run(s: &ContainerStatus) -> bool {
     let now = s.state.as_ref();
     now.is_some_and(|st| st.running.is_some() || st.terminated.is_some())
         || s.last_state
@@ -202,7 +205,7 @@ pub fn has_run(s: &ContainerStatus) -> bool {
 
 /// The container run the status shows, while it runs or after it ended:
 /// its container ID (else its restart count). None while it waits.
-pub fn run_of(s: &ContainerStatus) -> Option<String> {
+pub(crate) fn run_of(s: &ContainerStatus) -> Option<String> {
     let st = s.state.as_ref()?;
     let id = match (&st.running, &st.terminated) {
         (Some(_), _) => None,
@@ -216,13 +219,13 @@ pub fn run_of(s: &ContainerStatus) -> Option<String> {
 }
 
 /// Whether the container runs now.
-pub fn is_running(s: &ContainerStatus) -> bool {
+pub(crate) fn is_running(s: &ContainerStatus) -> bool {
     s.state.as_ref().is_some_and(|st| st.running.is_some())
 }
 
 /// The container's last exit: the current state's, else the last state's
 /// (after the kubelet restarted it) — exit code and reason.
-pub fn last_exit(s: &ContainerStatus) -> Option<(i32, Option<&str>)> {
+pub(crate) fn last_exit(s: &ContainerStatus) -> Option<(i32, Option<&str>)> {
     [s.state.as_ref(), s.last_state.as_ref()]
         .into_iter()
         .flatten()
@@ -232,7 +235,7 @@ pub fn last_exit(s: &ContainerStatus) -> Option<(i32, Option<&str>)> {
 
 /// Why a pod has no logs yet, e.g. `Pending (ContainerCreating)`,
 /// `Pending (not scheduled yet)`.
-pub fn not_started(pod: &Pod, container: Option<&str>) -> String {
+pub(crate) fn not_started(pod: &Pod, container: Option<&str>) -> String {
     let status = pod.status.as_ref();
     let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
     let waiting = container_status(pod, container)

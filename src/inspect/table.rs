@@ -4,7 +4,7 @@ use k8s_openapi::jiff::Timestamp;
 
 /// Rows of cells printed with every column but the last padded to its
 /// widest cell plus two spaces, each line indented by `indent`.
-pub fn render(indent: &str, header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn render(indent: &str, header: &[&str], rows: &[Vec<String>]) -> String {
     let columns = header.len();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
@@ -31,7 +31,7 @@ pub fn render(indent: &str, header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// A cell's text on one line: line breaks and other control characters
 /// become spaces.
-pub fn cell(text: &str) -> String {
+pub(crate) fn cell(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect::<String>()
@@ -41,7 +41,7 @@ pub fn cell(text: &str) -> String {
 
 /// How long ago `then` was: `45s`, `12m`, `3h`, `5d` (the unit switches at
 /// twice its size: `90s`, `100m`, `30h`).
-pub fn age(then: Timestamp, now: Timestamp) -> String {
+pub(crate) fn age(then: Timestamp, now: Timestamp) -> String {
     let secs = now.as_second().saturating_sub(then.as_second()).max(0);
     match secs {
         s if s < 120 => format!("{s}s"),

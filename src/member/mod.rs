@@ -105,11 +105,11 @@ pub struct Parsed {
     pub warnings: Vec<String>,
 }
 /// Default mount path of the SSH Secret for mpi/chainer.
-pub const DEFAULT_SSH_PATH: &str = "/root/.ssh";
+pub(crate) const DEFAULT_SSH_PATH: &str = "/root/.ssh";
 /// Default hostfile slots per host.
-pub const DEFAULT_SLOTS: u32 = 1;
+pub(crate) const DEFAULT_SLOTS: u32 = 1;
 /// The job label of an object (own metadata), if it is a member at all.
-pub fn job_label(object: &Value) -> Option<&str> {
+pub(crate) fn job_label(object: &Value) -> Option<&str> {
     object::meta_str(object, &[], "labels", c::JOB)
 }
 /// Parses `object` of `kind`. `Ok(None)`: not a member (no `dljob.dev/job`
@@ -261,7 +261,7 @@ fn framework(
 }
 impl MemberSpec {
     /// The framework's view of the job.
-    pub fn job_view<'a>(&'a self, config: &'a Config) -> frameworks::Job<'a> {
+    pub(crate) fn job_view<'a>(&'a self, config: &'a Config) -> frameworks::Job<'a> {
         frameworks::Job {
             name: &self.job,
             namespace: &self.namespace,
@@ -274,7 +274,7 @@ impl MemberSpec {
     }
 
     /// Where the SSH Secret is mounted (mpi/chainer).
-    pub fn ssh_path(&self) -> &str {
+    pub(crate) fn ssh_path(&self) -> &str {
         self.spec.ssh_path.as_deref().unwrap_or(DEFAULT_SSH_PATH)
     }
 }

@@ -32,11 +32,11 @@ use crate::crd::SavedPod;
 use crate::object::Kind;
 
 /// The field manager of every write.
-pub const MANAGER: &str = "dljob";
+pub(crate) const MANAGER: &str = "dljob";
 
 /// Reconcile again at the latest after this long: a safety net for a
 /// member event the debounced trigger saw before the member stores did.
-pub const RESYNC: Duration = Duration::from_secs(300);
+pub(crate) const RESYNC: Duration = Duration::from_secs(300);
 
 /// Why a reconcile failed; the controller retries it with a backoff.
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +54,7 @@ pub enum Error {
 
 impl Error {
     /// The `error` label of `dljob_reconcile_errors_total`.
-    pub fn metric_label(&self) -> &'static str {
+    pub(crate) fn metric_label(&self) -> &'static str {
         match self {
             Error::BadSpec { .. } => "bad_spec",
             Error::Kube(_) => "kube",
@@ -92,7 +92,7 @@ pub struct Context {
 }
 
 /// The current second: status times have one-second precision.
-pub fn now() -> Timestamp {
+pub(crate) fn now() -> Timestamp {
     Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
@@ -154,7 +154,7 @@ fn guarded(uid: &str, rest: serde_json::Value) -> serde_json::Value {
 }
 
 /// What the reflectors hold of an owned object.
-pub enum Current {
+pub(crate) enum Current {
     /// Not in the cache of labelled objects: absent, or someone else's
     /// without the label — a create tells.
     Absent,
@@ -165,7 +165,7 @@ pub enum Current {
 
 impl Stores {
     /// The cluster's copy of `owned`, as far as the reflectors know it.
-    pub fn current(&self, owned: &Owned) -> Current {
+    pub(crate) fn current(&self, owned: &Owned) -> Current {
         let namespace = owned
             .object
             .metadata
@@ -184,7 +184,7 @@ impl Stores {
 
 /// Whose an object is, by its controller owner reference: this DLJob's
 /// (`job_uid`) or not — then said in words (for the condition), or None.
-pub fn foreign_controller(
+pub(crate) fn foreign_controller(
     meta: &kube::api::ObjectMeta,
     job_name: &str,
     job_uid: &str,
@@ -333,7 +333,7 @@ where
 
 /// The names dljob gives the PodTemplates it saves bare pods' manifests
 /// in start so (the API server completes each, `generateName`).
-pub const SAVED_PREFIX: &str = "dljob-recreate-";
+pub(crate) const SAVED_PREFIX: &str = "dljob-recreate-";
 
 /// The job's saved manifests this DLJob controls, by the PodTemplate's
 /// uid. Which of them a recreate uses is the status's to say (by uid): a
@@ -377,7 +377,7 @@ pub async fn reconcile(job: Arc<DLJob>, ctx: Arc<Context>) -> Result<Requeue, Er
 }
 
 /// After a failed reconcile: retry soon.
-pub fn error_policy(job: Arc<DLJob>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+pub(crate) fn error_policy(job: Arc<DLJob>, error: &Error, _ctx: Arc<Context>) -> Requeue {
     tracing::warn!(job = %job.name_any(), %error, "reconcile failed");
     match error {
         Error::BadSpec { .. } => Requeue::await_change(),

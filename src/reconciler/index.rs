@@ -20,7 +20,7 @@ use crate::object::Kind;
 use crate::validate::PeerSource;
 
 /// A job: (namespace, name).
-pub type JobKey = (String, String);
+pub(crate) type JobKey = (String, String);
 
 /// One member in the index.
 #[derive(Clone, Debug)]
@@ -295,7 +295,7 @@ impl MemberIndex {
 
     /// Waits until the pod, StatefulSet and Job watches have each listed
     /// once (the first `InitDone` of each).
-    pub async fn wait_listed(&self) {
+    pub(crate) async fn wait_listed(&self) {
         const ALL: u8 = 0b111;
         loop {
             let changed = self.listed_changed.notified();
@@ -326,7 +326,7 @@ impl MemberIndex {
     /// Jobs with at least one live member that no finished run left, and
     /// one of those members: the first that holds the TensorBoard volume,
     /// if any does. What a finished run left running makes no new DLJob.
-    pub fn live_jobs(&self) -> Vec<(JobKey, Entry)> {
+    pub(crate) fn live_jobs(&self) -> Vec<(JobKey, Entry)> {
         self.read()
             .jobs
             .iter()

@@ -73,17 +73,17 @@ impl Metrics {
         m
     }
 
-    pub fn reconciled(&self, took: Duration) {
+    pub(crate) fn reconciled(&self, took: Duration) {
         self.reconciles.inc();
         self.duration.observe(took.as_secs_f64());
     }
 
-    pub fn failed(&self, error: &'static str) {
+    pub(crate) fn failed(&self, error: &'static str) {
         self.errors.get_or_create(&ErrorLabel { error }).inc();
     }
 
     /// Sets `dljob_jobs` from the phases of every DLJob.
-    pub fn set_phases(&self, phases: impl IntoIterator<Item = Phase>) {
+    pub(crate) fn set_phases(&self, phases: impl IntoIterator<Item = Phase>) {
         let mut counts = [0i64; 5];
         for p in phases {
             counts[Phase::ALL.iter().position(|q| *q == p).unwrap_or(0)] += 1;

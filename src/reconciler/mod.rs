@@ -18,7 +18,7 @@ pub mod controller;
 pub mod index;
 pub mod metrics;
 pub mod observe;
-pub mod resources;
+pub(crate) mod resources;
 pub mod scope;
 pub mod status;
 pub mod trim;
@@ -53,7 +53,7 @@ use crate::validate::PeerSource;
 pub const LEASE_NAME: &str = "dljob-reconciler";
 
 /// The first wait after a watch error.
-pub const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(500);
+pub(crate) const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// The longest wait after watch errors: after the API server is back, every
 /// watch (the controller's included) retries within this long.
 pub const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(3);
@@ -68,7 +68,7 @@ pub const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(3);
 /// watches, so an API server outage left every watch — and every
 /// reconcile — paused for up to a minute after the server was back.
 #[derive(Clone, Debug)]
-pub struct WatchBackoff {
+pub(crate) struct WatchBackoff {
     next: Duration,
 }
 
@@ -278,13 +278,13 @@ pub struct Changed {
 
 impl Changed {
     /// Marks the job of a labelled object changed.
-    pub fn mark_owner_of<K: Resource>(&self, object: &K) {
+    pub(crate) fn mark_owner_of<K: Resource>(&self, object: &K) {
         if let Some(job) = job_of(object) {
             self.mark(job);
         }
     }
 
-    pub fn mark(&self, job: ObjectRef<DLJob>) {
+    pub(crate) fn mark(&self, job: ObjectRef<DLJob>) {
         let new = self
             .jobs
             .lock()
@@ -296,7 +296,7 @@ impl Changed {
     }
 
     /// The changed jobs as a controller trigger, each once per change.
-    pub fn stream(self: Arc<Self>) -> impl futures::Stream<Item = ObjectRef<DLJob>> + Send {
+    pub(crate) fn stream(self: Arc<Self>) -> impl futures::Stream<Item = ObjectRef<DLJob>> + Send {
         futures::stream::unfold((self, Vec::new()), |(this, mut pending)| async move {
             loop {
                 if let Some(job) = pending.pop() {

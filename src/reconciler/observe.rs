@@ -51,7 +51,7 @@ fn framework_container_status(s: &ContainerStatus) -> FrameworkContainer {
 /// own volumes and mounts (`reserved` names): the webhook adds them again,
 /// as this dljob makes them, to the new pod (a pod an older dljob wired
 /// would otherwise carry volumes this one refuses).
-pub fn recreate_manifest(pod: &Pod, reserved: &[&str]) -> Value {
+pub(crate) fn recreate_manifest(pod: &Pod, reserved: &[&str]) -> Value {
     let mut spec = serde_json::to_value(&pod.spec).unwrap_or(Value::Null);
     if let Some(s) = spec.as_object_mut() {
         s.remove("nodeName");
@@ -148,7 +148,7 @@ pub fn observe_statefulset(role: &str, sts: &StatefulSet) -> Workload {
 }
 
 /// A member Job of `role` for the clean-pod policy and the size check.
-pub fn observe_job(role: &str, job: &Job) -> Workload {
+pub(crate) fn observe_job(role: &str, job: &Job) -> Workload {
     let spec = job.spec.as_ref();
     Workload::Job {
         name: job.name_any(),
@@ -167,7 +167,7 @@ pub fn observe_job(role: &str, job: &Job) -> Workload {
 
 /// [`c::FINISHED_RUN`] on an object: the uid of the DLJob whose finished
 /// run left it.
-pub fn finished_run(meta: &ObjectMeta) -> Option<&str> {
+pub(crate) fn finished_run(meta: &ObjectMeta) -> Option<&str> {
     meta.annotations
         .as_ref()?
         .get(c::FINISHED_RUN)

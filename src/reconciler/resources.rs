@@ -22,7 +22,7 @@ use crate::tensorboard;
 
 /// How the reconciler keeps an object it owns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Keep {
+pub(crate) enum Keep {
     /// Server-side applied whenever the cluster's copy lacks what it
     /// declares (missing, or changed by another writer): drift is repaired.
     Apply,
@@ -34,7 +34,7 @@ pub enum Keep {
 
 /// An object the reconciler keeps for a job, as data.
 #[derive(Clone, Debug)]
-pub struct Owned {
+pub(crate) struct Owned {
     pub resource: ApiResource,
     pub object: DynamicObject,
     pub keep: Keep,
@@ -58,16 +58,16 @@ impl Owned {
     }
 
     /// `apiVersion/kind` — what the cluster must serve.
-    pub fn kind(&self) -> String {
+    pub(crate) fn kind(&self) -> String {
         format!("{} {}", self.resource.api_version, self.resource.kind)
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.object.metadata.name.as_deref().unwrap_or_default()
     }
 
     /// `Kind/name`, for logs and errors.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("{}/{}", self.resource.kind, self.name())
     }
 }
@@ -77,7 +77,7 @@ impl Owned {
 /// decides whether it still runs), and for frameworks that use SSH the
 /// Secret (its key drawn by `new_key`) unless the status records it
 /// already. Empty until the DLJob has a uid (an owner reference needs it).
-pub fn owned(
+pub(crate) fn owned(
     job: &DLJob,
     config: &Config,
     now: Timestamp,
@@ -109,7 +109,7 @@ pub fn owned(
 /// The gang scheduler's PodGroup, for schedulers that read one: owned by
 /// the DLJob, `minMember` from the topology (see [`gang::Group`]),
 /// `minResources` as [`min_resources`] found them.
-pub fn pod_group(job: &DLJob, min_resources: Option<&Value>) -> Option<Owned> {
+pub(crate) fn pod_group(job: &DLJob, min_resources: Option<&Value>) -> Option<Owned> {
     let scheduler = job.spec.scheduler()?;
     let kind = scheduler.pod_group_kind()?;
     let framework = job.spec.framework()?;
@@ -144,7 +144,7 @@ pub fn pod_group(job: &DLJob, min_resources: Option<&Value>) -> Option<Owned> {
 /// requests. None when no member says, or when a quantity does not parse
 /// or is absurdly large (the PodGroup then goes without `minResources`;
 /// the requests are the user's, and summing them must never panic).
-pub fn min_resources<'m>(
+pub(crate) fn min_resources<'m>(
     spec: &crate::crd::JobSpec,
     members: impl Iterator<Item = &'m MemberSpec>,
 ) -> Option<Value> {
@@ -207,7 +207,7 @@ pub fn min_resources<'m>(
 /// `desired` declares: every field of an object, and for a list every
 /// element in some element of the current list. What the API server
 /// defaults or another writer adds beside it is not drift.
-pub fn satisfies(current: &Value, desired: &Value) -> bool {
+pub(crate) fn satisfies(current: &Value, desired: &Value) -> bool {
     match (current, desired) {
         (Value::Object(c), Value::Object(d)) => d
             .iter()
@@ -225,7 +225,7 @@ pub fn satisfies(current: &Value, desired: &Value) -> bool {
 /// [`c::TENSORBOARD_VOLUME`]: the DLJob then holds all its TensorBoard needs
 /// for its whole life, even once the clean-pod policy removed the members,
 /// and the volume is fixed at first sight, as the spec is.
-pub fn dljob_for(member: &MemberSpec, tensorboard_volume: Option<&Value>) -> DLJob {
+pub(crate) fn dljob_for(member: &MemberSpec, tensorboard_volume: Option<&Value>) -> DLJob {
     let mut job = DLJob::new(&member.job, member.spec.clone());
     job.metadata.namespace = Some(member.namespace.clone());
     job.metadata.labels = Some(BTreeMap::from([(c::JOB.to_owned(), member.job.clone())]));
@@ -237,7 +237,7 @@ pub fn dljob_for(member: &MemberSpec, tensorboard_volume: Option<&Value>) -> DLJ
 
 /// The job's headless Service `j`: every member pod gets the DNS name
 /// `j-r-i.j.ns.svc`, ready or not. None when the DLJob has no uid yet.
-pub fn service(job: &DLJob) -> Option<Service> {
+pub(crate) fn service(job: &DLJob) -> Option<Service> {
     let name = job.metadata.name.clone()?;
     Some(Service {
         metadata: job.owned_meta(name.clone())?,
@@ -258,13 +258,13 @@ pub fn service(job: &DLJob) -> Option<Service> {
 }
 
 /// An ed25519 key pair for the job.
-pub fn generate_key() -> Result<ssh_key::PrivateKey, ssh_key::Error> {
+pub(crate) fn generate_key() -> Result<ssh_key::PrivateKey, ssh_key::Error> {
     ssh_key::PrivateKey::random(&mut rand_core::OsRng, ssh_key::Algorithm::Ed25519)
 }
 
 /// The ssh client config: every host of the topology, no host key checks
 /// (the hosts' keys are generated at pod start and unknown in advance).
-pub fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> Option<String> {
+pub(crate) fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> Option<String> {
     let topology = &job.spec.replicas;
     let name = job.metadata.name.as_deref()?;
     let namespace = job.metadata.namespace.as_deref()?;
@@ -293,7 +293,11 @@ pub fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> Option<S
 
 /// The Secret `j-ssh` the webhook mounts on mpi/chainer pods: the key
 /// pair, `authorized_keys` and the ssh `config`.
-pub fn ssh_secret(job: &DLJob, key: &ssh_key::PrivateKey, cluster_domain: &str) -> Option<Secret> {
+pub(crate) fn ssh_secret(
+    job: &DLJob,
+    key: &ssh_key::PrivateKey,
+    cluster_domain: &str,
+) -> Option<Secret> {
     let name = job.metadata.name.as_deref()?;
     let ssh_path = job
         .spec

@@ -31,10 +31,10 @@ pub enum Scope {
 }
 
 /// A watch's events, boxed.
-pub type Events<K> = futures::stream::BoxStream<'static, Result<Event<K>, watcher::Error>>;
+pub(crate) type Events<K> = futures::stream::BoxStream<'static, Result<Event<K>, watcher::Error>>;
 
 impl Scope {
-    pub fn of(config: &Config) -> Self {
+    pub(crate) fn of(config: &Config) -> Self {
         if config.namespaces.is_empty() {
             Scope::Cluster
         } else {
@@ -43,7 +43,7 @@ impl Scope {
     }
 
     /// For logs: `every namespace`, or the list.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Scope::Cluster => "every namespace".to_owned(),
             Scope::Namespaces(list) => format!("namespaces {}", list.join(", ")),
@@ -53,7 +53,12 @@ impl Scope {
     /// The watch of `K` over this scope, each namespace's with its own
     /// [`WatchBackoff`]. `gone` makes the object a relist found deleted is
     /// reported with (see [`Merge`]).
-    pub fn watch<K>(&self, client: &Client, config: &watcher::Config, gone: Gone<K>) -> Events<K>
+    pub(crate) fn watch<K>(
+        &self,
+        client: &Client,
+        config: &watcher::Config,
+        gone: Gone<K>,
+    ) -> Events<K>
     where
         K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
             + Clone
@@ -96,10 +101,10 @@ where
 /// Makes the object a relist found deleted from its namespace, name and
 /// job label (what a store or the index keys it by, and what tells the
 /// controller whose job changed).
-pub type Gone<K> = fn(&str, &str, Option<&str>) -> K;
+pub(crate) type Gone<K> = fn(&str, &str, Option<&str>) -> K;
 
 /// An object reported deleted: `K`'s default with that metadata.
-pub fn gone<K: Resource + Default>(namespace: &str, name: &str, job: Option<&str>) -> K {
+pub(crate) fn gone<K: Resource + Default>(namespace: &str, name: &str, job: Option<&str>) -> K {
     let mut k = K::default();
     k.meta_mut().name = Some(name.to_owned());
     k.meta_mut().namespace = Some(namespace.to_owned());
@@ -115,7 +120,7 @@ fn job_of<K: Resource>(o: &K) -> Option<String> {
 }
 
 /// Several namespaces' watch events as one watch's. See the module doc.
-pub struct Merge<K> {
+pub(crate) struct Merge<K> {
     /// Namespaces whose first list is not done yet.
     pending: HashSet<String>,
     /// Until every first list is done: the objects listed so far, kept
@@ -129,7 +134,7 @@ pub struct Merge<K> {
 }
 
 impl<K: Resource + Clone> Merge<K> {
-    pub fn new(namespaces: &[String], gone: Gone<K>) -> Self {
+    pub(crate) fn new(namespaces: &[String], gone: Gone<K>) -> Self {
         Self {
             pending: namespaces.iter().cloned().collect(),
             initial: Some(BTreeMap::new()),
@@ -144,7 +149,7 @@ impl<K: Resource + Clone> Merge<K> {
     }
 
     /// The events of the merged watch for one event of namespace `ns`'s.
-    pub fn step(
+    pub(crate) fn step(
         &mut self,
         ns: &str,
         event: Result<Event<K>, watcher::Error>,

@@ -45,7 +45,7 @@ impl Limits {
     /// idle — longer than the 90 s after which the API server's own client
     /// drops an idle connection, so that in the usual case the client
     /// closes first and no request races the close.
-    pub const DEFAULT: Limits = Limits {
+    pub(crate) const DEFAULT: Limits = Limits {
         max_connections: 1024,
         first_request: Duration::from_secs(10),
         idle: Duration::from_secs(120),
@@ -55,7 +55,7 @@ impl Limits {
 /// The acceptor: applies [`Limits`] to every connection (and sets
 /// `TCP_NODELAY`).
 #[derive(Clone)]
-pub struct Guard {
+pub(crate) struct Guard {
     limits: Limits,
     permits: Arc<Semaphore>,
     metrics: Metrics,
@@ -64,7 +64,7 @@ pub struct Guard {
 }
 
 impl Guard {
-    pub fn new(limits: Limits, metrics: Metrics) -> Self {
+    pub(crate) fn new(limits: Limits, metrics: Metrics) -> Self {
         Self {
             limits,
             permits: Arc::new(Semaphore::new(limits.max_connections)),
@@ -125,7 +125,7 @@ impl<S> axum_server::accept::Accept<TcpStream, S> for Guard {
 }
 
 /// What a connection's stream and service share.
-pub struct ConnState {
+pub(crate) struct ConnState {
     /// When the connection was accepted.
     opened: Instant,
     /// Requests being served.
@@ -180,7 +180,7 @@ impl ConnState {
 /// An accepted stream that fails its reads once the connection is past its
 /// deadline with no request in flight: hyper then closes it. Holds the
 /// connection's permit until it is dropped.
-pub struct Guarded<IO> {
+pub(crate) struct Guarded<IO> {
     io: IO,
     state: Arc<ConnState>,
     limits: Limits,
@@ -265,7 +265,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
 /// A connection's service that marks each request in flight while it is
 /// served.
 #[derive(Clone)]
-pub struct Tracked<S> {
+pub(crate) struct Tracked<S> {
     inner: S,
     state: Arc<ConnState>,
 }
@@ -302,7 +302,7 @@ impl Drop for InFlight {
 
 pin_project! {
     /// A request's future, in flight until it completes or is dropped.
-    pub struct TrackedFuture<F> {
+    pub(crate) struct TrackedFuture<F> {
         #[pin]
         inner: F,
         _in_flight: InFlight,

@@ -71,7 +71,7 @@ struct ClosedLabels {
 
 /// Why the server closed a client connection (see [`super::conn`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Closed {
+pub(crate) enum Closed {
     /// Accepted past `--max-connections`.
     Limit,
     /// No request within `--first-request-timeout-secs` of accept.
@@ -81,7 +81,7 @@ pub enum Closed {
 }
 
 impl Closed {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Limit => "limit",
             Self::FirstRequest => "first_request_timeout",
@@ -159,15 +159,15 @@ impl Metrics {
         m
     }
 
-    pub fn connection_opened(&self) {
+    pub(crate) fn connection_opened(&self) {
         self.connections.inc();
     }
 
-    pub fn connection_dropped(&self) {
+    pub(crate) fn connection_dropped(&self) {
         self.connections.dec();
     }
 
-    pub fn connection_closed(&self, why: Closed) {
+    pub(crate) fn connection_closed(&self, why: Closed) {
         self.closed
             .get_or_create(&ClosedLabels {
                 reason: why.as_str(),

@@ -11,10 +11,10 @@
 //! the reconciler.
 
 pub mod admission;
-pub mod conn;
+pub(crate) mod conn;
 pub mod metrics;
 pub mod reload;
-pub mod server;
+pub(crate) mod server;
 pub mod tls;
 pub mod wire;
 

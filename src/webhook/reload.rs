@@ -15,7 +15,7 @@ use crate::config::Config;
 
 /// A set of files and the contents last handed out.
 #[derive(Debug)]
-pub struct WatchedFiles {
+pub(crate) struct WatchedFiles {
     paths: Vec<PathBuf>,
     last: Vec<Vec<u8>>,
     last_error: Option<String>,
@@ -23,7 +23,7 @@ pub struct WatchedFiles {
 
 impl WatchedFiles {
     /// Watches `paths`, whose current contents are `current`.
-    pub fn new(paths: Vec<PathBuf>, current: Vec<Vec<u8>>) -> Self {
+    pub(crate) fn new(paths: Vec<PathBuf>, current: Vec<Vec<u8>>) -> Self {
         Self {
             paths,
             last: current,
@@ -36,7 +36,7 @@ impl WatchedFiles {
     /// reference, whether or not the caller can use them, so a bad file is
     /// reported once, not every poll. A read error (a file missing in the
     /// middle of a rotation) is logged once and retried on the next poll.
-    pub async fn changed(&mut self) -> Option<Vec<Vec<u8>>> {
+    pub(crate) async fn changed(&mut self) -> Option<Vec<Vec<u8>>> {
         let mut now = Vec::with_capacity(self.paths.len());
         for p in &self.paths {
             match tokio::fs::read(p).await {

@@ -143,7 +143,7 @@ impl Running {
     }
 
     /// Whether the self-signed CA was reused or made (and why).
-    pub fn ca_origin(&self) -> Option<&crate::certs::CaOrigin> {
+    pub(crate) fn ca_origin(&self) -> Option<&crate::certs::CaOrigin> {
         self.ca_origin.as_ref()
     }
 
@@ -170,14 +170,6 @@ impl Running {
             let _ = m.server.await;
         }
         match self.server.await {
-            Ok(r) => r,
-            Err(e) => Err(std::io::Error::other(e)),
-        }
-    }
-
-    /// Resolves if the server stops on its own (it should not).
-    pub async fn stopped(&mut self) -> std::io::Result<()> {
-        match (&mut self.server).await {
             Ok(r) => r,
             Err(e) => Err(std::io::Error::other(e)),
         }

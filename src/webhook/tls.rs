@@ -48,7 +48,7 @@ pub enum TlsError {
 
 /// A rustls server config (ring provider, HTTP/2 and HTTP/1.1 by ALPN) from
 /// a PEM chain and key. Fails when the key does not match the certificate.
-pub fn server_config(
+pub(crate) fn server_config(
     cert_pem: &[u8],
     key_pem: &[u8],
     what: &str,
@@ -72,7 +72,7 @@ pub fn server_config(
 
 /// Where the development CA's key is kept: beside the CA, `.key` for its
 /// extension (`dljob-ca.pem` → `dljob-ca.key`).
-pub fn ca_key_path(ca_out: &Path) -> PathBuf {
+pub(crate) fn ca_key_path(ca_out: &Path) -> PathBuf {
     ca_out.with_extension("key")
 }
 
@@ -128,7 +128,7 @@ impl Loaded {
     /// theirs). A pair that does not load — say the certificate was
     /// replaced and the key not yet — is logged and the old one kept until
     /// the files change again.
-    pub fn spawn_reloader(
+    pub(crate) fn spawn_reloader(
         &mut self,
         interval: Duration,
         metrics: Metrics,

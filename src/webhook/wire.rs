@@ -68,7 +68,7 @@ pub enum ParseError {
 impl ParseError {
     /// JSON, but not shaped as a review (a top level or `request` that is
     /// not an object).
-    pub fn is_data(&self) -> bool {
+    pub(crate) fn is_data(&self) -> bool {
         matches!(self, Self::Json(e) if e.is_data())
     }
 }
@@ -259,7 +259,7 @@ impl<'de> Visitor<'de> for Pruned {
 }
 
 /// A raw field as `T`, or why not (`what` names it in the message).
-pub fn field<'a, T: Deserialize<'a>>(raw: &'a RawValue, what: &str) -> Result<T, String> {
+pub(crate) fn field<'a, T: Deserialize<'a>>(raw: &'a RawValue, what: &str) -> Result<T, String> {
     serde_json::from_str(raw.get()).map_err(|e| format!("{what}: {e}"))
 }
 
@@ -273,7 +273,7 @@ pub fn string<'a>(raw: Option<&'a RawValue>) -> Option<std::borrow::Cow<'a, str>
 /// operations, no `warnings` without warnings.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Response<'a> {
+pub(crate) struct Response<'a> {
     pub uid: &'a str,
     pub allowed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -289,7 +289,7 @@ pub struct Response<'a> {
 }
 
 #[derive(Serialize)]
-pub struct Status<'a> {
+pub(crate) struct Status<'a> {
     pub status: &'static str,
     pub code: u16,
     pub reason: &'static str,
@@ -305,7 +305,7 @@ struct Review<'a> {
 }
 
 /// The whole response body.
-pub fn response_body(response: &Response) -> Vec<u8> {
+pub(crate) fn response_body(response: &Response) -> Vec<u8> {
     let patch = response.patch.as_ref().map_or(0, |p| p.get().len());
     let mut out = Vec::with_capacity(256 + patch);
     serde_json::to_writer(
@@ -323,7 +323,7 @@ pub fn response_body(response: &Response) -> Vec<u8> {
 /// `bytes` as a base64 JSON string, ready to be written as it is: the
 /// base64 alphabet needs no JSON escaping, so the string is not scanned
 /// for escapes again when the response is serialised.
-pub fn base64_string(bytes: &[u8]) -> Box<RawValue> {
+pub(crate) fn base64_string(bytes: &[u8]) -> Box<RawValue> {
     use base64::Engine as _;
     let mut s = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
     s.push('"');

@@ -1,0 +1,359 @@
+//! The module map holds: no import circle between modules.
+//!
+//! Every file under `src/` is parsed (syn); every path it names outside
+//! its tests — `use` trees, paths in code and in macro arguments — that
+//! starts with `crate::` or `super::` is resolved to the module it reaches.
+//! A module's use of its own ancestors or descendants is how a module tree
+//! works (a parent declares and re-exports its children, a child reads its
+//! parent); every other use is an edge between two sibling subtrees, at
+//! the level of their closest common parent: `reconciler::index` using
+//! `reconciler::observe` is an edge index → observe among the reconciler's
+//! children, `webhook::admission` using `member::keys` is webhook → member
+//! among the crate's. A circle among the siblings of any parent fails the
+//! test, with the uses that make it (ARCHITECTURE.md says which way each
+//! module may import).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use proc_macro2::{TokenStream, TokenTree};
+use syn::visit::Visit;
+
+type Module = Vec<String>;
+
+/// The module a source file defines: `src/a/b.rs` and `src/a/b/mod.rs` are
+/// `a::b`; `lib.rs` and `main.rs` are the crate root.
+fn module_of(src: &Path, file: &Path) -> Module {
+    let rel = file.strip_prefix(src).expect("a file under src");
+    let mut parts: Vec<String> = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a readable directory") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.parse_args::<syn::Meta>()
+                .is_ok_and(|m| m.path().is_ident("test"))
+    })
+}
+
+/// The `crate::`/`super::` paths one file names outside its tests, each as
+/// the module path it is relative to plus its segments.
+struct Paths {
+    /// The module of the code being visited (inline modules included).
+    here: Module,
+    found: Vec<Vec<String>>,
+}
+
+impl Paths {
+    /// Records `segments` (as written) if they start at `crate` or `super`,
+    /// made absolute.
+    fn record(&mut self, segments: Vec<String>) {
+        let mut base = self.here.clone();
+        let mut rest = segments.as_slice();
+        match rest.first().map(String::as_str) {
+            Some("crate") => {
+                base.clear();
+                rest = &rest[1..];
+            }
+            Some("super") => {
+                while rest.first().map(String::as_str) == Some("super") {
+                    base.pop();
+                    rest = &rest[1..];
+                }
+            }
+            _ => return,
+        }
+        base.extend(rest.iter().cloned());
+        self.found.push(base);
+    }
+
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => {
+                let mut full = prefix.clone();
+                if n.ident != "self" {
+                    full.push(n.ident.to_string());
+                }
+                self.record(full);
+            }
+            syn::UseTree::Rename(r) => {
+                let mut full = prefix.clone();
+                if r.ident != "self" {
+                    full.push(r.ident.to_string());
+                }
+                self.record(full);
+            }
+            syn::UseTree::Glob(_) => self.record(prefix.clone()),
+            syn::UseTree::Group(g) => {
+                for t in &g.items {
+                    self.use_tree(prefix, t);
+                }
+            }
+        }
+    }
+
+    /// `crate :: a :: b` and `super :: a` sequences in a macro's tokens.
+    fn tokens(&mut self, tokens: TokenStream) {
+        let trees: Vec<TokenTree> = tokens.into_iter().collect();
+        let mut i = 0;
+        while i < trees.len() {
+            match &trees[i] {
+                TokenTree::Group(g) => self.tokens(g.stream()),
+                TokenTree::Ident(id) if id == "crate" || id == "super" => {
+                    let mut segments = vec![id.to_string()];
+                    let mut j = i + 1;
+                    while let (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b))) =
+                        (trees.get(j), trees.get(j + 1))
+                    {
+                        if a.as_char() != ':' || b.as_char() != ':' {
+                            break;
+                        }
+                        match trees.get(j + 2) {
+                            Some(TokenTree::Ident(next)) => {
+                                segments.push(next.to_string());
+                                j += 3;
+                            }
+                            _ => break,
+                        }
+                    }
+                    self.record(segments);
+                    i = j;
+                    continue;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Paths {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        let attrs = match item {
+            syn::Item::Const(i) => &i.attrs,
+            syn::Item::Enum(i) => &i.attrs,
+            syn::Item::Fn(i) => &i.attrs,
+            syn::Item::Impl(i) => &i.attrs,
+            syn::Item::Macro(i) => &i.attrs,
+            syn::Item::Mod(i) => &i.attrs,
+            syn::Item::Static(i) => &i.attrs,
+            syn::Item::Struct(i) => &i.attrs,
+            syn::Item::Trait(i) => &i.attrs,
+            syn::Item::Type(i) => &i.attrs,
+            syn::Item::Use(i) => &i.attrs,
+            _ => return syn::visit::visit_item(self, item),
+        };
+        if is_cfg_test(attrs) {
+            return;
+        }
+        syn::visit::visit_item(self, item);
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        if !is_cfg_test(&f.attrs) {
+            syn::visit::visit_impl_item_fn(self, f);
+        }
+    }
+
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if m.content.is_some() {
+            self.here.push(m.ident.to_string());
+            syn::visit::visit_item_mod(self, m);
+            self.here.pop();
+        }
+    }
+
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        self.use_tree(&mut Vec::new(), &u.tree);
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        self.record(p.segments.iter().map(|s| s.ident.to_string()).collect());
+        syn::visit::visit_path(self, p);
+    }
+
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        self.tokens(m.tokens.clone());
+        syn::visit::visit_macro(self, m);
+    }
+}
+
+/// Who uses whom among the children of one parent module, and the uses
+/// (file module → reached module) behind each edge.
+type Level = BTreeMap<(String, String), BTreeSet<(String, String)>>;
+
+fn show(m: &[String]) -> String {
+    if m.is_empty() {
+        "crate".to_owned()
+    } else {
+        m.join("::")
+    }
+}
+
+/// Every edge between sibling subtrees, per parent.
+fn levels() -> BTreeMap<Module, Level> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: BTreeSet<Module> = files.iter().map(|f| module_of(&src, f)).collect();
+    let mut levels: BTreeMap<Module, Level> = BTreeMap::new();
+    for file in &files {
+        if file.ends_with("main.rs") {
+            continue; // the binary: a crate of its own, using the library
+        }
+        let here = module_of(&src, file);
+        let text = std::fs::read_to_string(file).expect("a readable source file");
+        let ast = syn::parse_file(&text)
+            .unwrap_or_else(|e| panic!("{} does not parse: {e}", file.display()));
+        let mut paths = Paths {
+            here: here.clone(),
+            found: Vec::new(),
+        };
+        paths.visit_file(&ast);
+        for path in paths.found {
+            // The longest prefix that is a module.
+            let Some(target) = (0..=path.len())
+                .rev()
+                .map(|k| path[..k].to_vec())
+                .find(|p| modules.contains(p))
+            else {
+                continue;
+            };
+            let common = here.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if common == here.len() || common == target.len() {
+                continue; // an ancestor or a descendant
+            }
+            let parent = here[..common].to_vec();
+            levels
+                .entry(parent)
+                .or_default()
+                .entry((here[common].clone(), target[common].clone()))
+                .or_default()
+                .insert((show(&here), show(&target)));
+        }
+    }
+    levels
+}
+
+/// The circles among one level's nodes: strongly connected components of
+/// more than one node.
+fn circles(level: &Level) -> Vec<Vec<String>> {
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (a, b) in level.keys() {
+        next.entry(a).or_default().push(b);
+        next.entry(b).or_default();
+    }
+    // Kosaraju: reachability both ways.
+    let reach = |from: &str, forward: bool| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.to_owned()];
+        while let Some(n) = stack.pop() {
+            if !seen.insert(n.clone()) {
+                continue;
+            }
+            for (a, b) in level.keys() {
+                let (x, y) = if forward { (a, b) } else { (b, a) };
+                if *x == n {
+                    stack.push(y.clone());
+                }
+            }
+        }
+        seen
+    };
+    let mut done = BTreeSet::new();
+    let mut out = Vec::new();
+    for n in next.keys() {
+        if done.contains(*n) {
+            continue;
+        }
+        let both: Vec<String> = reach(n, true)
+            .intersection(&reach(n, false))
+            .cloned()
+            .collect();
+        done.extend(both.iter().cloned());
+        if both.len() > 1 {
+            out.push(both);
+        }
+    }
+    out
+}
+
+#[test]
+fn no_module_imports_in_a_circle() {
+    let levels = levels();
+    let mut report = String::new();
+    for (parent, level) in &levels {
+        for circle in circles(level) {
+            report.push_str(&format!(
+                "circle among the children of {}: {}\n",
+                show(parent),
+                circle.join(", ")
+            ));
+            for ((a, b), uses) in level {
+                if circle.contains(a) && circle.contains(b) {
+                    for (from, to) in uses {
+                        report.push_str(&format!("  {a} -> {b}: {from} uses {to}\n"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(report.is_empty(), "{report}");
+}
+
+/// The check sees what it must: the crate's known uses are edges, so an
+/// edge the other way would be a circle.
+#[test]
+fn the_import_graph_sees_known_uses() {
+    let levels = levels();
+    let root = &levels[&Vec::<String>::new()];
+    for (from, to) in [
+        ("webhook", "mutate"),
+        ("reconciler", "crd"),
+        ("member", "crd"),
+        ("crd", "gang"),
+        ("inspect", "tensorboard"),
+    ] {
+        assert!(
+            root.contains_key(&(from.to_owned(), to.to_owned())),
+            "{from} -> {to} not seen; the edges are {:?}",
+            root.keys().collect::<Vec<_>>()
+        );
+    }
+    let reconciler = &levels[&vec!["reconciler".to_owned()]];
+    assert!(reconciler.contains_key(&("index".to_owned(), "observe".to_owned())));
+    // A circle is found: the crate's edges plus one back.
+    let mut with_back = root.clone();
+    with_back
+        .entry(("gang".to_owned(), "crd".to_owned()))
+        .or_default()
+        .insert(("gang".to_owned(), "crd".to_owned()));
+    assert_eq!(circles(&with_back), [vec!["crd", "gang"]]);
+}
