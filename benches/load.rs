@@ -20,7 +20,7 @@
 //!
 //! 1. `GET /healthz` closed loop (the HTTP + TLS floor);
 //! 2. `POST /mutate` closed loop with the captured Pod reviews from
-//!    `../shared/fixtures/admission/mutate-create-pod-*.json`;
+//!    `tests/fixtures/admission/mutate-create-pod-*.json`;
 //! 3. `POST /validate` closed loop with the `validate-create-pod-*.json` ones;
 //! 4. `POST /mutate` open loop at a fixed rate (default 5 000/s); latency is
 //!    taken from each request's *scheduled* send time whenever the request
@@ -61,7 +61,7 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/admission");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
 const MAX_DURATION: Duration = Duration::from_secs(20);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const UID_MARK: &str = "@@UID@@";

@@ -1,7 +1,7 @@
 //! Criterion bench of the webhook's whole review path, body bytes in →
 //! response bytes out (`webhook::admission::review` plus the response
 //! serialisation the server does), on the captured reviews in
-//! `../shared/fixtures/admission/`. No HTTP, no TLS: see `benches/load.rs`.
+//! `tests/fixtures/admission/`. No HTTP, no TLS: see `benches/load.rs`.
 //! Run with `cargo bench --bench review`; figures go in BENCHMARKS.md.
 //!
 //! With `DLJOB_REVIEW_LOOP=N` set it skips criterion and answers every
@@ -20,7 +20,7 @@ use dljob::config::Config;
 use dljob::validate::NoPeers;
 use dljob::webhook::admission::{review, Answer, Endpoint};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/admission");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
 
 /// The fixture, compact as the API server sends it.
 fn body(name: &str) -> Vec<u8> {

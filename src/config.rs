@@ -1,4 +1,4 @@
-//! The webhook's config file (DESIGN §6). YAML; every key optional.
+//! The webhook's config file (ARCHITECTURE.md §6). YAML; every key optional.
 
 use std::collections::BTreeMap;
 

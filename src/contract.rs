@@ -1,4 +1,4 @@
-//! The user-facing contract: label and annotation keys (DESIGN §1) and their
+//! The user-facing contract: label and annotation keys (ARCHITECTURE.md §1) and their
 //! typed parsing. Everything here is pure and allocation-light.
 
 use std::borrow::Cow;
@@ -322,7 +322,7 @@ pub enum CleanPodPolicy {
     None,
 }
 
-/// The job-wide policies of DESIGN §1, serialized as the DLJob spec's
+/// The job-wide policies of ARCHITECTURE.md §1, serialized as the DLJob spec's
 /// fields of the same names.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -1,4 +1,4 @@
-//! The mutation of DESIGN §2: (object, config) → (mutated object, warnings).
+//! The mutation of ARCHITECTURE.md §2: (object, config) → (mutated object, warnings).
 //! Pure: no I/O, no clock. Mutating a mutated object changes nothing.
 
 use json_patch::Patch;

@@ -1,4 +1,4 @@
-//! TensorBoard per job (`dljob.dev/tensorboard: VOLUME:PATH`, DESIGN §7):
+//! TensorBoard per job (`dljob.dev/tensorboard: VOLUME:PATH`, ARCHITECTURE.md §7):
 //! the volume a member names, whether TensorBoard — in a pod of its own,
 //! which the reconciler runs ([`crate::reconciler::resources`]) — can read
 //! what the training writes there, and how long it runs. Pure.

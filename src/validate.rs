@@ -1,4 +1,4 @@
-//! The validation of DESIGN §4: (object, old object, peers) → warnings or
+//! The validation of ARCHITECTURE.md §4: (object, old object, peers) → warnings or
 //! violations. Pure: the peers are whatever the caller knows of the job's
 //! other members (the reconciler's cache in the webhook, the other documents
 //! of the file offline) — never an API call.

@@ -10,8 +10,11 @@
 //! `reconciler::observe` is an edge index → observe among the reconciler's
 //! children, `webhook::admission` using `member::keys` is webhook → member
 //! among the crate's. A circle among the siblings of any parent fails the
-//! test, with the uses that make it (ARCHITECTURE.md says which way each
-//! module may import).
+//! test, with the uses that make it.
+//!
+//! ARCHITECTURE.md's module map says which siblings each module may import;
+//! an import its row does not list, or a module without a row, fails too,
+//! so the map cannot drift from the code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -328,6 +331,94 @@ fn no_module_imports_in_a_circle() {
     assert!(report.is_empty(), "{report}");
 }
 
+/// ARCHITECTURE.md's module map: each row's module and the siblings it may
+/// import.
+fn module_map() -> BTreeMap<String, BTreeSet<String>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md");
+    let text = std::fs::read_to_string(&path).expect("ARCHITECTURE.md is readable");
+    let start = text.find("## Module map").expect("a Module map section");
+    let end = text[start..]
+        .find("\n## ")
+        .map_or(text.len(), |e| start + e);
+    let mut map = BTreeMap::new();
+    for line in text[start..end].lines() {
+        let cells: Vec<&str> = line.split(" | ").map(str::trim).collect();
+        let Some(name) = cells
+            .first()
+            .and_then(|c| c.strip_prefix("| `"))
+            .and_then(|c| c.strip_suffix('`'))
+        else {
+            continue;
+        };
+        let imports = cells
+            .get(2)
+            .unwrap_or_else(|| panic!("the row of {name} has no import column"))
+            .trim_end_matches(" |")
+            .trim_end_matches('|')
+            .split(',')
+            .map(|s| s.trim().trim_matches('`').to_owned())
+            .filter(|s| !s.is_empty() && s != "—")
+            .collect();
+        assert!(
+            map.insert(name.to_owned(), imports).is_none(),
+            "{name} has two rows"
+        );
+    }
+    map
+}
+
+#[test]
+fn every_import_is_in_the_module_map() {
+    let map = module_map();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut problems = Vec::new();
+    // Every module of the crate has its row.
+    let roots: BTreeSet<String> = files
+        .iter()
+        .map(|f| module_of(&src, f))
+        .filter(|m| m.len() == 1)
+        .map(|m| m[0].clone())
+        .collect();
+    for m in &roots {
+        if !map.contains_key(m) {
+            problems.push(format!("{m}: no row in ARCHITECTURE.md's module map"));
+        }
+    }
+    for (parent, level) in levels() {
+        for ((a, b), uses) in level {
+            let mut full = parent.clone();
+            full.push(a.clone());
+            let row = show(&full);
+            match map.get(&row) {
+                None => problems.push(format!(
+                    "{row}: no row in ARCHITECTURE.md's module map (it imports {b})"
+                )),
+                Some(allowed) if !allowed.contains(&b) => {
+                    let list: Vec<String> =
+                        uses.iter().map(|(f, t)| format!("{f} uses {t}")).collect();
+                    problems.push(format!(
+                        "{row} imports {b}, which its row in ARCHITECTURE.md does not list: {}",
+                        list.join("; ")
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    // A row for a module that no longer exists is stale.
+    let modules: BTreeSet<String> = files.iter().map(|f| show(&module_of(&src, f))).collect();
+    for row in map.keys() {
+        if !modules.contains(row) {
+            problems.push(format!(
+                "ARCHITECTURE.md lists {row}, which is not a module"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// The check sees what it must: the crate's known uses are edges, so an
 /// edge the other way would be a circle.
 #[test]
@@ -356,4 +447,9 @@ fn the_import_graph_sees_known_uses() {
         .or_default()
         .insert(("gang".to_owned(), "crd".to_owned()));
     assert_eq!(circles(&with_back), [vec!["crd", "gang"]]);
+    // The map is read: rows with their imports, and "—" for none.
+    let map = module_map();
+    assert!(map["validate"].contains("mutate"));
+    assert!(map["contract"].is_empty());
+    assert!(map["reconciler::controller"].contains("status"));
 }

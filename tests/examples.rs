@@ -2,7 +2,7 @@
 //! every one must validate, mutate without warnings, mutate idempotently with
 //! a patch that reproduces the mutation, and — for StatefulSet and Indexed
 //! Job members — produce pods that mutate to the right identity. A few
-//! examples are checked value by value against DESIGN §3, with the expected
+//! examples are checked value by value against ARCHITECTURE.md §3, with the expected
 //! values written by hand.
 
 use std::collections::BTreeSet;
@@ -487,7 +487,7 @@ fn reinvocation_after_api_defaulting_changes_nothing() {
 }
 
 // ---------------------------------------------------------------------------
-// Exact values (DESIGN §3; hosts are j-r-i.j.ns.svc, ns = default)
+// Exact values (ARCHITECTURE.md §3; hosts are j-r-i.j.ns.svc, ns = default)
 // ---------------------------------------------------------------------------
 
 #[test]
@@ -530,7 +530,7 @@ fn tensorflow_ps_pod_task_is_its_ordinal() {
     let tf: Value = serde_json::from_str(&env(&ps1, "TF_CONFIG").unwrap()).unwrap();
     assert_eq!(tf["task"], json!({"type": "ps", "index": 1}));
     assert_eq!(ps1["spec"]["hostname"], "tf-ps-ps-1");
-    // The StatefulSet itself: Service name and parallel start (DESIGN §2).
+    // The StatefulSet itself: Service name and parallel start (ARCHITECTURE.md §2).
     let sts = ex.mutated("tf-ps-ps");
     assert_eq!(sts["spec"]["serviceName"], "tf-ps");
     assert_eq!(sts["spec"]["podManagementPolicy"], "Parallel");
@@ -755,7 +755,7 @@ fn generic_workers_can_reach_the_head() {
     );
 }
 
-/// DESIGN §1: "when a worker's framework container requests N GPUs and
+/// ARCHITECTURE.md §1: "when a worker's framework container requests N GPUs and
 /// slots ≠ N, admission warns and names the annotation to set". For a
 /// worker StatefulSet or Job the only admission the user sees is the
 /// workload's own (its pods are created by the controller), so the warning

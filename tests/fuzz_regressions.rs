@@ -167,7 +167,7 @@ fn huge_inferred_topology_is_refused() {
 #[test]
 fn a_body_that_is_not_utf8_is_refused_even_where_the_webhook_does_not_read() {
     let path = format!(
-        "{}/../shared/fixtures/admission/mutate-create-pod-ddp-worker.json",
+        "{}/tests/fixtures/admission/mutate-create-pod-ddp-worker.json",
         env!("CARGO_MANIFEST_DIR")
     );
     let review_json: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

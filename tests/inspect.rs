@@ -1,6 +1,6 @@
 //! `dljob logs` and `dljob describe` against kube's mocked client: the
 //! exact requests (method, path, query) and the exact output, with objects
-//! shaped as `../shared/fixtures/cluster/` captured them from a real
+//! shaped as `tests/fixtures/cluster/` captured them from a real
 //! cluster after a TensorFlow job ran. And the binary's own edges: help,
 //! flags, no cluster.
 
@@ -36,7 +36,7 @@ const SELECTOR: &str = "labelSelector=dljob.dev%2Fjob%3Dtf-ps";
 // ---- fixtures ---------------------------------------------------------------
 
 fn fixture(name: &str) -> Value {
-    let path = common::repo().join("../shared/fixtures/cluster").join(name);
+    let path = common::repo().join("tests/fixtures/cluster").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
             "{}: {e} (the fixtures live beside the repository)",

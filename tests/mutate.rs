@@ -1,4 +1,4 @@
-//! The mutation of DESIGN §2 on real-shaped objects: identity, env, ports,
+//! The mutation of ARCHITECTURE.md §2 on real-shaped objects: identity, env, ports,
 //! hostfile, accelerators, workload templates, idempotence and the patch.
 //! Expected values are written by hand from the contract.
 
@@ -8,12 +8,12 @@ use dljob::object::Kind;
 use dljob::violation::Violations;
 use serde_json::{json, Value};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/admission/");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission/");
 
 /// The `object` of a captured AdmissionReview.
 fn fixture(name: &str) -> (Value, Option<Value>) {
     let text = std::fs::read_to_string(format!("{FIXTURES}{name}"))
-        .unwrap_or_else(|e| panic!("{name}: {e} (../shared/fixtures must sit beside the repo)"));
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     let review: Value = serde_json::from_str(&text).unwrap();
     let req = &review["request"];
     let old = req.get("oldObject").filter(|o| !o.is_null()).cloned();

@@ -211,13 +211,13 @@ where
 }
 
 /// The job's Service as a real API server holds it once dljob created
-/// it: the captured `tf-ps` Service (`../shared/fixtures/cluster`), renamed
+/// it: the captured `tf-ps` Service (`tests/fixtures/cluster`), renamed
 /// to this suite's job, with its port.
 fn served(port: u16) -> Service {
     let list: Value = serde_json::from_str(
         &std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/fixtures/cluster/services.json"),
+                .join("tests/fixtures/cluster/services.json"),
         )
         .unwrap(),
     )

@@ -1,4 +1,4 @@
-//! The validation of DESIGN §4: for each rule a rejected case with its exact
+//! The validation of ARCHITECTURE.md §4: for each rule a rejected case with its exact
 //! message and an accepted neighbour.
 
 use dljob::config::Config;
@@ -7,7 +7,7 @@ use dljob::object::Kind;
 use dljob::validate::{peers_of, validate};
 use serde_json::{json, Value};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/admission/");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission/");
 
 fn review(name: &str) -> (Value, Option<Value>) {
     let text = std::fs::read_to_string(format!("{FIXTURES}{name}")).unwrap();

@@ -1,10 +1,10 @@
 //! The real `dljob serve` server, started in-process on 127.0.0.1:0 and
 //! spoken to over TLS by a rustls client that trusts the generated CA.
 //!
-//! Fixtures: `../shared/fixtures/admission/` holds reviews captured from a
+//! Fixtures: `tests/fixtures/admission/` holds reviews captured from a
 //! real kube-apiserver; `tests/fixtures/review-*.json` are real-shaped
 //! reviews derived from them. Every test is bounded by a timeout; expected
-//! values are computed by hand from DESIGN §2–§3 (host = `j-r-i.j.ns.svc`).
+//! values are computed by hand from ARCHITECTURE.md §2–§3 (host = `j-r-i.j.ns.svc`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -259,7 +259,7 @@ async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
 
 fn shared(name: &str) -> Value {
     let path = format!(
-        "{}/../shared/fixtures/admission/{name}",
+        "{}/tests/fixtures/admission/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")))
@@ -1885,10 +1885,7 @@ fn the_pruned_review_view_answers_as_the_core_does_on_the_whole_object() {
     use dljob::mutate::{self, Operation};
     use dljob::object::Kind;
     use dljob::webhook::admission::{review, Answer, Endpoint};
-    let dir = format!(
-        "{}/../shared/fixtures/admission",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let dir = format!("{}/tests/fixtures/admission", env!("CARGO_MANIFEST_DIR"));
     let mut names: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

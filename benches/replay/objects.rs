@@ -2,10 +2,10 @@
 //! (`master=1,worker=3`), shaped as the API server stores them.
 //!
 //! Each pod starts from the captured pod of
-//! `../shared/fixtures/admission/mutate-create-pod-ddp-worker.json` (a
+//! `tests/fixtures/admission/mutate-create-pod-ddp-worker.json` (a
 //! `kubectl create`d PyTorch pod with its managedFields, service-account
 //! volume and the server's defaults), gets its job's labels and
-//! annotations (DESIGN.md: `dljob.dev/job`, `dljob.dev/role`,
+//! annotations (ARCHITECTURE.md §1: `dljob.dev/job`, `dljob.dev/role`,
 //! `dljob.dev/framework`, `dljob.dev/replicas`, `dljob.dev/index` on the
 //! workers), and is mutated by the real mutation (`dljob::mutate::mutate`,
 //! the function behind the webhook's `/mutate`) so the stored pod carries
@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use super::apiserver::{fields_v1, set_managed};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/admission");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
 pub const TOPOLOGY: &str = "master=1,worker=3";
 /// (role, index) of the pods of one job.
 pub const MEMBERS: [(&str, usize); 4] =

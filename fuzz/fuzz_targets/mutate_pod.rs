@@ -7,7 +7,7 @@
 //! forced), so that the fuzzer reaches the framework code instead of
 //! stopping at the first violation. Properties, for every accepted pod:
 //! the patch applies to the pod it was made from, and mutating the patched
-//! pod again yields an empty patch (DESIGN §2, idempotent).
+//! pod again yields an empty patch (ARCHITECTURE.md §2, idempotent).
 #![no_main]
 
 use std::sync::OnceLock;

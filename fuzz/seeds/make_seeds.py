@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpora fuzz/corpus/<target>/ from the repo's fixtures and
-examples (and ../shared/fixtures/admission when it is there). Re-run after
+examples (tests/fixtures: the captured admission/ reviews and the derived
+review-*.json). Re-run after
 adding fixtures: python3 fuzz/seeds/make_seeds.py (from the repo root)."""
 import glob, json, os, sys
 import yaml
@@ -21,7 +22,7 @@ def write(target, name, data):
         f.write(data if isinstance(data, bytes) else data.encode())
 
 
-reviews = sorted(glob.glob(os.path.join(ROOT, "..", "shared", "fixtures", "admission", "*.json")))
+reviews = sorted(glob.glob(os.path.join(ROOT, "tests", "fixtures", "admission", "*.json")))
 reviews += sorted(glob.glob(os.path.join(ROOT, "tests", "fixtures", "review-*.json")))
 docs = []
 for f in sorted(glob.glob(os.path.join(ROOT, "examples", "*", "*.yaml"))):

@@ -1,4 +1,4 @@
-//! Frameworks (DESIGN §3): one module each, behind one trait, registered in
+//! Frameworks (ARCHITECTURE.md §3): one module each, behind one trait, registered in
 //! [`ALL`]. A framework says which roles it has, which replica coordinates,
 //! its default port, and the env vars a member gets — all pure functions of
 //! the topology and the member.

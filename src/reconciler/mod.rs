@@ -1,4 +1,4 @@
-//! The reconciler (DESIGN §5).
+//! The reconciler (ARCHITECTURE.md §5).
 //!
 //! - [`status`]: the pure status function, (observed members, previous
 //!   status, now) → (status, actions).

@@ -373,7 +373,7 @@ mod tests {
     fn captured_service() -> Value {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/fixtures/cluster/services.json"
+            "/tests/fixtures/cluster/services.json"
         );
         let list: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         list["items"][0].clone()

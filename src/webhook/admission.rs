@@ -132,7 +132,7 @@ impl Denial {
         }
     }
 
-    /// The object breaks the contract (DESIGN §4): 422 Invalid, as the API
+    /// The object breaks the contract (ARCHITECTURE.md §4): 422 Invalid, as the API
     /// server answers for its own validation errors.
     fn invalid(kind: &str, name: &str, v: Violations) -> Self {
         let what = if name.is_empty() {

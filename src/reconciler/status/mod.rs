@@ -1,4 +1,4 @@
-//! The job status as a pure function (DESIGN §5):
+//! The job status as a pure function (ARCHITECTURE.md §5):
 //! (the members' observed pods and workloads, the previous status, now) →
 //! (the new status, the actions that make the cluster follow it).
 //!

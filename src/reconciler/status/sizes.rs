@@ -4,7 +4,7 @@
 use super::*;
 
 /// The condition type reporting member workloads whose size differs from
-/// their role's count (DESIGN §4: `kubectl scale` of a member StatefulSet
+/// their role's count (ARCHITECTURE.md §4: `kubectl scale` of a member StatefulSet
 /// never reaches the webhook, which can only refuse the extra pods).
 pub const SIZE_MISMATCH: &str = "MemberSizeMismatch";
 
