@@ -265,8 +265,10 @@ pub(crate) const LOGS: &str = "/logs";
 /// by.
 pub(crate) const USER: i64 = 65534;
 
-/// The job's TensorBoard: a Deployment `<job>-tensorboard` of one pod
-/// (none once it stopped, see [`job_runs`]) and a ClusterIP Service
+/// The job's TensorBoard: a Deployment `<job>-tensorboard` (one pod by
+/// default; its `replicas` are not declared while it runs, so a `kubectl
+/// scale` of it stands, and declared 0 once it stopped, see [`job_runs`])
+/// and a ClusterIP Service
 /// of the same name on port 6006, both owned by the DLJob. None when the
 /// job has no TensorBoard, no usable volume ([`recorded_volume`]) or no
 /// uid yet.
@@ -299,7 +301,9 @@ pub fn objects(
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": meta,
         "spec": {
-            "replicas": i32::from(running),
+            // Left to the Deployment (1 when created, then whatever
+            // `kubectl scale` says) while TensorBoard runs; 0 once it stops.
+            "replicas": (!running).then_some(0),
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": selector},
             "template": {
@@ -473,7 +477,6 @@ mod tests {
                 "apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": meta,
                 "spec": {
-                    "replicas": 1,
                     "strategy": {"type": "Recreate"},
                     "selector": {"matchLabels": {"dljob.dev/tensorboard-of": "mnist"}},
                     "template": {
@@ -536,9 +539,11 @@ mod tests {
             image: "registry.local/tensorboard:2.20".into(),
             ttl_seconds_after_finished: None,
         };
+        // Running: the replicas are the Deployment's (its default 1, or a
+        // `kubectl scale`), not declared; stopped: declared 0.
         let replicas = |j: &DLJob, config: &TensorBoardConfig, now| {
             let (d, _) = objects(j, config, now).unwrap();
-            d.spec.replicas.unwrap()
+            d.spec.replicas
         };
         let mut j = with_tensorboard();
         let (d, _) = objects(&j, &config, t(0)).unwrap();
@@ -554,23 +559,23 @@ mod tests {
             completion_time: Some(Time(t(0))),
             ..DLJobStatus::default()
         });
-        assert_eq!(replicas(&j, &config, t(1)), 0);
+        assert_eq!(replicas(&j, &config, t(1)), Some(0));
         assert_eq!(job_runs(&j, &config, t(1)), (false, None));
         // Unless the clean-pod policy leaves everything running...
         j.spec.policies.clean_pod = CleanPodPolicy::None;
-        assert_eq!(replicas(&j, &config, t(1)), 1);
+        assert_eq!(replicas(&j, &config, t(1)), None);
         // ... or its own TTL keeps it: until then, then it stops.
         j.spec.policies.clean_pod = CleanPodPolicy::All;
         let ttl = TensorBoardConfig {
             ttl_seconds_after_finished: Some(600),
             ..config
         };
-        assert_eq!(replicas(&j, &ttl, t(100)), 1);
+        assert_eq!(replicas(&j, &ttl, t(100)), None);
         assert_eq!(
             job_runs(&j, &ttl, t(100)),
             (true, Some(std::time::Duration::from_secs(500)))
         );
-        assert_eq!(replicas(&j, &ttl, t(600)), 0);
+        assert_eq!(replicas(&j, &ttl, t(600)), Some(0));
     }
 
     #[test]

@@ -1528,14 +1528,18 @@ fn create_tensorboard_deployment() -> Call {
     call(
         "POST",
         format!("/apis/apps/v1/namespaces/{NS}/deployments?&fieldManager=dljob"),
-        tensorboard_deployment_body(1, None),
+        tensorboard_deployment_body(None, None),
         Value::Null,
     )
 }
 
-/// A check of a TensorBoard Deployment body with `replicas` pods (and the
-/// uid of the object it is applied to, for an apply).
-fn tensorboard_deployment_body(replicas: i32, uid: Option<&'static str>) -> impl Fn(&Value) + Send {
+/// A check of a TensorBoard Deployment body with `replicas` pods (None: not
+/// declared, the Deployment's own) and the uid of the object it is applied
+/// to, for an apply.
+fn tensorboard_deployment_body(
+    replicas: Option<i32>,
+    uid: Option<&'static str>,
+) -> impl Fn(&Value) + Send {
     move |b: &Value| {
         assert_eq!(
             (&b["apiVersion"], &b["kind"]),
@@ -1552,7 +1556,7 @@ fn tensorboard_deployment_body(replicas: i32, uid: Option<&'static str>) -> impl
         }
         assert_eq!(b["metadata"], meta);
         let spec = &b["spec"];
-        assert_eq!(spec["replicas"], replicas);
+        assert_eq!(spec.get("replicas"), replicas.map(|r| json!(r)).as_ref());
         assert_eq!(
             spec["selector"],
             json!({"matchLabels": {"dljob.dev/tensorboard-of": "mnist"}})
@@ -1682,6 +1686,29 @@ async fn a_job_with_tensorboard_gets_its_deployment_and_service() {
     .await;
 }
 
+/// The TensorBoard Service as the cluster holds it (in the cache of
+/// labelled Services).
+fn tensorboard_service_served() -> Service {
+    let mut tb: Service = served(6006);
+    tb.metadata.name = Some("mnist-tensorboard".into());
+    tb.metadata.labels = Some(
+        [
+            ("dljob.dev/job".to_owned(), "mnist".to_owned()),
+            ("dljob.dev/tensorboard-of".to_owned(), "mnist".to_owned()),
+        ]
+        .into(),
+    );
+    tb.spec.as_mut().unwrap().selector =
+        Some([("dljob.dev/tensorboard-of".to_owned(), "mnist".to_owned())].into());
+    tb.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.7".into());
+    tb.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+    tb.spec.as_mut().unwrap().ports = Some(vec![serde_json::from_value(json!(
+        {"name": "tensorboard", "port": 6006, "targetPort": "tensorboard", "protocol": "TCP"}
+    ))
+    .unwrap()]);
+    tb
+}
+
 #[tokio::test]
 async fn a_finished_job_stops_its_tensorboard_and_keeps_its_service() {
     let mut job = tensorboard_dljob();
@@ -1705,24 +1732,7 @@ async fn a_finished_job_stops_its_tensorboard_and_keeps_its_service() {
                 .unwrap()
                 .insert("dljob.dev/finished-run".into(), "job-uid".into());
         }
-        let mut tb: Service = served(6006);
-        tb.metadata.name = Some("mnist-tensorboard".into());
-        tb.metadata.labels = Some(
-            [
-                ("dljob.dev/job".to_owned(), "mnist".to_owned()),
-                ("dljob.dev/tensorboard-of".to_owned(), "mnist".to_owned()),
-            ]
-            .into(),
-        );
-        tb.spec.as_mut().unwrap().selector =
-            Some([("dljob.dev/tensorboard-of".to_owned(), "mnist".to_owned())].into());
-        tb.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.7".into());
-        tb.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
-        tb.spec.as_mut().unwrap().ports = Some(vec![serde_json::from_value(json!(
-            {"name": "tensorboard", "port": 6006, "targetPort": "tensorboard", "protocol": "TCP"}
-        ))
-        .unwrap()]);
-        world.services.push(tb);
+        world.services.push(tensorboard_service_served());
         world
     };
     // Finished as the status says (clean-pod policy Running): the
@@ -1738,14 +1748,14 @@ async fn a_finished_job_stops_its_tensorboard_and_keeps_its_service() {
             call(
                 "PATCH",
                 format!("/apis/apps/v1/namespaces/{NS}/deployments/mnist-tensorboard?&force=true&fieldManager=dljob"),
-                tensorboard_deployment_body(0, Some("uid-tb")),
+                tensorboard_deployment_body(Some(0), Some("uid-tb")),
                 Value::Null,
             ),
         ],
     )
     .await;
     // With the policy None, TensorBoard runs on: read, as declared, not
-    // written.
+    // written — at the size someone scaled it to.
     job.spec.policies.clean_pod = dljob::contract::CleanPodPolicy::None;
     let (ctx, handle) = context(finished_world(), vec![]);
     reconcile_expecting(
@@ -1753,10 +1763,38 @@ async fn a_finished_job_stops_its_tensorboard_and_keeps_its_service() {
         ctx,
         handle,
         vec![read_tensorboard_deployment(tensorboard_deployment_served(
-            1,
+            3,
         ))],
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_running_job_leaves_its_tensorboard_at_the_size_it_was_scaled_to() {
+    // `kubectl scale deployment mnist-tensorboard --replicas 2`, or to 0 to
+    // pause it: read, nothing written (the status is already as it was).
+    for scaled in [2, 0] {
+        let mut job = tensorboard_dljob();
+        let world = || {
+            let mut world = tensorboard_world(running);
+            world.services.push(tensorboard_service_served());
+            world
+        };
+        let (ctx, _) = context(world(), vec![]);
+        let plan = controller::plan_of(&job).unwrap();
+        let observed = controller::observe_members(&ctx, NS, "mnist", "job-uid");
+        job.status = Some(status::next(&plan, &observed, None, Some(1), now()).status);
+        let (ctx, handle) = context(world(), vec![]);
+        reconcile_expecting(
+            job,
+            ctx,
+            handle,
+            vec![read_tensorboard_deployment(tensorboard_deployment_served(
+                scaled,
+            ))],
+        )
+        .await;
+    }
 }
 
 // ---- the index and the observations (no API at all) -----------------------
