@@ -6,6 +6,7 @@
 //! cargo bench --bench replay -- [--jobs 2500] [--rate 1000] [--settle 30]
 //!                               [--no-webhook] [--preexisting 0] [--no-restart]
 //!                               [--runs 1] [--binary PATH] [--env K=V]...
+//!                               [--tensorboard] [--gang volcano]
 //! cargo bench --bench replay -- --help
 //! ```
 //!
@@ -38,8 +39,13 @@
 //! (250) ms. Printed per scenario: RSS at start (webhook listening), after
 //! the LISTs (`/readyz` 200, the Lease held, every watch open), after
 //! creation, peak, settled, VmHWM; how long after the last pod every DLJob
-//! and Service existed; the API calls the child made per verb and resource
-//! and the watch streams open at the end. With `--runs N`, medians.
+//! and Service existed; the API calls the child made per verb and resource,
+//! with the writes and single-object reads it made for the jobs summed (in
+//! scenario A, where every job exists and is unchanged, that is what one
+//! resync of every job costs the API server), and the watch streams open
+//! at the end. With `--runs N`, medians. `--tensorboard` and `--gang
+//! volcano` give every job the objects those keys make the reconciler keep
+//! (a TensorBoard Deployment and Service; a Volcano PodGroup).
 //!
 //! A binary built with `--features dhat-heap` writes `dhat-heap.json` when
 //! it stops, or with `--dhat` when the scenario has settled (the bench
@@ -91,6 +97,8 @@ replay: memory of `dljob serve` replaying an API server's LISTs and watch events
 cargo bench --bench replay -- [options]
   --jobs N            PyTorch jobs of 4 bare pods (default 2500: 10 000 pods)
   --namespaces N      namespaces the jobs are spread over (default 5)
+  --tensorboard       every job has a TensorBoard (a Deployment and a Service more)
+  --gang NAME         every job's dljob.dev/gang (volcano: a PodGroup more)
   --rate R            pods created per second (default 1000; the issue's run: 118)
   --running-after S   seconds from a pod's creation to its Running status (default 2)
   --no-webhook        do not POST the AdmissionReviews to the webhook
@@ -130,6 +138,8 @@ struct Options {
     dhat_dir: PathBuf,
     dhat: bool,
     log: Option<PathBuf>,
+    tensorboard: bool,
+    gang: Option<String>,
 }
 
 fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
@@ -152,6 +162,8 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
         dhat_dir: root.join("target/replay-dhat"),
         dhat: false,
         log: None,
+        tensorboard: false,
+        gang: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -188,6 +200,8 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
             "--dhat-dir" => o.dhat_dir = PathBuf::from(value()?),
             "--dhat" => o.dhat = true,
             "--log" => o.log = Some(PathBuf::from(value()?)),
+            "--tensorboard" => o.tensorboard = true,
+            "--gang" => o.gang = Some(value()?),
             other => return Err(format!("unknown argument {other} (see --help)")),
         }
     }
@@ -876,6 +890,24 @@ fn print_scenario(o: &Options, sc: &Scenario) {
                 .map_or(String::new(), |f| format!(" (first: {f})"))
         );
     }
+    // What the reconciler wrote and read for the jobs: leader election
+    // (the Lease) and Events aside.
+    let jobs_only = |verbs: &[&str]| -> u64 {
+        sc.calls
+            .iter()
+            .filter(|((verb, res), _)| {
+                verbs.iter().any(|v| verb.starts_with(v))
+                    && !res.starts_with("leases")
+                    && !res.starts_with("events")
+            })
+            .map(|(_, n)| n)
+            .sum()
+    };
+    println!(
+        "    writes for the jobs (create, update, patch, delete; no Lease, no Events): {} | reads of one object (get): {}",
+        jobs_only(&["create", "update", "patch", "delete"]),
+        jobs_only(&["get"]),
+    );
     println!("    API calls by the child (verb resource: count):");
     for ((verb, res), n) in &sc.calls {
         println!("      {verb:<18} {res:<32} {n}");
@@ -912,8 +944,10 @@ fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "dljob replay: {} PyTorch jobs x 4 bare pods ({} pods, {} pre-existing) in {} namespaces, {}/s, webhook reviews {}, Running after {:.1} s, settle {} s, {} run(s), {nproc} CPUs shared with the child; binary {}{}",
+        "dljob replay: {} PyTorch jobs x 4 bare pods{}{} ({} pods, {} pre-existing) in {} namespaces, {}/s, webhook reviews {}, Running after {:.1} s, settle {} s, {} run(s), {nproc} CPUs shared with the child; binary {}{}",
         o.jobs,
+        if o.tensorboard { ", TensorBoard" } else { "" },
+        o.gang.as_ref().map_or(String::new(), |g| format!(", gang {g}")),
         o.jobs * 4,
         o.preexisting,
         o.namespaces,
@@ -930,7 +964,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let generator = Arc::new(Generator::new(o.namespaces));
+    let generator = Arc::new(Generator::new(o.namespaces, o.tensorboard, o.gang.clone()));
     {
         let p = generator.pod(1, "x".into());
         println!(

@@ -123,6 +123,8 @@ pub struct LogsArgs {
     /// Namespace of the job (default: the kubeconfig context's).
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// Keep following the logs, of new and restarted pods too, until Ctrl-C.
     #[arg(short = 'f', long)]
     pub follow: bool,
@@ -152,6 +154,20 @@ pub struct DescribeArgs {
     /// Namespace of the job (default: the kubeconfig context's).
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Which cluster a command reads, as kubectl's flags choose it.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ClusterArgs {
+    /// The kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else
+    /// the in-cluster service account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current-context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
 }
 
 /// Log line format.

@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use dljob::args::{Cli, Command};
 use dljob::offline;
 
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         eprintln!("error: a rustls crypto provider was already installed");
         return ExitCode::from(2);
     }
-    let result = match &Cli::parse().command {
+    let result = match &parse().command {
         Command::Serve(args) => dljob::process::serve(args),
         Command::Mutate(args) => offline::mutate(args),
         Command::Validate(args) => offline::validate(args),
@@ -88,6 +88,22 @@ fn main() -> ExitCode {
     #[cfg(feature = "dhat-heap")]
     drop(PROFILER.lock().unwrap_or_else(|e| e.into_inner()).take());
     code
+}
+
+/// The command line. Installed as `kubectl-dljob` (kubectl's plugin
+/// convention), the binary runs as `kubectl dljob …` and says so in its
+/// usage lines.
+fn parse() -> Cli {
+    let plugin = std::env::args_os().next().is_some_and(|arg0| {
+        std::path::Path::new(&arg0)
+            .file_stem()
+            .is_some_and(|name| name == "kubectl-dljob")
+    });
+    if !plugin {
+        return Cli::parse();
+    }
+    let matches = Cli::command().bin_name("kubectl dljob").get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 #[cfg(all(test, not(feature = "dhat-heap")))]

@@ -43,7 +43,7 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::info!("--no-reconciler: serving the webhook alone");
         None
     } else {
-        match connect(CLUSTER_PROBE_TIMEOUT).await {
+        match connect(CLUSTER_PROBE_TIMEOUT, &crate::args::ClusterArgs::default()).await {
             Ok(client) => Some(client),
             Err(why) if !args.no_webhook => {
                 tracing::warn!(reason = %why, "no cluster reachable: serving the webhook alone, without the reconciler");
@@ -212,13 +212,17 @@ async fn shutdown_signal() -> &'static str {
 }
 
 /// A client for the cluster from the kubeconfig or the in-cluster service
-/// account, checked by asking the API server its version — bounded, so a
-/// dead kubeconfig does not hold up startup.
-pub(crate) async fn connect(timeout: Duration) -> Result<kube::Client, String> {
+/// account (`cluster`: kubectl's `--kubeconfig` and `--context`, for the
+/// commands that take them), checked by asking the API server its version
+/// — bounded, so a dead kubeconfig does not hold up startup.
+pub(crate) async fn connect(
+    timeout: Duration,
+    cluster: &crate::args::ClusterArgs,
+) -> Result<kube::Client, String> {
     let probe = async {
-        let client = kube::Client::try_default()
-            .await
-            .map_err(|e| format!("no usable kubeconfig or in-cluster config: {e}"))?;
+        let config = cluster_config(cluster).await?;
+        let client = kube::Client::try_from(config)
+            .map_err(|e| format!("cannot make a client from the kubeconfig: {e}"))?;
         let version = client
             .apiserver_version()
             .await
@@ -229,4 +233,41 @@ pub(crate) async fn connect(timeout: Duration) -> Result<kube::Client, String> {
     tokio::time::timeout(timeout, probe)
         .await
         .unwrap_or_else(|_| Err(format!("the API server did not answer within {timeout:?}")))
+}
+
+/// The client config `cluster` names: the kubeconfig file and context
+/// given, else what kubectl would use.
+async fn cluster_config(cluster: &crate::args::ClusterArgs) -> Result<kube::Config, String> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions {
+        context: cluster.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let (file, source) = match &cluster.kubeconfig {
+        None if cluster.context.is_none() => {
+            return kube::Config::infer()
+                .await
+                .map_err(|e| format!("no usable kubeconfig or in-cluster config: {e}"));
+        }
+        None => (
+            Kubeconfig::read().map_err(|e| format!("--context: {e}"))?,
+            "the kubeconfig".to_owned(),
+        ),
+        Some(path) => (
+            Kubeconfig::read_from(path).map_err(|e| format!("--kubeconfig: {e}"))?,
+            path.display().to_string(),
+        ),
+    };
+    if let Some(context) = &cluster.context {
+        if !file.contexts.iter().any(|c| &c.name == context) {
+            let names: Vec<&str> = file.contexts.iter().map(|c| c.name.as_str()).collect();
+            return Err(format!(
+                "context \"{context}\" is not in {source}; its contexts are: {}",
+                names.join(", ")
+            ));
+        }
+    }
+    kube::Config::from_custom_kubeconfig(file, &options)
+        .await
+        .map_err(|e| format!("{source}: {e}"))
 }

@@ -239,6 +239,7 @@ fn args(extra: impl FnOnce(&mut LogsArgs)) -> LogsArgs {
     let mut a = LogsArgs {
         job: "tf-ps".into(),
         namespace: Some(NS.into()),
+        cluster: Default::default(),
         follow: false,
         role: None,
         since: None,
@@ -1060,5 +1061,103 @@ fn without_a_cluster_both_commands_say_so() {
         );
         assert_eq!(run.stdout, "");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn kubectl_runs_the_binary_as_its_dljob_plugin() {
+    // kubectl's plugin convention: an executable named kubectl-dljob on the
+    // PATH is `kubectl dljob`. The real kubectl finds it and runs it.
+    let dir = std::env::temp_dir().join(format!("dljob-plugin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plugin = dir.join("kubectl-dljob");
+    let _ = std::fs::remove_file(&plugin);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_dljob"), &plugin).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = std::process::Command::new("kubectl")
+        .args(["dljob", "describe", "--help"])
+        .env("PATH", &path)
+        .output()
+        .expect("kubectl runs");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{run:?}");
+    assert!(
+        stdout.contains("Usage: kubectl dljob describe [OPTIONS] <JOB>"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("--context <NAME>"), "{stdout}");
+    // Run directly under its plugin name, the binary says the same.
+    let direct = std::process::Command::new(&plugin)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&direct.stdout).contains("Usage: kubectl dljob <COMMAND>"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_kubeconfig_and_context_flags_choose_the_cluster() {
+    let dir = std::env::temp_dir().join(format!("dljob-context-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    // Nothing listens on port 1: the connection is refused at once.
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+         clusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: c, context: {cluster: c, user: u}}, {name: d, context: {cluster: c, user: u, namespace: ml}}]\n",
+    )
+    .unwrap();
+    let file = kubeconfig.to_str().unwrap();
+    // No KUBECONFIG and no in-cluster account: only the flag names a cluster.
+    let env = [
+        ("KUBECONFIG", None),
+        ("HOME", Some(dir.to_str().unwrap())),
+        ("KUBERNETES_SERVICE_HOST", None),
+    ];
+    for command in [
+        &["logs", "tf-ps", "--kubeconfig", file][..],
+        &["describe", "tf-ps", "--kubeconfig", file, "--context", "d"][..],
+    ] {
+        let run = common::dljob_with_env(command, None, &env);
+        assert_eq!(run.code, Some(2), "{run:?}");
+        assert!(
+            run.stderr
+                .starts_with("error: cannot reach the cluster: the API server does not answer: "),
+            "{run:?}"
+        );
+    }
+    // A context the file does not have is named.
+    let run = common::dljob_with_env(
+        &[
+            "describe",
+            "tf-ps",
+            "--kubeconfig",
+            file,
+            "--context",
+            "prod",
+        ],
+        None,
+        &env,
+    );
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert_eq!(
+        run.stderr,
+        format!("error: cannot reach the cluster: context \"prod\" is not in {file}; its contexts are: c, d\n"),
+        "{run:?}"
+    );
+    // Without the flag there is no cluster at all.
+    let run = common::dljob_with_env(&["describe", "tf-ps"], None, &env);
+    assert!(
+        run.stderr.starts_with(
+            "error: cannot reach the cluster: no usable kubeconfig or in-cluster config"
+        ),
+        "{run:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -122,6 +122,22 @@ pub const SERVED: &[Served] = &[
         kind: "Event",
         status: false,
     },
+    // Owned by the reconciler for jobs with a TensorBoard, or a gang
+    // scheduler that reads a PodGroup (`--tensorboard`, `--gang volcano`).
+    Served {
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        kind: "Deployment",
+        status: true,
+    },
+    Served {
+        group: "scheduling.volcano.sh",
+        version: "v1beta1",
+        plural: "podgroups",
+        kind: "PodGroup",
+        status: true,
+    },
 ];
 
 impl Served {

@@ -32,6 +32,11 @@ pub struct Generator {
     config: Config,
     namespaces: usize,
     stamp: String,
+    /// Every job has a TensorBoard (`dljob.dev/tensorboard: logs:runs` on an
+    /// nfs volume `logs` the framework container mounts).
+    tensorboard: bool,
+    /// Every job's `dljob.dev/gang`.
+    gang: Option<String>,
 }
 
 /// One pod of the replay: the user's object (what the mutating webhook
@@ -77,8 +82,10 @@ fn read(name: &str) -> Value {
 }
 
 impl Generator {
-    pub fn new(namespaces: usize) -> Self {
+    pub fn new(namespaces: usize, tensorboard: bool, gang: Option<String>) -> Self {
         Self {
+            tensorboard,
+            gang,
             mutate_review: read("mutate-create-pod-ddp-worker.json"),
             validate_review: read("validate-create-pod-ddp-worker-rkzbv.json"),
             config: Config::default(),
@@ -119,6 +126,12 @@ impl Generator {
         if role == "worker" {
             meta["annotations"]["dljob.dev/index"] = json!(index.to_string());
         }
+        if self.tensorboard {
+            meta["annotations"]["dljob.dev/tensorboard"] = json!("logs:runs");
+        }
+        if let Some(gang) = &self.gang {
+            meta["annotations"]["dljob.dev/gang"] = json!(gang);
+        }
         // kubectl-create's entry as captured, for this pod's fields.
         let mf = &mut meta["managedFields"][0];
         mf["time"] = json!(self.stamp);
@@ -132,6 +145,15 @@ impl Generator {
         let volume = format!("kube-api-access-{}", alnum5(i as u64));
         user["spec"]["volumes"][0]["name"] = json!(volume);
         user["spec"]["containers"][0]["volumeMounts"][0]["name"] = json!(volume);
+        if self.tensorboard {
+            let logs = json!({"name": "logs", "nfs": {"server": "nfs.example.internal", "path": "/exports/ml"}});
+            user["spec"]["volumes"].as_array_mut().unwrap().push(logs);
+            let mount = json!({"name": "logs", "mountPath": "/logs"});
+            user["spec"]["containers"][0]["volumeMounts"]
+                .as_array_mut()
+                .unwrap()
+                .push(mount);
+        }
 
         let mutated = mutate::mutate(
             Kind::Pod,

@@ -47,7 +47,7 @@ pub struct Observed {
 /// `dljob describe`.
 pub fn run(args: &DescribeArgs) -> anyhow::Result<ExitCode> {
     super::runtime()?.block_on(async {
-        let (client, ns) = super::connect(args.namespace.as_deref()).await?;
+        let (client, ns) = super::connect(args.namespace.as_deref(), &args.cluster).await?;
         let observed = observe(&client, &ns, &args.job).await?;
         print!("{}", render(&observed, Timestamp::now()));
         Ok(ExitCode::SUCCESS)

@@ -40,10 +40,13 @@ pub(crate) fn pod_selector(job: &str, role: Option<&str>) -> String {
     }
 }
 
-/// A client for the cluster and the namespace to read: `-n`, else the
-/// kubeconfig context's namespace (as kubectl chooses).
-pub(crate) async fn connect(namespace: Option<&str>) -> anyhow::Result<(kube::Client, String)> {
-    let client = crate::process::connect(CONNECT_TIMEOUT)
+/// A client for the cluster `cluster` names and the namespace to read:
+/// `-n`, else the kubeconfig context's namespace (as kubectl chooses).
+pub(crate) async fn connect(
+    namespace: Option<&str>,
+    cluster: &crate::args::ClusterArgs,
+) -> anyhow::Result<(kube::Client, String)> {
+    let client = crate::process::connect(CONNECT_TIMEOUT, cluster)
         .await
         .map_err(|why| anyhow::anyhow!("cannot reach the cluster: {why}"))?;
     let ns = namespace.map_or_else(|| client.default_namespace().to_owned(), str::to_owned);
@@ -116,7 +119,7 @@ pub fn logs(args: &crate::args::LogsArgs) -> anyhow::Result<std::process::ExitCo
         && std::io::stdout().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let result = runtime()?.block_on(async {
-        let (client, ns) = connect(args.namespace.as_deref()).await?;
+        let (client, ns) = connect(args.namespace.as_deref(), &args.cluster).await?;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         let mut err = std::io::stderr();
         if args.follow {
