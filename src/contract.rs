@@ -667,7 +667,7 @@ macro_rules! as_annotation_text {
 }
 
 /// One `role=count` entry of a topology (roles are DNS-1035 labels).
-const ENTRY_PATTERN: &str = "[a-z]([-a-z0-9]*[a-z0-9])?=[0-9]+";
+const ENTRY_PATTERN: &str = "[a-z]([-a-z0-9]*[a-z0-9])?=[1-9][0-9]*";
 
 as_annotation_text!(
     Topology,
@@ -680,12 +680,12 @@ as_annotation_text!(
 as_annotation_text!(
     Slots,
     Slots::parse,
-    schemars::json_schema!({"type": "string", "pattern": "^[0-9]+(-[0-9]+=[0-9]+|=[0-9]+)?(,[0-9]+(-[0-9]+)?=[0-9]+)*$"})
+    schemars::json_schema!({"type": "string", "pattern": "^([1-9][0-9]*|[0-9]+(-[0-9]+)?=[1-9][0-9]*)(,[0-9]+(-[0-9]+)?=[1-9][0-9]*)*$"})
 );
 as_annotation_text!(
     Elastic,
     Elastic::parse,
-    schemars::json_schema!({"type": "string", "pattern": "^[0-9]+:[0-9]+$"})
+    schemars::json_schema!({"type": "string", "pattern": "^[1-9][0-9]*:[1-9][0-9]*$"})
 );
 as_annotation_text!(
     TensorBoard,
@@ -726,6 +726,58 @@ impl fmt::Display for CleanPodPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The DLJob schema's pattern for a spec field (what the API server
+    /// checks) accepts everything its parser does, and refuses the zero
+    /// counts the parser refuses.
+    #[test]
+    fn the_crd_patterns_accept_what_the_parsers_do_and_no_zero_counts() {
+        fn pattern<T: JsonSchema>() -> regex::Regex {
+            let schema = T::json_schema(&mut schemars::SchemaGenerator::default());
+            let p = schema
+                .get("pattern")
+                .and_then(|p| p.as_str())
+                .expect("a pattern");
+            regex::Regex::new(p).unwrap()
+        }
+        // (the schema's pattern, the parser, parsed, refused by both)
+        type Case = (
+            regex::Regex,
+            fn(&str) -> bool,
+            &'static [&'static str],
+            &'static [&'static str],
+        );
+        let cases: [Case; 3] = [
+            (
+                pattern::<Topology>(),
+                |s| Topology::parse(s).is_ok(),
+                &["worker=1", "master=1,worker=3", "ps=2,worker=10", "a-b=7"],
+                &["worker=0", "master=1,worker=0"],
+            ),
+            (
+                pattern::<Slots>(),
+                |s| Slots::parse(s).is_ok(),
+                &["8", "0-1=8", "4,0-1=8,2-5=4", "3=2", "10"],
+                &["0", "0-1=0", "4,2=0", "0=8,0"],
+            ),
+            (
+                pattern::<Elastic>(),
+                |s| Elastic::parse(s).is_ok(),
+                &["1:1", "2:4", "10:20"],
+                &["0:2", "2:0", "0:0"],
+            ),
+        ];
+        for (regex, parses, valid, refused) in cases {
+            for s in valid {
+                assert!(parses(s), "{s} parses");
+                assert!(regex.is_match(s), "{regex} accepts {s}");
+            }
+            for s in refused {
+                assert!(!parses(s), "{s} does not parse");
+                assert!(!regex.is_match(s), "{regex} refuses {s}");
+            }
+        }
+    }
 
     #[test]
     fn slots_are_one_count_or_counts_per_worker_range() {

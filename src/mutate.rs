@@ -143,6 +143,13 @@ fn mutate_workload(m: &MemberSpec, obj: &mut Value, op: Operation, warnings: &mu
             &m.spec.replicas.to_string(),
         );
     }
+    // Only at creation: written into an existing StatefulSet's template they
+    // would roll its pods.
+    if op == Operation::Create {
+        for (key, value) in resolved_defaults(m) {
+            set_missing(obj, &["metadata", "annotations"], key, &value);
+        }
+    }
     let template_mutable = m.kind == Kind::StatefulSet || op == Operation::Create;
     if template_mutable {
         let own_labels = object::string_map(obj, &[], "labels")
@@ -383,6 +390,8 @@ fn pod_patch(
     edits.set_spec("hostname", Value::String(plan.hostname));
     edits.set_spec("subdomain", Value::String(m.job.clone()));
 
+    write_defaults(m, pod, &mut edits);
+
     // The hostfile annotation where a launcher reads it, projected by a
     // downwardAPI volume; the SSH Secret where members use SSH.
     let has_hostfile = plan.hostfile.is_some();
@@ -464,6 +473,29 @@ fn pod_patch(
         );
     }
     edits.into_patch()
+}
+
+/// The job-wide keys whose default comes from the webhook's config
+/// (`ports`, `gang`), resolved and written into a new member that does not
+/// set them, as the API server writes its own defaults: the object then
+/// says what it was wired with, and a config reloaded later (a changed port
+/// or gang) cannot make the reconciler, or a restarted dljob, read an
+/// existing member differently from how it was wired. A new member under
+/// the new config that disagrees with the job's is refused by `/validate`,
+/// naming both values.
+pub(crate) fn resolved_defaults(m: &MemberSpec) -> [(&'static str, String); 2] {
+    [
+        (c::PORT, m.spec.port.to_string()),
+        (c::GANG, m.spec.gang.clone()),
+    ]
+}
+
+fn write_defaults(m: &MemberSpec, pod: &Value, edits: &mut PodEdits<'_>) {
+    for (key, value) in resolved_defaults(m) {
+        if object::meta_str(pod, &[], "annotations", key).is_none() {
+            edits.set_annotation(key, Value::String(value));
+        }
+    }
 }
 
 /// A new pod carrying [`c::FINISHED_RUN`] (copied from a pod the reconciler

@@ -538,7 +538,11 @@ fn tensorflow_ps_pod_task_is_its_ordinal() {
         sts["spec"]["template"]["metadata"]["annotations"],
         json!({
             "dljob.dev/framework": "tensorflow",
-            "dljob.dev/replicas": "chief=1,worker=2,ps=2"
+            "dljob.dev/replicas": "chief=1,worker=2,ps=2",
+            // Resolved at creation (TensorFlow's port, no gang): the pods
+            // say what they were wired with whatever the config becomes.
+            "dljob.dev/port": "2222",
+            "dljob.dev/gang": "none"
         })
     );
 }

@@ -248,7 +248,7 @@ fn statefulset_pod_beyond_the_topology_is_refused() {
     let err = refused(&obj);
     assert_eq!(
         err.messages(),
-        vec!["StatefulSet pod index 2 is out of range: role \"worker\" has 2 replicas in dljob.dev/replicas \"chief=1,worker=2,ps=1\"; scale the StatefulSet back to 2, or change the topology on every member of the job"]
+        vec!["StatefulSet pod index 2 is out of range: role \"worker\" has 2 replicas in dljob.dev/replicas \"chief=1,worker=2,ps=1\"; scale StatefulSet \"resnet-worker\" back to 2, or change the topology on every member of the job"]
     );
 }
 
@@ -305,7 +305,13 @@ fn indexed_job_gets_inferred_topology_on_itself_and_its_template() {
     assert_eq!(
         ops,
         json!([
+            // The port and gang the config gave, written where the pods
+            // read them (JAX's 6666, no gang).
+            {"op": "add", "path": "/metadata/annotations/dljob.dev~1gang", "value": "none"},
+            {"op": "add", "path": "/metadata/annotations/dljob.dev~1port", "value": "6666"},
             {"op": "add", "path": "/metadata/annotations/dljob.dev~1replicas", "value": "worker=2"},
+            {"op": "add", "path": "/spec/template/metadata/annotations/dljob.dev~1gang", "value": "none"},
+            {"op": "add", "path": "/spec/template/metadata/annotations/dljob.dev~1port", "value": "6666"},
             {"op": "add", "path": "/spec/template/metadata/annotations/dljob.dev~1replicas", "value": "worker=2"}
         ])
     );
@@ -338,13 +344,17 @@ fn statefulset_template_gets_job_labels_service_and_parallel_start() {
     assert_eq!(
         ops,
         json!([
+            {"op": "add", "path": "/metadata/annotations/dljob.dev~1gang", "value": "none"},
+            {"op": "add", "path": "/metadata/annotations/dljob.dev~1port", "value": "23456"},
             {"op": "add", "path": "/metadata/annotations/dljob.dev~1replicas", "value": "worker=3"},
             {"op": "replace", "path": "/spec/podManagementPolicy", "value": "Parallel"},
             {"op": "add", "path": "/spec/serviceName", "value": "bert"},
             {"op": "add", "path": "/spec/template/metadata/annotations", "value": {
                 "dljob.dev/framework": "pytorch",
                 "dljob.dev/backoff-limit": "5",
-                "dljob.dev/replicas": "worker=3"
+                "dljob.dev/replicas": "worker=3",
+                "dljob.dev/gang": "none",
+                "dljob.dev/port": "23456"
             }},
             {"op": "add", "path": "/spec/template/metadata/labels/dljob.dev~1job", "value": "bert"},
             {"op": "add", "path": "/spec/template/metadata/labels/dljob.dev~1role", "value": "worker"}
@@ -359,15 +369,34 @@ fn statefulset_template_gets_job_labels_service_and_parallel_start() {
     assert_eq!(m.object["spec"]["podManagementPolicy"], "OrderedReady");
 }
 
+/// The captured StatefulSet says everything but the port and gang it is
+/// wired with: those are written, on itself and on its template (TensorFlow's
+/// 2222, no gang), and nothing else.
 #[test]
-fn captured_statefulset_needs_nothing_but_is_accepted() {
+fn captured_statefulset_gets_only_its_resolved_port_and_gang() {
     let (obj, _) = fixture("mutate-create-statefulset-resnet-worker.json");
     let m = create(Kind::StatefulSet, &obj, &Config::default());
-    assert!(
-        patch(&obj, &m.object).0.is_empty(),
-        "{:?}",
-        patch(&obj, &m.object)
+    assert_eq!(
+        serde_json::to_value(patch(&obj, &m.object)).unwrap(),
+        json!([
+            {"op": "add", "path": "/metadata/annotations/dljob.dev~1gang", "value": "none"},
+            {"op": "add", "path": "/metadata/annotations/dljob.dev~1port", "value": "2222"},
+            {"op": "add", "path": "/spec/template/metadata/annotations/dljob.dev~1gang", "value": "none"},
+            {"op": "add", "path": "/spec/template/metadata/annotations/dljob.dev~1port", "value": "2222"}
+        ])
     );
+    // A StatefulSet updated later gets neither: its template would change
+    // and roll its pods.
+    let updated = mutate_patch(
+        Kind::StatefulSet,
+        &obj,
+        Some("team-a"),
+        Operation::Update,
+        &Config::default(),
+    )
+    .unwrap()
+    .unwrap();
+    assert!(updated.patch.0.is_empty(), "{:?}", updated.patch);
 }
 
 #[test]

@@ -251,6 +251,7 @@ fn context(world: World, dljobs: Vec<DLJob>) -> (Arc<Context>, Handle) {
         jobs: fill(world.jobs, trim::trim_job, &index),
         services: service_store(world.services),
         changed: Default::default(),
+        unreadable: Default::default(),
     };
     let mut writer = Writer::default();
     let dljob_store = writer.as_reader();
@@ -1382,7 +1383,7 @@ async fn a_volcano_job_gets_its_pod_group_or_says_volcano_is_missing() {
 async fn create_missing_within_5s(ctx: &Context) -> usize {
     tokio::time::timeout(
         Duration::from_secs(5),
-        controller::create_missing(&ctx.client, &ctx.index, &ctx.dljobs),
+        controller::create_missing(&ctx.client, &ctx.index, &ctx.dljobs, &ctx.stores.unreadable),
     )
     .await
     .expect("create_missing finished within 5 s")
@@ -1425,7 +1426,7 @@ async fn first_sight_of_a_member_creates_its_dljob_once() {
     let store = writer.as_reader();
     writer.apply_watcher_event(&watcher::Event::Apply(dljob("pytorch", PYTORCH)));
     assert_eq!(
-        controller::create_missing(&ctx.client, &ctx.index, &store)
+        controller::create_missing(&ctx.client, &ctx.index, &store, &ctx.stores.unreadable)
             .await
             .unwrap(),
         0
@@ -1927,6 +1928,7 @@ async fn first_write_after_an_outage(
         jobs: Writer::default().as_reader(),
         services: Writer::default().as_reader(),
         changed: Default::default(),
+        unreadable: Default::default(),
     };
     let (_tx, config) = tokio::sync::watch::channel(Config::default());
     let metrics = Arc::new(Metrics::default());

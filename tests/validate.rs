@@ -240,7 +240,7 @@ fn statefulset_pod_created_by_a_scale_up_is_refused() {
     let (obj, _) = review("validate-create-pod-resnet-worker-2.json");
     assert_eq!(
         problems(Kind::Pod, &obj),
-        vec!["StatefulSet pod index 2 is out of range: role \"worker\" has 2 replicas in dljob.dev/replicas \"chief=1,worker=2,ps=1\"; scale the StatefulSet back to 2, or change the topology on every member of the job"]
+        vec!["StatefulSet pod index 2 is out of range: role \"worker\" has 2 replicas in dljob.dev/replicas \"chief=1,worker=2,ps=1\"; scale StatefulSet \"resnet-worker\" back to 2, or change the topology on every member of the job"]
     );
     let (ok, _) = review("validate-create-pod-resnet-worker-1.json");
     assert!(problems(Kind::Pod, &ok).is_empty());
@@ -745,6 +745,58 @@ fn members_must_agree_on_the_gang() {
     );
 }
 
+/// Admission writes the port and the gang it resolved from the config into
+/// a member that did not set them, so a config reloaded later (another
+/// default port, a default gang) neither changes how the reconciler or a
+/// restarted dljob reads the members already running nor lets a new member
+/// join with other wiring unnoticed.
+#[test]
+fn a_config_reload_cannot_split_a_running_job() {
+    use dljob::mutate::{mutate, Operation};
+    let before = Config::default();
+    let after = Config::from_yaml("ports:\n  tensorflow: 3333\ngang: coscheduling\n").unwrap();
+    let admitted = |role: &str, config: &Config| {
+        let mut p = tf_pod(role, json!({}));
+        p["metadata"]["name"] = json!(role);
+        mutate(Kind::Pod, &p, Some("ml"), Operation::Create, config)
+            .unwrap()
+            .unwrap()
+            .object
+    };
+    let chief = admitted("chief", &before);
+    let annotations = &chief["metadata"]["annotations"];
+    assert_eq!(annotations["dljob.dev/port"], json!("2222"));
+    assert_eq!(annotations["dljob.dev/gang"], json!("none"));
+    // Read again under the reloaded config: still what it was wired with.
+    let peers = peers_of([(Kind::Pod, &chief)], Some("ml"), &after);
+    assert_eq!(peers[0].spec.port, 2222);
+    assert_eq!(peers[0].spec.gang, "none");
+    // A worker admitted under the new config disagrees, and is told how.
+    let worker = admitted("worker", &after);
+    let refused = match validate(Kind::Pod, &worker, None, Some("ml"), &after, &peers) {
+        Ok(_) => Vec::new(),
+        Err(v) => v.0.into_iter().map(|v| v.message).collect(),
+    };
+    assert_eq!(
+        refused,
+        vec![
+            "dljob.dev/gang is coscheduling here but none on Pod \"chief\" of job \"mnist\"; every member of a job must agree",
+            "dljob.dev/port is 3333 here but 2222 on Pod \"chief\" of job \"mnist\"; every member of a job must agree",
+        ]
+    );
+    // One that says what the job uses joins.
+    let mut worker = tf_pod(
+        "worker",
+        json!({"dljob.dev/port": "2222", "dljob.dev/gang": "none"}),
+    );
+    worker["metadata"]["name"] = json!("worker");
+    let worker = mutate(Kind::Pod, &worker, Some("ml"), Operation::Create, &after)
+        .unwrap()
+        .unwrap()
+        .object;
+    assert!(validate(Kind::Pod, &worker, None, Some("ml"), &after, &peers).is_ok());
+}
+
 /// Collective frameworks restart every member by default, parameter-server
 /// and generic jobs the failed pod; the annotation says otherwise.
 #[test]
@@ -837,6 +889,22 @@ fn a_role_split_over_sets_is_checked_range_by_range() {
     assert_eq!(
         problems(Kind::StatefulSet, &worker_set("gpu4", 4, Some(3))),
         vec!["StatefulSet replicas 4 from dljob.dev/index-offset 3 covers worker indexes 3 to 6 but dljob.dev/replicas \"master=1,worker=6\" declares worker=6 (indexes 0 to 5); make the sets of role worker add up to 6"]
+    );
+    // A pod of the second set past the role's count (the set scaled from 4
+    // to 5): told the size the set can have, named, not the role's count.
+    let beyond = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "gpu4-4", "namespace": "ml",
+            "labels": {"dljob.dev/job": "cmn", "dljob.dev/role": "worker", "apps.kubernetes.io/pod-index": "4"},
+            "annotations": {"dljob.dev/framework": "chainer", "dljob.dev/replicas": "master=1,worker=6", "dljob.dev/index-offset": "2"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "gpu4", "uid": "u", "controller": true}]
+        },
+        "spec": {"containers": [{"name": "c", "image": "img"}]}
+    });
+    assert_eq!(
+        problems(Kind::Pod, &beyond),
+        vec!["StatefulSet pod index 6 (its ordinal 4 + dljob.dev/index-offset 2) is out of range: role \"worker\" has 6 replicas in dljob.dev/replicas \"master=1,worker=6\"; scale StatefulSet \"gpu4\" back to 4 (the role's indexes 2 to 5), or change the topology on every member of the job"]
     );
     // A plain pod in a set's range.
     let mut pod = tf_pod("worker", json!({}));

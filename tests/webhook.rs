@@ -465,12 +465,23 @@ async fn statefulset_template_is_mutated_and_its_pods_get_identity_from_the_ordi
         let s = start(|_| {}).await;
         let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
 
-        // The captured StatefulSet already says everything: nothing to add.
+        // The captured StatefulSet says everything but the port and gang it
+        // is wired with; those are added on it and its template, and the
+        // object as patched needs nothing more.
         let review = shared("mutate-create-statefulset-resnet-worker.json");
         let (_, resp) = c.post("/mutate", &review).await;
+        assert_allowed(&resp, &uid(&review));
+        let sts = patched(&review, &resp);
+        for meta in [&sts["metadata"], &sts["spec"]["template"]["metadata"]] {
+            assert_eq!(meta["annotations"]["dljob.dev/port"], "2222");
+            assert_eq!(meta["annotations"]["dljob.dev/gang"], "none");
+        }
+        let (_, resp) = c
+            .post("/mutate", &review_again(&review, sts, "resnet-again"))
+            .await;
         assert_eq!(
             resp["response"],
-            json!({"uid": uid(&review), "allowed": true})
+            json!({"uid": "resnet-again", "allowed": true})
         );
 
         // One the API server defaulted to OrderedReady, without serviceName.
@@ -544,7 +555,7 @@ async fn statefulset_template_is_mutated_and_its_pods_get_identity_from_the_ordi
                 &uid(&review),
                 422,
                 "Invalid",
-                "scale the StatefulSet back to 2",
+                "scale StatefulSet \"resnet-worker\" back to 2",
             );
         }
     })

@@ -71,6 +71,27 @@ pub fn pod_owner(object: &Value) -> PodOwner {
     }
 }
 
+/// The name of the set that made a pod: its controller's, else what the
+/// controller's labels and naming say (a StatefulSet's pods are
+/// `NAME-ORDINAL`, a Job's carry `batch.kubernetes.io/job-name`).
+fn set_name(object: &Value, owner: PodOwner) -> Option<String> {
+    let controller = at(object, &["metadata", "ownerReferences"])
+        .and_then(Value::as_array)
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+                .and_then(|r| r.get("name")?.as_str())
+        });
+    let guessed = match owner {
+        PodOwner::StatefulSet => str_at(object, &["metadata", "name"])
+            .and_then(|n| n.rsplit_once('-'))
+            .map(|(set, _)| set),
+        PodOwner::Job => object::meta_str(object, &[], "labels", "batch.kubernetes.io/job-name"),
+        PodOwner::None => None,
+    };
+    controller.or(guessed).map(str::to_owned)
+}
+
 pub(super) fn pod_index(
     object: &Value,
     meta: &Meta<'_>,
@@ -160,13 +181,27 @@ pub(super) fn pod_index(
                     c::REPLICAS,
                     n - 1
                 ),
-                other => format!(
-                    "{} pod index {i} is out of range: role \"{r}\" has {n} replica{} in {} \"{t}\"; scale the {} back to {n}, or change the topology on every member of the job",
-                    owner_name(other),
-                    if n == 1 { "" } else { "s" },
-                    c::REPLICAS,
-                    owner_name(other)
-                ),
+                other => {
+                    let set = match set_name(object, other) {
+                        Some(name) => format!("{} \"{name}\"", owner_name(other)),
+                        None => format!("the {}", owner_name(other)),
+                    };
+                    // A set that starts at an offset holds the indexes from
+                    // there to the role's count: its own size is the rest.
+                    let (from, size) = match index_offset.filter(|o| *o > 0) {
+                        Some(o) => (
+                            format!(" (its ordinal {} + {} {o})", i - o, c::INDEX_OFFSET),
+                            format!("{} (the role's indexes {o} to {})", n.saturating_sub(o), n - 1),
+                        ),
+                        None => (String::new(), n.to_string()),
+                    };
+                    format!(
+                        "{} pod index {i}{from} is out of range: role \"{r}\" has {n} replica{} in {} \"{t}\"; scale {set} back to {size}, or change the topology on every member of the job",
+                        owner_name(other),
+                        if n == 1 { "" } else { "s" },
+                        c::REPLICAS,
+                    )
+                }
             });
         }
     }

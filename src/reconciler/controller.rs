@@ -76,6 +76,8 @@ pub struct Stores {
     /// The jobs whose members or owned objects changed: the controller
     /// reconciles them (only the leader drains it).
     pub changed: Arc<super::Changed>,
+    /// The DLJobs that exist but do not parse (set aside, not recreated).
+    pub unreadable: Arc<super::listed::Unreadable>,
 }
 
 /// What every reconcile shares.
@@ -873,13 +875,12 @@ pub async fn create_missing(
     client: &Client,
     index: &MemberIndex,
     dljobs: &Store<DLJob>,
+    unreadable: &super::listed::Unreadable,
 ) -> Result<usize, kube::Error> {
     let mut created = 0;
     for ((namespace, name), entry) in index.live_jobs() {
-        if dljobs
-            .get(&ObjectRef::new(&name).within(&namespace))
-            .is_some()
-        {
+        let job = ObjectRef::new(&name).within(&namespace);
+        if dljobs.get(&job).is_some() || unreadable.contains(&job) {
             continue;
         }
         let job = resources::dljob_for(&entry.member, entry.tensorboard_volume.as_ref());

@@ -16,6 +16,7 @@
 
 pub mod controller;
 pub mod index;
+pub mod listed;
 pub mod metrics;
 pub mod observe;
 pub(crate) mod resources;
@@ -142,6 +143,7 @@ pub async fn start(
         jobs,
         services,
         changed,
+        unreadable: Default::default(),
     };
 
     let scope_kept = scope_kept(config.clone(), scope.clone());
@@ -388,8 +390,15 @@ pub async fn run_controller(
     // so one failing watch would pause all the others, and after an outage
     // each watch's queued error would add a full backoff in turn.
     let (dljob_store, writer) = reflector::store();
+    let unreadable = stores.unreadable.clone();
     let dljobs = scope
-        .watch::<DLJob>(client, &watcher::Config::default(), gone_dljob)
+        .watch::<listed::Listed>(client, &watcher::Config::default(), listed::gone)
+        .filter_map(move |event| {
+            future::ready(match event {
+                Ok(e) => listed::readable(e, &unreadable).map(Ok),
+                Err(e) => Some(Err(e)),
+            })
+        })
         .modify(|d: &mut DLJob| d.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects();
@@ -425,14 +434,6 @@ pub async fn run_controller(
     future::join3(run, create, watch_stop).await;
 }
 
-/// A DLJob a relist found deleted, as the store deletes it (by name).
-fn gone_dljob(namespace: &str, name: &str, _job: Option<&str>) -> DLJob {
-    let spec = crate::crd::JobSpec::new("", crate::contract::Topology::single("gone", 1), 0);
-    let mut job = DLJob::new(name, spec);
-    job.metadata.namespace = Some(namespace.to_owned());
-    job
-}
-
 /// Logs and drops a watch's errors (the watch itself retries after its
 /// own [`WatchBackoff`]).
 fn without_errors<K, S>(stream: S) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send
@@ -463,7 +464,14 @@ async fn creator(ctx: Arc<Context>, stop: impl std::future::Future<Output = ()>)
     let work = async {
         ctx.dljobs.wait_until_ready().await.ok();
         loop {
-            if let Err(e) = controller::create_missing(&ctx.client, &ctx.index, &ctx.dljobs).await {
+            if let Err(e) = controller::create_missing(
+                &ctx.client,
+                &ctx.index,
+                &ctx.dljobs,
+                &ctx.stores.unreadable,
+            )
+            .await
+            {
                 tracing::warn!(error = %e, "creating a DLJob failed");
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
