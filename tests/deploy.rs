@@ -616,6 +616,42 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
     }
 }
 
+/// What `.ci/image` runs the built image with and what the Dockerfile
+/// makes are what deploy/ declares: the same arguments, the entrypoint they
+/// follow, the uid and a version matching the image reference.
+fn assert_image_runs_as_deployed(args: &[String]) {
+    let read = |p: &str| std::fs::read_to_string(repo().join(p)).unwrap();
+    let ci = read(".ci/image");
+    let line = ci
+        .lines()
+        .find_map(|l| l.strip_prefix("args=(")?.strip_suffix(')'))
+        .expect(".ci/image declares args=(…)");
+    assert_eq!(line.split(' ').collect::<Vec<_>>(), args, ".ci/image args");
+    for flag in [
+        "--read-only",
+        "--cap-drop=all",
+        "--security-opt no-new-privileges",
+        "--user 65532:65532",
+        "$work/tls:/tls:ro",
+        "$work/config:/etc/dljob:ro",
+    ] {
+        assert!(ci.contains(flag), ".ci/image runs the image with {flag}");
+    }
+    let dockerfile = read("Dockerfile");
+    let last_stage = &dockerfile[dockerfile.rfind("\nFROM ").unwrap()..];
+    assert!(last_stage.starts_with("\nFROM scratch\n"), "{last_stage}");
+    assert!(last_stage.contains("\nUSER 65532:65532\n"), "{last_stage}");
+    assert!(
+        last_stage.contains("\nENTRYPOINT [\"/dljob\", \"serve\"]\n"),
+        "{last_stage}"
+    );
+    assert!(last_stage.contains(concat!(
+        "org.opencontainers.image.version=\"",
+        env!("CARGO_PKG_VERSION"),
+        "\""
+    )));
+}
+
 #[test]
 fn deployment_runs_two_restricted_probed_replicas_with_tls_and_config_mounted() {
     let deployment: Deployment = get(&install().docs, "dljob");
@@ -636,10 +672,11 @@ fn deployment_runs_two_restricted_probed_replicas_with_tls_and_config_mounted() 
         c.image.as_deref(),
         Some(concat!("ghcr.io/dljob/dljob:", env!("CARGO_PKG_VERSION")))
     );
+    // The image's entrypoint is `dljob serve` (Dockerfile); these follow.
+    let args = c.args.unwrap();
     assert_eq!(
-        c.args.unwrap(),
+        args,
         strings(&[
-            "serve",
             "--listen=0.0.0.0:8443",
             "--tls-cert=/tls/tls.crt",
             "--tls-key=/tls/tls.key",
@@ -649,6 +686,7 @@ fn deployment_runs_two_restricted_probed_replicas_with_tls_and_config_mounted() 
             "--metrics-listen=0.0.0.0:9090",
         ])
     );
+    assert_image_runs_as_deployed(&args);
     // The pod is given time for the drain after SIGTERM plus the 25 s the
     // server lets in-flight reviews finish.
     assert_eq!(pod.termination_grace_period_seconds, Some(40));
