@@ -415,7 +415,7 @@ ports: {tensorflow: 2223}
             let e = Config::from_yaml(bad).unwrap_err();
             assert_eq!(
                 e.to_string(),
-                "config: unknown gang scheduler \"slurm\"; gang schedulers are none, kueue, volcano, coscheduling"
+                "config: unknown gang scheduler \"slurm\"; gang schedulers are none, kueue, volcano, coscheduling, kubernetes"
             );
         }
     }

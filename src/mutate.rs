@@ -182,6 +182,23 @@ fn mutate_workload(m: &MemberSpec, obj: &mut Value, op: Operation, warnings: &mu
             );
         }
     }
+    // Kubernetes' own gang: the group is named in the pod template too (only
+    // at creation: a Job's template is immutable and a StatefulSet's change
+    // would roll its pods); the pods get it at their own admission anyway.
+    if op == Operation::Create {
+        let group = m.spec.scheduler().and_then(|s| {
+            s.pod(&m.spec.gang_group(&m.job, m.framework))
+                .scheduling_group
+        });
+        if let Some(group) = group {
+            set_missing(
+                obj,
+                &["spec", "template", "spec", "schedulingGroup"],
+                "podGroupName",
+                &group,
+            );
+        }
+    }
     if m.kind == Kind::StatefulSet && op == Operation::Create {
         let spec = object::object_at_mut(obj, &["spec"]).expect("a StatefulSet has a spec object");
         match spec.get("serviceName").and_then(Value::as_str) {
@@ -544,6 +561,19 @@ fn gang_marks(
                 )),
                 Some(_) => {}
             }
+        }
+    }
+    if let Some(group) = marks.scheduling_group {
+        match pod["spec"]
+            .pointer("/schedulingGroup/podGroupName")
+            .and_then(Value::as_str)
+        {
+            None => edits.set_spec("schedulingGroup", json!({"podGroupName": group})),
+            Some(theirs) if theirs != group => warnings.push(format!(
+                "spec.schedulingGroup.podGroupName \"{theirs}\" is set by the user and kept; the {} gang's group is \"{group}\", so this pod is not in the job's gang",
+                scheduler.name()
+            )),
+            Some(_) => {}
         }
     }
     let name = config

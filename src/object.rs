@@ -206,6 +206,30 @@ pub(crate) fn requests_extended_resource(container: &Value) -> bool {
     })
 }
 
+/// Whether the container uses a Dynamic Resource Allocation claim: its
+/// `resources.claims` names one of the pod's `spec.resourceClaims` (a GPU
+/// from a `ResourceClaimTemplate`, which no resource limit shows).
+pub(crate) fn uses_pod_claim(pod_spec: &Value, container: &Value) -> bool {
+    let Some(claims) = container
+        .pointer("/resources/claims")
+        .and_then(Value::as_array)
+    else {
+        return false;
+    };
+    let pod_claims = pod_spec
+        .get("resourceClaims")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    claims.iter().any(|claim| {
+        let name = claim.get("name").and_then(Value::as_str);
+        name.is_some()
+            && pod_claims
+                .iter()
+                .any(|p| p.get("name").and_then(Value::as_str) == name)
+    })
+}
+
 /// `vendor.example/device`, not `cpu`, `hugepages-2Mi` or `*kubernetes.io/*`.
 pub(crate) fn is_extended_resource(name: &str) -> bool {
     name.split_once('/')

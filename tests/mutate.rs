@@ -679,6 +679,40 @@ fn framework_container_is_the_one_requesting_an_accelerator_else_a_named_guess()
     assert!(env_of(&m.object, 1).contains(&("PET_NPROC_PER_NODE".into(), "auto".into())));
 }
 
+/// A GPU as a DRA claim (`resources.claims` naming one of the pod's
+/// `resourceClaims`, no `nvidia.com/gpu` limit) makes its container the
+/// framework container as a device limit would; a claim the pod does not
+/// have does not. The host-library injection is not for claims (the DRA
+/// driver's CDI spec mounts the driver).
+#[test]
+fn a_container_using_a_pod_dra_claim_is_the_framework_container() {
+    let mut p = pod("j", "worker", "pytorch", "worker=1", json!({}));
+    p["spec"]["resourceClaims"] =
+        json!([{"name": "gpus", "resourceClaimTemplateName": "four-gpus"}]);
+    p["spec"]["containers"] = json!([
+        {"name": "sidecar", "image": "proxy"},
+        {"name": "trainer", "image": "img", "resources": {"claims": [{"name": "gpus"}]}}
+    ]);
+    let config = Config::from_yaml(
+        "accelerators:\n  nvidia.com/gpu:\n    volumes:\n    - {name: nvidia-libraries, hostPath: /usr/lib/nvidia, mountPath: /usr/local/nvidia/lib64}\n",
+    )
+    .unwrap();
+    let m = create(Kind::Pod, &p, &config);
+    assert!(env_of(&m.object, 0).is_empty());
+    assert!(env_of(&m.object, 1).iter().any(|(n, _)| n == "MASTER_ADDR"));
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    assert_eq!(
+        m.object["spec"].get("volumes"),
+        None,
+        "no host libraries for a claim"
+    );
+    // A claim name the pod does not declare is no accelerator: a guess.
+    p["spec"]["containers"][1]["resources"]["claims"] = json!([{"name": "other"}]);
+    let m = create(Kind::Pod, &p, &config);
+    assert!(env_of(&m.object, 0).iter().any(|(n, _)| n == "MASTER_ADDR"));
+    assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
+}
+
 /// Bytes dljob adds to a pod: every injected env var's `NAME=value` and the
 /// annotations it writes.
 fn injected_bytes(original: &Value, mutated: &Value) -> usize {
@@ -986,6 +1020,88 @@ fn volcano_pods_name_their_group_and_scheduler() {
     assert_eq!(
         create(Kind::Pod, &p, &renamed).object["spec"]["schedulerName"],
         "vc-scheduler"
+    );
+}
+
+/// kubernetes: the pod joins the job's PodGroup through
+/// `spec.schedulingGroup` (settable only at creation) and keeps
+/// kube-scheduler; a StatefulSet's template names the group too, at
+/// creation only.
+#[test]
+fn native_gang_pods_and_templates_name_their_pod_group() {
+    let mut p = pod(
+        "resnet",
+        "worker",
+        "tensorflow",
+        "chief=1,worker=2",
+        json!({"dljob.dev/index": "0", "dljob.dev/gang": "kubernetes"}),
+    );
+    p["spec"]["schedulerName"] = json!("default-scheduler");
+    let config = Config::default();
+    let m = create(Kind::Pod, &p, &config);
+    let ops = serde_json::to_value(patch(&p, &m.object)).unwrap();
+    assert!(
+        ops.as_array()
+            .unwrap()
+            .contains(&json!({"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": "resnet"}})),
+        "{ops}"
+    );
+    assert_eq!(m.object["spec"]["schedulerName"], "default-scheduler");
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    assert_idempotent(Kind::Pod, &m.object, &config);
+    // A group the user named is kept, and said to leave the pod out.
+    p["spec"]["schedulingGroup"] = json!({"podGroupName": "other"});
+    let m = create(Kind::Pod, &p, &config);
+    assert_eq!(
+        m.object["spec"]["schedulingGroup"],
+        json!({"podGroupName": "other"})
+    );
+    assert_eq!(
+        m.warnings,
+        vec!["spec.schedulingGroup.podGroupName \"other\" is set by the user and kept; the kubernetes gang's group is \"resnet\", so this pod is not in the job's gang"]
+    );
+
+    let sts = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {
+            "name": "w", "namespace": "ml",
+            "labels": {"dljob.dev/job": "bert", "dljob.dev/role": "worker"},
+            "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/gang": "kubernetes", "dljob.dev/replicas": "worker=2"}
+        },
+        "spec": {
+            "replicas": 2, "serviceName": "bert", "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "w"}},
+            "template": {
+                "metadata": {"labels": {"app": "w"}},
+                "spec": {"containers": [{"name": "pytorch", "image": "img"}]}
+            }
+        }
+    });
+    let m = create(Kind::StatefulSet, &sts, &config);
+    assert_eq!(
+        m.object["spec"]["template"]["spec"]["schedulingGroup"],
+        json!({"podGroupName": "bert"})
+    );
+    assert_idempotent(Kind::StatefulSet, &m.object, &config);
+    // An existing StatefulSet updated: its template is not changed (that
+    // would roll its pods; they get the group at their own admission).
+    let updated = mutate_patch(
+        Kind::StatefulSet,
+        &sts,
+        Some("ml"),
+        Operation::Update,
+        &config,
+    )
+    .unwrap()
+    .unwrap();
+    assert!(
+        !updated
+            .patch
+            .0
+            .iter()
+            .any(|op| op.path().to_string().contains("schedulingGroup")),
+        "{:?}",
+        updated.patch
     );
 }
 

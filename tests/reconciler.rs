@@ -1379,6 +1379,141 @@ async fn a_volcano_job_gets_its_pod_group_or_says_volcano_is_missing() {
     assert_eq!(event["note"], gang["message"]);
 }
 
+/// A job on Kubernetes' own gang API: the PodGroup as the 1.36 API server
+/// stores it (tests/fixtures/cluster/native-gang/podgroup-scheduled.json),
+/// renamed to this job and owned by its DLJob.
+fn stored_native_pod_group() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/cluster/native-gang/podgroup-scheduled.json"
+    );
+    let mut group: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    group["metadata"]["name"] = json!("mnist");
+    group["metadata"]["namespace"] = json!(NS);
+    group["metadata"]["labels"] = json!({"dljob.dev/job": "mnist"});
+    group["metadata"]["ownerReferences"] = json!([{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist", "uid": "job-uid", "controller": true}]);
+    group["spec"]["schedulingPolicy"]["gang"]["minCount"] = json!(2);
+    group
+}
+
+/// One reconcile of a two-pod PyTorch job with `dljob.dev/gang:
+/// kubernetes`: the PodGroup is read, then created when absent with
+/// `created`'s answer (None: it exists as `existing` says, and nothing is
+/// written); returns the status conditions and any Warning Event.
+async fn native_gang_reconcile(existing: Value, created: Option<Value>) -> Vec<Value> {
+    let mut job = dljob("pytorch", PYTORCH);
+    job.spec.gang = "kubernetes".into();
+    let world = World {
+        pods: vec![
+            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
+        ],
+        services: vec![served(23456)],
+        ..World::default()
+    };
+    let (ctx, handle) = context(world, vec![job.clone()]);
+    let jj = job.clone();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (status_seen, events_seen) = (seen.clone(), seen.clone());
+    let uri = format!("/apis/scheduling.k8s.io/v1alpha2/namespaces/{NS}/podgroups");
+    let unavailable = created.as_ref().is_some_and(|c| c["code"] == 404);
+    let mut calls = vec![call("GET", format!("{uri}/mnist"), |_| {}, existing)];
+    if let Some(answer) = created {
+        calls.push(call(
+            "POST",
+            format!("{uri}?&fieldManager=dljob"),
+            |b| {
+                assert_eq!(
+                    b,
+                    &json!({
+                        "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                        "metadata": {
+                            "name": "mnist", "namespace": NS,
+                            "labels": {"dljob.dev/job": "mnist"},
+                            "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist", "uid": "job-uid", "controller": true}]
+                        },
+                        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}
+                    })
+                );
+            },
+            answer,
+        ));
+    }
+    calls.push(call(
+        "PATCH",
+        status_uri(),
+        move |b| {
+            status_seen
+                .lock()
+                .unwrap()
+                .push(b["status"]["conditions"].clone())
+        },
+        with_status(&jj, &json!({"status": {"phase": "Running"}})),
+    ));
+    calls.push(event("Running"));
+    if unavailable {
+        calls.push(call(
+            "POST",
+            events_uri(),
+            move |b| events_seen.lock().unwrap().push(b.clone()),
+            Value::Null,
+        ));
+    }
+    reconcile_expecting(job, ctx, handle, calls).await;
+    let seen = seen.lock().unwrap().clone();
+    seen
+}
+
+#[tokio::test]
+async fn a_native_gang_job_gets_a_scheduling_k8s_io_pod_group_or_says_which_gates_to_enable() {
+    let gang_condition = |conditions: &Value| {
+        conditions
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "GangUnavailable")
+            .cloned()
+    };
+    // Absent: created with minCount, nothing about it in the status.
+    let seen = native_gang_reconcile(
+        not_found("podgroups.scheduling.k8s.io \"mnist\" not found"),
+        Some(stored_native_pod_group()),
+    )
+    .await;
+    assert_eq!(gang_condition(&seen[0]), None);
+    // As the API server keeps it (its defaults, finalizer and status
+    // beside dljob's fields): read, nothing written.
+    let seen = native_gang_reconcile(stored_native_pod_group(), None).await;
+    assert_eq!(gang_condition(&seen[0]), None);
+    // Not served (the gates off, or a cluster before 1.36): a condition and
+    // one Event naming the gates and the runtime-config.
+    let not_served = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "the server could not find the requested resource", "reason": "NotFound", "code": 404});
+    let seen = native_gang_reconcile(
+        not_found("the server could not find the requested resource"),
+        Some(not_served),
+    )
+    .await;
+    const MESSAGE: &str = "the cluster does not serve scheduling.k8s.io/v1alpha2 PodGroup (PodGroup/mnist): Kubernetes 1.36 or later serves it with the feature gates GenericWorkload=true and GangScheduling=true on kube-apiserver and kube-scheduler and --runtime-config=scheduling.k8s.io/v1alpha2=true on kube-apiserver (1.35's alpha, scheduling.k8s.io/v1alpha1 with spec.workloadRef, is not supported); until then the pods are scheduled one by one, or set dljob.dev/gang to another scheduler on every member";
+    let gang = gang_condition(&seen[0]).expect("GangUnavailable");
+    assert_eq!(
+        (&gang["status"], &gang["reason"], &gang["message"]),
+        (
+            &json!("True"),
+            &json!("PodGroupNotApplied"),
+            &json!(MESSAGE)
+        )
+    );
+    assert_eq!(
+        (&seen[1]["type"], &seen[1]["reason"], &seen[1]["note"]),
+        (
+            &json!("Warning"),
+            &json!("GangUnavailable"),
+            &json!(MESSAGE)
+        )
+    );
+}
+
 /// One pass of the first-sight creator, bounded: how many DLJobs it made.
 async fn create_missing_within_5s(ctx: &Context) -> usize {
     tokio::time::timeout(

@@ -699,11 +699,19 @@ fn every_refusal_names_its_rule() {
 fn gang_values_are_checked() {
     assert_eq!(
         problems(Kind::Pod, &tf_pod("chief", json!({"dljob.dev/gang": "yunikorn"}))),
-        vec!["dljob.dev/gang \"yunikorn\" is not a gang scheduler; use one of none, kueue, volcano, coscheduling"]
+        vec!["dljob.dev/gang \"yunikorn\" is not a gang scheduler; use one of none, kueue, volcano, coscheduling, kubernetes"]
     );
     assert_eq!(
         problems(Kind::Pod, &tf_pod("chief", json!({"dljob.dev/gang": "coscheduling", "dljob.dev/queue": "q"}))),
         vec!["dljob.dev/queue \"q\" is for the kueue and volcano gang schedulers; dljob.dev/gang is \"coscheduling\""]
+    );
+    assert_eq!(
+        problems(Kind::Pod, &tf_pod("chief", json!({"dljob.dev/gang": "kubernetes", "dljob.dev/queue": "q"}))),
+        vec!["dljob.dev/queue \"q\" is for the kueue and volcano gang schedulers; dljob.dev/gang is \"kubernetes\""]
+    );
+    accepted(
+        Kind::Pod,
+        &tf_pod("chief", json!({"dljob.dev/gang": "kubernetes"})),
     );
     accepted(
         Kind::Pod,

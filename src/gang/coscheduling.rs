@@ -26,6 +26,7 @@ impl Scheduler for Coscheduling {
             labels: vec![(GROUP_LABEL, group.name.to_owned())],
             annotations: Vec::new(),
             scheduler_name: Some("scheduler-plugins-scheduler"),
+            scheduling_group: None,
         }
     }
     fn pod_group_kind(&self) -> Option<PodGroupKind> {
@@ -62,6 +63,7 @@ mod tests {
                 labels: vec![("scheduling.x-k8s.io/pod-group", "mnist".into())],
                 annotations: vec![],
                 scheduler_name: Some("scheduler-plugins-scheduler"),
+                scheduling_group: None,
             }
         );
         assert_eq!(

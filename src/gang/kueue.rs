@@ -31,6 +31,7 @@ impl Scheduler for Kueue {
             labels,
             annotations: vec![(TOTAL_COUNT, group.total.to_string())],
             scheduler_name: None,
+            scheduling_group: None,
         }
     }
     fn queues(&self) -> bool {
@@ -54,6 +55,7 @@ mod tests {
                 ],
                 annotations: vec![("kueue.x-k8s.io/pod-group-total-count", "9".into())],
                 scheduler_name: None,
+                scheduling_group: None,
             }
         );
         assert_eq!(Kueue.pod(&group(9, 9, None)).labels.len(), 1);

@@ -6,6 +6,7 @@
 //! object) agree without talking to each other.
 
 pub(crate) mod coscheduling;
+pub(crate) mod kubernetes;
 pub(crate) mod kueue;
 pub(crate) mod volcano;
 
@@ -20,6 +21,7 @@ pub(crate) static ALL: &[&dyn Scheduler] = &[
     &kueue::Kueue,
     &volcano::Volcano,
     &coscheduling::Coscheduling,
+    &kubernetes::Kubernetes,
 ];
 
 /// Looks a scheduler up by its `dljob.dev/gang` name.
@@ -76,6 +78,10 @@ pub(crate) struct PodMarks {
     pub annotations: Vec<(&'static str, String)>,
     /// `spec.schedulerName`, where the scheduler runs under its own name.
     pub scheduler_name: Option<&'static str>,
+    /// `spec.schedulingGroup.podGroupName`: Kubernetes' own gang API. Set
+    /// only at creation (the API server refuses changing it), on pods and
+    /// on the pod templates of workloads.
+    pub scheduling_group: Option<String>,
 }
 
 /// The group object a scheduler reads, kept by the reconciler.
@@ -157,7 +163,7 @@ mod tests {
         for s in ALL {
             assert_eq!(by_name(s.name()).unwrap().name(), s.name());
         }
-        assert_eq!(names(), "none, kueue, volcano, coscheduling");
+        assert_eq!(names(), "none, kueue, volcano, coscheduling, kubernetes");
         assert!(by_name("yunikorn").is_none());
     }
 }

@@ -21,6 +21,7 @@ impl Scheduler for Volcano {
             labels: Vec::new(),
             annotations: vec![(GROUP_NAME, group.name.to_owned())],
             scheduler_name: Some("volcano"),
+            scheduling_group: None,
         }
     }
     fn pod_group_kind(&self) -> Option<PodGroupKind> {
@@ -63,6 +64,7 @@ mod tests {
                 labels: vec![],
                 annotations: vec![("scheduling.k8s.io/group-name", "mnist".into())],
                 scheduler_name: Some("volcano"),
+                scheduling_group: None,
             }
         );
         let resources = json!({"cpu": "16", "nvidia.com/gpu": "8"});

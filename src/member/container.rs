@@ -53,7 +53,8 @@ pub enum ContainerChoice {
 /// One container as the picker sees it.
 pub struct ContainerFacts<'a> {
     pub name: &'a str,
-    /// Requests an extended resource (a device such as `nvidia.com/gpu`).
+    /// Requests an extended resource (a device such as `nvidia.com/gpu`),
+    /// or uses one of the pod's DRA claims (`resources.claims`).
     pub accelerator: bool,
 }
 
@@ -100,12 +101,13 @@ pub(super) fn framework_container_choice(
     m: &MemberSpec,
     pod: &Value,
 ) -> Option<(usize, ContainerChoice)> {
-    let containers = object::containers(pod.get("spec")?);
+    let spec = pod.get("spec")?;
+    let containers = object::containers(spec);
     let facts: Vec<ContainerFacts<'_>> = containers
         .iter()
         .map(|c| ContainerFacts {
             name: object::name_of(c),
-            accelerator: object::requests_extended_resource(c),
+            accelerator: object::requests_extended_resource(c) || object::uses_pod_claim(spec, c),
         })
         .collect();
     pick_container(

@@ -99,7 +99,7 @@ pub fn trim_pod(pod: &mut Pod) {
     let tensorboard = crate::tensorboard::annotated_volume([Some(&pod.metadata), None]);
     let mut framework = None;
     if let Some(spec) = pod.spec.as_mut() {
-        let chosen = framework_container_of(&pod.metadata, &spec.containers);
+        let chosen = framework_container_of(&pod.metadata, spec);
         if bare {
             framework = chosen.map(|i| spec.containers[i].name.clone());
             names_and(spec, true, tensorboard.as_deref());
@@ -155,21 +155,35 @@ fn member_keys_only(meta: &mut ObjectMeta) {
 /// The framework container, chosen by [`member::pick_container`] from the
 /// pod's own annotations, container names and resources; None when the
 /// chosen container does not exist.
-fn framework_container_of(meta: &ObjectMeta, containers: &[Container]) -> Option<usize> {
+fn framework_container_of(meta: &ObjectMeta, spec: &PodSpec) -> Option<usize> {
     let annotation = |k: &str| meta.annotations.as_ref()?.get(k).map(String::as_str);
-    let facts: Vec<member::ContainerFacts<'_>> = containers
+    let pod_claims: Vec<&str> = spec
+        .resource_claims
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    let facts: Vec<member::ContainerFacts<'_>> = spec
+        .containers
         .iter()
         .map(|c| member::ContainerFacts {
             name: &c.name,
             accelerator: c.resources.as_ref().is_some_and(|r| {
-                [r.limits.as_ref(), r.requests.as_ref()]
+                let device = [r.limits.as_ref(), r.requests.as_ref()]
                     .into_iter()
                     .flatten()
                     .flat_map(|m| m.iter())
                     .any(|(k, q)| {
                         crate::object::is_extended_resource(k)
                             && !crate::object::is_zero_quantity(&Value::String(q.0.clone()))
-                    })
+                    });
+                // A DRA claim of the pod (a GPU from a ResourceClaimTemplate).
+                let claim = r
+                    .claims
+                    .iter()
+                    .flatten()
+                    .any(|c| pod_claims.contains(&c.name.as_str()));
+                device || claim
             }),
         })
         .collect();
@@ -244,6 +258,33 @@ pub(super) mod tests {
     use crate::reconciler::index::entry_of;
     use crate::reconciler::observe::recreate_manifest;
     use serde_json::json;
+
+    /// The reconciler picks the framework container as admission did: a
+    /// container using one of the pod's DRA claims counts as requesting an
+    /// accelerator (tests/mutate.rs has admission's side).
+    #[test]
+    fn a_container_using_a_pod_claim_is_the_framework_container_here_too() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "w", "labels": {"dljob.dev/job": "j"}, "annotations": {"dljob.dev/framework": "pytorch"}},
+            "spec": {
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "four-gpus"}],
+                "containers": [
+                    {"name": "sidecar"},
+                    {"name": "trainer", "resources": {"claims": [{"name": "gpus"}]}}
+                ]
+            }
+        }))
+        .unwrap();
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(framework_container_of(&pod.metadata, spec), Some(1));
+        pod.spec.as_mut().unwrap().resource_claims = None;
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(
+            framework_container_of(&pod.metadata, spec),
+            Some(0),
+            "a guess: the first"
+        );
+    }
 
     /// A running StatefulSet (or bare) pytorch pod with a sidecar listed
     /// first, extra labels and annotations.
