@@ -57,8 +57,11 @@ pub(crate) const ACTIVE_DEADLINE_SECONDS: &str = "dljob.dev/active-deadline-seco
 /// Annotation: what a retryable failure restarts (`Pod` or `Job`).
 pub(crate) const RESTART_SCOPE: &str = "dljob.dev/restart-scope";
 /// Annotation: the gang scheduler (`none`, `kueue`, `volcano`,
-/// `coscheduling`).
+/// `coscheduling`, `kubernetes`).
 pub(crate) const GANG: &str = "dljob.dev/gang";
+/// Annotation: the node label whose one domain (a zone, a rack, a block)
+/// should hold the whole job: `KEY`, `required:KEY` or `preferred:KEY`.
+pub(crate) const TOPOLOGY: &str = "dljob.dev/topology";
 /// Annotation: the gang scheduler's queue (Kueue LocalQueue, Volcano Queue).
 pub(crate) const QUEUE: &str = "dljob.dev/queue";
 /// Annotation: `VOLUME:PATH`, the shared volume (by its name in the pod
@@ -92,6 +95,7 @@ pub(crate) const JOB_WIDE_ANNOTATIONS: &[&str] = &[
     SSH_PATH,
     GANG,
     QUEUE,
+    TOPOLOGY,
     RESTART_SCOPE,
     TENSORBOARD,
 ];
@@ -600,6 +604,69 @@ impl fmt::Display for TensorBoard {
     }
 }
 
+/// Where the job's pods go (`dljob.dev/topology`): one domain of the node
+/// label `key`, as a must or as a wish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub key: String,
+    pub required: bool,
+}
+
+impl Placement {
+    /// Parses `KEY`, `required:KEY` or `preferred:KEY` (a label key has no
+    /// ':', so the mode cannot be mistaken for part of it).
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
+        let (required, key) = match s.split_once(':') {
+            Some(("required", key)) => (true, key),
+            Some(("preferred", key)) => (false, key),
+            Some((mode, _)) => {
+                return Err(format!(
+                    "{TOPOLOGY} \"{s}\": \"{mode}\" is not a mode; write KEY, required:KEY or preferred:KEY with a node label key, e.g. \"topology.kubernetes.io/zone\""
+                ))
+            }
+            None => (true, s),
+        };
+        if !is_label_key(key) {
+            return Err(format!(
+                "{TOPOLOGY} \"{s}\": \"{key}\" is not a label key (an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric), e.g. \"topology.kubernetes.io/zone\""
+            ));
+        }
+        Ok(Self {
+            key: key.to_owned(),
+            required,
+        })
+    }
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mode = if self.required {
+            "required"
+        } else {
+            "preferred"
+        };
+        write!(f, "{mode}:{}", self.key)
+    }
+}
+
+/// A Kubernetes label key: `[prefix/]name`, the prefix a DNS subdomain of
+/// at most 253 characters, the name 1-63 of `[-A-Za-z0-9_.]`, alphanumeric
+/// at both ends.
+pub(crate) fn is_label_key(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    prefix.is_none_or(|p| p.len() <= 253 && p.split('.').all(is_dns_label))
+        && (1..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+}
+
 /// RFC 1123 DNS label: lowercase alphanumerics and '-', at most 63 chars,
 /// starting and ending alphanumeric.
 pub(crate) fn is_dns_label(s: &str) -> bool {
@@ -688,6 +755,15 @@ as_annotation_text!(
     schemars::json_schema!({"type": "string", "pattern": "^[1-9][0-9]*:[1-9][0-9]*$"})
 );
 as_annotation_text!(
+    Placement,
+    Placement::parse,
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": "^(required:|preferred:)?([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        "maxLength": 330,
+    })
+);
+as_annotation_text!(
     TensorBoard,
     TensorBoard::parse,
     schemars::json_schema!({
@@ -747,7 +823,7 @@ mod tests {
             &'static [&'static str],
             &'static [&'static str],
         );
-        let cases: [Case; 3] = [
+        let cases: [Case; 4] = [
             (
                 pattern::<Topology>(),
                 |s| Topology::parse(s).is_ok(),
@@ -759,6 +835,23 @@ mod tests {
                 |s| Slots::parse(s).is_ok(),
                 &["8", "0-1=8", "4,0-1=8,2-5=4", "3=2", "10"],
                 &["0", "0-1=0", "4,2=0", "0=8,0"],
+            ),
+            (
+                pattern::<Placement>(),
+                |s| Placement::parse(s).is_ok(),
+                &[
+                    "topology.kubernetes.io/zone",
+                    "required:rack",
+                    "preferred:example.com/block-1",
+                    "a",
+                ],
+                &[
+                    "zone:rack",
+                    "Topology.Kubernetes.io/zone",
+                    "a/",
+                    "-rack",
+                    "required:",
+                ],
             ),
             (
                 pattern::<Elastic>(),

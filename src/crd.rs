@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::{Elastic, Policies, Slots, TensorBoard, Topology};
+use crate::contract::{Elastic, Placement, Policies, Slots, TensorBoard, Topology};
 use crate::frameworks::{self, Framework};
 use crate::gang;
 
@@ -68,6 +68,10 @@ pub struct JobSpec {
     /// The gang scheduler's queue (`dljob.dev/queue`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
+    /// The node label one domain of which holds the job
+    /// (`dljob.dev/topology`), declared in the gang scheduler's terms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Placement>,
     /// The job's TensorBoard (`dljob.dev/tensorboard: VOLUME:PATH`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensorboard: Option<TensorBoard>,
@@ -112,6 +116,7 @@ impl JobSpec {
             ssh_path: None,
             gang: default_gang(),
             queue: None,
+            topology: None,
             tensorboard: None,
         }
     }
@@ -134,6 +139,7 @@ impl JobSpec {
             gated,
             self.queue.as_deref(),
         )
+        .within(self.topology.as_ref().map(|t| (t.key.as_str(), t.required)))
     }
 
     /// The gang scheduler, when the name is one dljob knows.
@@ -457,6 +463,7 @@ mod tests {
         s.ssh_path = Some("/x".into());
         s.queue = Some("q".into());
         s.tensorboard = Some(TensorBoard::parse("logs:runs").unwrap());
+        s.topology = Some(Placement::parse("example.com/rack").unwrap());
         let Value::Object(fields) = serde_json::to_value(&s).unwrap() else {
             unreachable!()
         };

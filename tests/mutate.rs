@@ -1105,6 +1105,31 @@ fn native_gang_pods_and_templates_name_their_pod_group() {
     );
 }
 
+/// `dljob.dev/topology` with Kueue: each pod carries Kueue TAS's annotation
+/// for its PodSet; a workload's template carries the key itself, so its
+/// pods get the same at their admission.
+#[test]
+fn kueue_pods_carry_the_tas_annotation_of_the_job_topology() {
+    let p = pod(
+        "resnet",
+        "worker",
+        "tensorflow",
+        "chief=1,worker=2",
+        json!({"dljob.dev/index": "0", "dljob.dev/gang": "kueue", "dljob.dev/topology": "preferred:example.com/rack"}),
+    );
+    let m = create(Kind::Pod, &p, &Config::default());
+    let annotations = &m.object["metadata"]["annotations"];
+    assert_eq!(
+        annotations["kueue.x-k8s.io/podset-preferred-topology"],
+        "example.com/rack"
+    );
+    assert_eq!(
+        annotations.get("kueue.x-k8s.io/podset-required-topology"),
+        None
+    );
+    assert_idempotent(Kind::Pod, &m.object, &Config::default());
+}
+
 /// coscheduling: the PodGroup label and the plugin's second scheduler,
 /// unless the config says the default scheduler runs the plugin.
 #[test]

@@ -722,6 +722,71 @@ fn gang_values_are_checked() {
     );
 }
 
+/// `dljob.dev/topology`: a label key, declared only where the job's gang
+/// scheduler can keep the job in one domain of it (each in its own terms,
+/// see src/gang/); members agree on it like every job-wide key.
+#[test]
+fn topology_is_a_label_key_that_the_gang_scheduler_can_declare() {
+    let with = |gang: &str, topology: &str| {
+        problems(
+            Kind::Pod,
+            &tf_pod(
+                "chief",
+                json!({"dljob.dev/gang": gang, "dljob.dev/topology": topology}),
+            ),
+        )
+    };
+    assert!(with("kubernetes", "topology.kubernetes.io/zone").is_empty());
+    assert!(with("kubernetes", "required:example.com/rack").is_empty());
+    assert!(with("kueue", "preferred:example.com/rack").is_empty());
+    assert_eq!(
+        with("kubernetes", "preferred:example.com/rack"),
+        vec!["dljob.dev/topology \"preferred:example.com/rack\" cannot be declared: the kubernetes gang's topology constraint is a requirement only (every pod in one domain); write dljob.dev/topology without \"preferred:\""]
+    );
+    assert_eq!(
+        with("volcano", "example.com/rack"),
+        vec!["dljob.dev/topology \"example.com/rack\" cannot be declared: Volcano keeps a job together by tiers of its HyperNodes (the PodGroup's spec.networkTopology), not by a node label, and dljob does not declare those; use dljob.dev/gang: kubernetes or kueue for a node label"]
+    );
+    assert_eq!(
+        with("coscheduling", "example.com/rack"),
+        vec!["dljob.dev/topology \"example.com/rack\" cannot be declared: the coscheduling gang has no way to keep a job in one domain of a node label; use dljob.dev/gang: kubernetes or kueue"]
+    );
+    assert_eq!(
+        with("none", "example.com/rack"),
+        vec!["dljob.dev/topology \"example.com/rack\" cannot be declared: without a gang scheduler nothing places the job as one; set dljob.dev/gang: kubernetes or kueue"]
+    );
+    assert_eq!(
+        with("kubernetes", "Rack Of/Nodes"),
+        vec!["dljob.dev/topology \"Rack Of/Nodes\": \"Rack Of/Nodes\" is not a label key (an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric), e.g. \"topology.kubernetes.io/zone\""]
+    );
+    assert_eq!(
+        with("kubernetes", "rack:example.com/rack"),
+        vec!["dljob.dev/topology \"rack:example.com/rack\": \"rack\" is not a mode; write KEY, required:KEY or preferred:KEY with a node label key, e.g. \"topology.kubernetes.io/zone\""]
+    );
+    // Members agree on it (the plain key is the required form).
+    let cfg = Config::default();
+    let mut chief = tf_pod(
+        "chief",
+        json!({"dljob.dev/gang": "kueue", "dljob.dev/topology": "example.com/rack"}),
+    );
+    chief["metadata"]["name"] = json!("chief");
+    let peers = peers_of([(Kind::Pod, &chief)], Some("ml"), &cfg);
+    assert!(problems_with(
+        Kind::Pod,
+        &tf_pod(
+            "worker",
+            json!({"dljob.dev/gang": "kueue", "dljob.dev/topology": "required:example.com/rack"})
+        ),
+        None,
+        &peers
+    )
+    .is_empty());
+    assert_eq!(
+        problems_with(Kind::Pod, &tf_pod("worker", json!({"dljob.dev/gang": "kueue"})), None, &peers),
+        vec!["dljob.dev/topology is unset here but required:example.com/rack on Pod \"chief\" of job \"mnist\"; every member of a job must agree"]
+    );
+}
+
 /// Kueue would admit a StatefulSet carrying its queue label as a workload
 /// of its own: the job's pod group would never be whole.
 #[test]

@@ -33,8 +33,19 @@ impl Scheduler for Kubernetes {
             plural: "podgroups",
         })
     }
+    /// With a topology (1.36's `TopologyAwareWorkloadScheduling` gate):
+    /// every pod of the group in one domain of the node label.
     fn pod_group_spec(&self, group: &Group<'_>, _min_resources: Option<&Value>) -> Value {
-        json!({"schedulingPolicy": {"gang": {"minCount": group.min_member}}})
+        let mut spec = json!({"schedulingPolicy": {"gang": {"minCount": group.min_member}}});
+        if let Some((key, _)) = group.topology {
+            spec["schedulingConstraints"] = json!({"topology": [{"key": key}]});
+        }
+        spec
+    }
+    fn topology_refusal(&self, required: bool) -> Option<String> {
+        (!required).then(|| {
+            "the kubernetes gang's topology constraint is a requirement only (every pod in one domain); write dljob.dev/topology without \"preferred:\"".to_owned()
+        })
     }
     fn install_hint(&self) -> &'static str {
         "Kubernetes 1.36 or later serves it with the feature gates GenericWorkload=true and GangScheduling=true on kube-apiserver and kube-scheduler and --runtime-config=scheduling.k8s.io/v1alpha2=true on kube-apiserver (1.35's alpha, scheduling.k8s.io/v1alpha1 with spec.workloadRef, is not supported); until then the pods are scheduled one by one, or set dljob.dev/gang to another scheduler on every member"
@@ -86,5 +97,16 @@ mod tests {
             Kubernetes.pod_group_spec(&group(1, 1, None), None),
             json!({"schedulingPolicy": {"gang": {"minCount": 1}}})
         );
+        // One rack for all (the PodGroup's schedulingConstraints, alpha in
+        // 1.36 behind TopologyAwareWorkloadScheduling); required only.
+        assert_eq!(
+            Kubernetes.pod_group_spec(
+                &group(4, 4, None).within(Some(("example.com/rack", true))),
+                None
+            ),
+            json!({"schedulingPolicy": {"gang": {"minCount": 4}}, "schedulingConstraints": {"topology": [{"key": "example.com/rack"}]}})
+        );
+        assert_eq!(Kubernetes.topology_refusal(true), None);
+        assert!(Kubernetes.topology_refusal(false).is_some());
     }
 }

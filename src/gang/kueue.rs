@@ -12,6 +12,10 @@ pub(crate) const GROUP_NAME: &str = "kueue.x-k8s.io/pod-group-name";
 pub(crate) const TOTAL_COUNT: &str = "kueue.x-k8s.io/pod-group-total-count";
 /// The label naming the LocalQueue.
 pub(crate) const QUEUE_NAME: &str = "kueue.x-k8s.io/queue-name";
+/// Topology-Aware Scheduling: the node label one domain of which must (or
+/// should) hold the pod's PodSet.
+pub(crate) const REQUIRED_TOPOLOGY: &str = "kueue.x-k8s.io/podset-required-topology";
+pub(crate) const PREFERRED_TOPOLOGY: &str = "kueue.x-k8s.io/podset-preferred-topology";
 
 pub(crate) struct Kueue;
 
@@ -27,15 +31,29 @@ impl Scheduler for Kueue {
         if let Some(queue) = group.queue {
             labels.push((QUEUE_NAME, queue.to_owned()));
         }
+        let mut annotations = vec![(TOTAL_COUNT, group.total.to_string())];
+        if let Some((key, required)) = group.topology {
+            let which = if required {
+                REQUIRED_TOPOLOGY
+            } else {
+                PREFERRED_TOPOLOGY
+            };
+            annotations.push((which, key.to_owned()));
+        }
         PodMarks {
             labels,
-            annotations: vec![(TOTAL_COUNT, group.total.to_string())],
+            annotations,
             scheduler_name: None,
             scheduling_group: None,
         }
     }
     fn queues(&self) -> bool {
         true
+    }
+    /// Kueue's TAS reads either annotation (its Topology object must list
+    /// the label as a level; that is the cluster admin's).
+    fn topology_refusal(&self, _required: bool) -> Option<String> {
+        None
     }
 }
 
@@ -59,6 +77,28 @@ mod tests {
             }
         );
         assert_eq!(Kueue.pod(&group(9, 9, None)).labels.len(), 1);
+        // Topology-Aware Scheduling, as Kueue's docs spell it.
+        let rack = Kueue.pod(&group(9, 9, None).within(Some(("example.com/rack", true))));
+        assert_eq!(
+            rack.annotations,
+            vec![
+                ("kueue.x-k8s.io/pod-group-total-count", "9".into()),
+                (
+                    "kueue.x-k8s.io/podset-required-topology",
+                    "example.com/rack".into()
+                )
+            ]
+        );
+        let zone =
+            Kueue.pod(&group(9, 9, None).within(Some(("topology.kubernetes.io/zone", false))));
+        assert_eq!(
+            zone.annotations[1],
+            (
+                "kueue.x-k8s.io/podset-preferred-topology",
+                "topology.kubernetes.io/zone".into()
+            )
+        );
+        assert_eq!(Kueue.topology_refusal(false), None);
         assert!(Kueue.pod_group_kind().is_none());
     }
 }

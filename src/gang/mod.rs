@@ -48,6 +48,9 @@ pub(crate) struct Group<'a> {
     pub min_member: u32,
     /// `dljob.dev/queue`.
     pub queue: Option<&'a str>,
+    /// `dljob.dev/topology`: the node label key, and whether one domain of
+    /// it is required (else preferred).
+    pub topology: Option<(&'a str, bool)>,
 }
 
 impl<'a> Group<'a> {
@@ -67,7 +70,13 @@ impl<'a> Group<'a> {
             total,
             min_member: wanted.saturating_sub(gated).max(1),
             queue,
+            topology: None,
         }
+    }
+
+    /// The gang placed in one domain of a node label (`dljob.dev/topology`).
+    pub(crate) fn within(self, topology: Option<(&'a str, bool)>) -> Self {
+        Self { topology, ..self }
     }
 }
 
@@ -116,6 +125,15 @@ pub(crate) trait Scheduler: Sync {
     fn queues(&self) -> bool {
         false
     }
+    /// Why this scheduler cannot place a gang in one domain of a node label
+    /// (`dljob.dev/topology`, `required` or not); None where it can (its
+    /// `pod` and `pod_group_spec` then declare it).
+    fn topology_refusal(&self, _required: bool) -> Option<String> {
+        Some(format!(
+            "the {} gang has no way to keep a job in one domain of a node label; use dljob.dev/gang: kubernetes or kueue",
+            self.name()
+        ))
+    }
 }
 
 /// `none`: nothing is declared.
@@ -127,6 +145,9 @@ impl Scheduler for Unscheduled {
     }
     fn pod(&self, _group: &Group<'_>) -> PodMarks {
         PodMarks::default()
+    }
+    fn topology_refusal(&self, _required: bool) -> Option<String> {
+        Some("without a gang scheduler nothing places the job as one; set dljob.dev/gang: kubernetes or kueue".to_owned())
     }
 }
 
@@ -140,6 +161,7 @@ pub(crate) mod test_support {
             total,
             min_member,
             queue,
+            topology: None,
         }
     }
 }

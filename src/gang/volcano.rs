@@ -48,6 +48,9 @@ impl Scheduler for Volcano {
     fn queues(&self) -> bool {
         true
     }
+    fn topology_refusal(&self, _required: bool) -> Option<String> {
+        Some("Volcano keeps a job together by tiers of its HyperNodes (the PodGroup's spec.networkTopology), not by a node label, and dljob does not declare those; use dljob.dev/gang: kubernetes or kueue for a node label".to_owned())
+    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,11 @@ pub(super) fn job_spec(
     let ssh_path = ssh_path(meta, v);
     let gang = gang(meta, config, v);
     let queue = meta.annotation(c::QUEUE).map(str::to_owned);
+    let topology_key = meta.annotation(c::TOPOLOGY).and_then(|text| {
+        c::Placement::parse(text)
+            .map_err(|e| v.push(Rule::InvalidValue, e))
+            .ok()
+    });
     let tensorboard = tensorboard(meta, v);
     let (framework, topology) = (framework?, topology?);
     if meta.annotation(c::RESTART_SCOPE).is_none() {
@@ -35,6 +40,7 @@ pub(super) fn job_spec(
         ssh_path: framework.uses_ssh().then_some(ssh_path),
         gang,
         queue,
+        topology: topology_key,
         tensorboard,
     })
 }
@@ -73,6 +79,18 @@ pub(super) fn check_gang(kind: Kind, meta: &Meta<'_>, spec: &JobSpec, v: &mut Vi
     let Some(scheduler) = spec.scheduler() else {
         return;
     };
+    if let Some(placement) = &spec.topology {
+        if let Some(why) = scheduler.topology_refusal(placement.required) {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{}\" cannot be declared: {why}",
+                    c::TOPOLOGY,
+                    meta.annotation(c::TOPOLOGY).unwrap_or_default()
+                ),
+            );
+        }
+    }
     if let Some(queue) = &spec.queue {
         // It becomes a label value (Kueue) or an object's name (Volcano).
         if queue.len() > 63 || !queue.split('.').all(c::is_dns_label) {
