@@ -12,6 +12,7 @@
 //! lost) and a warning says so. Existing dljob keys are kept when they
 //! agree and never overwritten: a disagreeing one is a problem naming it.
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use serde_json::Value;
@@ -125,7 +126,15 @@ pub(crate) fn label(
     let replicas = replicas_annotation(&members, &computed, &mut problems);
     let mut policies = job_wide(&members, &set, &mut problems);
     let ranges = set_ranges(&members, &computed, &mut problems);
-    if let Some(slots) = worker_slots(&members, framework, &ranges, &policies, &mut problems) {
+    let claims = ClaimTemplates::of(docs);
+    if let Some(slots) = worker_slots(
+        &members,
+        framework,
+        &ranges,
+        &policies,
+        &claims,
+        &mut problems,
+    ) {
         policies.push((c::SLOTS, slots));
     }
     let job_wide = JobWide {
@@ -402,16 +411,29 @@ fn set_ranges(members: &[Member<'_>], computed: &Topology, problems: &mut Vec<St
 }
 
 /// mpi/chainer with worker sets and no slots given: each set's range gets
-/// the GPUs its framework container requests, every other host the
-/// launcher's (or 1).
+/// the devices its framework container asks for (a device limit such as
+/// `nvidia.com/gpu`, or the DRA claims it uses, counted from the
+/// ResourceClaimTemplates among the manifests), every other host the
+/// launcher's (or 1). One set whose hosts have one slot each says nothing.
 fn worker_slots(
     members: &[Member<'_>],
     framework: &dyn Framework,
     ranges: &Ranges,
     policies: &[(&'static str, String)],
+    claims: &ClaimTemplates<'_>,
     problems: &mut Vec<String>,
 ) -> Option<String> {
-    let worker_sets: Vec<(u32, u32, u32)> = ranges
+    if !framework.uses_slots() || policies.iter().any(|(k, _)| *k == c::SLOTS) {
+        return None;
+    }
+    let mut unknown = Vec::new();
+    let mut devices = |m: &Member<'_>| {
+        devices_of(m, framework, claims)
+            .map_err(|why| unknown.push(format!("{}: {why}", m.display)))
+            .unwrap_or(0)
+            .max(1)
+    };
+    let mut worker_sets: Vec<(u32, u32, u32)> = ranges
         .covered
         .iter()
         .filter(|(r, _, _)| r == "worker")
@@ -420,18 +442,37 @@ fn worker_slots(
                 .iter()
                 .filter(|m| m.kind != Kind::Pod && m.role.as_deref() == Some("worker")),
         )
-        .map(|((_, first, end), m)| (*first, *end, gpus_of(m, framework).max(1)))
+        .map(|((_, first, end), m)| (*first, *end, devices(m)))
         .collect();
-    if !framework.uses_slots()
-        || worker_sets.len() < 2
-        || policies.iter().any(|(k, _)| *k == c::SLOTS)
-    {
-        return None;
+    // A role that is one workload has no ranges: it covers every index.
+    let workers: Vec<&Member<'_>> = members
+        .iter()
+        .filter(|m| m.role.as_deref() == Some("worker"))
+        .collect();
+    if let ([m], true) = (workers.as_slice(), worker_sets.is_empty()) {
+        if m.kind != Kind::Pod {
+            // Its size's problems are reported where the topology is made.
+            let size = size_of(m, &mut Vec::new()).unwrap_or(0);
+            worker_sets.push((0, size, devices(m)));
+        }
     }
     let others = framework
         .gated_role()
         .and_then(|r| members.iter().find(|m| m.role.as_deref() == Some(r)))
-        .map_or(1, |m| gpus_of(m, framework).max(1));
+        .map_or(1, &mut devices);
+    if !unknown.is_empty() {
+        for why in unknown {
+            problems.push(format!(
+                "{why}; give every host's slots with --set {}=N (or per worker range, e.g. \"0-3=4\")",
+                short(c::SLOTS)
+            ));
+        }
+        return None;
+    }
+    let one_each = worker_sets.len() == 1 && worker_sets[0].2 == 1 && others == 1;
+    if worker_sets.is_empty() || one_each {
+        return None;
+    }
     let mut text = others.to_string();
     for (first, end, n) in &worker_sets {
         text.push_str(&format!(",{first}-{}={n}", end.saturating_sub(1)));
@@ -440,6 +481,65 @@ fn worker_slots(
         .map(|slots| slots.to_string())
         .map_err(|e| problems.push(e))
         .ok()
+}
+
+/// The input's `ResourceClaimTemplate`s (resource.k8s.io), by name.
+struct ClaimTemplates<'d>(BTreeMap<&'d str, &'d Value>);
+
+impl<'d> ClaimTemplates<'d> {
+    fn of(docs: &'d [Document]) -> Self {
+        Self(
+            docs.iter()
+                .filter_map(|d| d.value.as_ref())
+                .filter(|v| {
+                    v.get("kind").and_then(Value::as_str) == Some("ResourceClaimTemplate")
+                        && v.get("apiVersion")
+                            .and_then(Value::as_str)
+                            .is_some_and(|a| a.starts_with("resource.k8s.io/"))
+                })
+                .filter_map(|v| Some((v.pointer("/metadata/name")?.as_str()?, v)))
+                .collect(),
+        )
+    }
+}
+
+/// Devices the DRA claim template `name` asks for: the sum of its
+/// requests' counts (`request`: only that one), each `ExactCount` (1 when
+/// unset). Err when it cannot be counted here.
+fn template_devices(
+    claims: &ClaimTemplates<'_>,
+    name: &str,
+    request: Option<&str>,
+) -> Result<u32, String> {
+    let template = claims.0.get(name).ok_or_else(|| {
+        format!("ResourceClaimTemplate \"{name}\" is not among the manifests, so its devices cannot be counted")
+    })?;
+    let requests = template
+        .pointer("/spec/spec/devices/requests")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let mut total: u32 = 0;
+    for r in requests {
+        let rname = r.get("name").and_then(Value::as_str).unwrap_or("");
+        if request.is_some_and(|want| want != rname) {
+            continue;
+        }
+        if r.get("firstAvailable").is_some() {
+            return Err(format!("request \"{rname}\" of ResourceClaimTemplate \"{name}\" lists alternatives (firstAvailable), whose count depends on which one is allocated"));
+        }
+        // resource.k8s.io/v1 nests the count under `exactly`; v1beta1 did not.
+        let exact = r.get("exactly").unwrap_or(r);
+        match exact.get("allocationMode").and_then(Value::as_str) {
+            None | Some("ExactCount") => {}
+            Some(mode) => {
+                return Err(format!("request \"{rname}\" of ResourceClaimTemplate \"{name}\" has allocationMode: {mode} (every matching device of the node), a count only the node knows"));
+            }
+        }
+        let count = exact.get("count").and_then(Value::as_u64).unwrap_or(1);
+        total = total.saturating_add(u32::try_from(count).unwrap_or(u32::MAX));
+    }
+    Ok(total)
 }
 
 /// Indexes of plain Pods, in document order per role, where the role has
@@ -808,30 +908,70 @@ fn infer_role(
     None
 }
 
-/// GPUs its framework container requests (the webhook's container rule).
-fn gpus_of(m: &Member<'_>, framework: &dyn Framework) -> u32 {
+/// Devices its framework container (the webhook's container rule) asks
+/// for: its GPU limit, else the devices of the DRA claims it uses (0 when
+/// neither). Err when a claim's devices cannot be counted from the input.
+fn devices_of(
+    m: &Member<'_>,
+    framework: &dyn Framework,
+    claims: &ClaimTemplates<'_>,
+) -> Result<u32, String> {
     let Some(pod) = object::at(m.value, m.kind.pod_path()) else {
-        return 0;
+        return Ok(0);
     };
     let Some(spec) = pod.get("spec") else {
-        return 0;
+        return Ok(0);
     };
     let containers = object::containers(spec);
     let facts: Vec<crate::member::ContainerFacts<'_>> = containers
         .iter()
         .map(|c| crate::member::ContainerFacts {
             name: object::name_of(c),
-            accelerator: object::requests_extended_resource(c),
+            accelerator: object::requests_extended_resource(c) || object::uses_pod_claim(spec, c),
         })
         .collect();
-    crate::member::pick_container(
+    let Some((i, _)) = crate::member::pick_container(
         object::meta_str(pod, &[], "annotations", c::CONTAINER),
         object::meta_str(pod, &[], "annotations", c::K8S_DEFAULT_CONTAINER),
         framework.name(),
         &facts,
-    )
-    .and_then(|(i, _)| object::gpu_count(&containers[i]))
-    .unwrap_or(0)
+    ) else {
+        return Ok(0);
+    };
+    if let Some(gpus) = object::gpu_count(&containers[i]) {
+        return Ok(gpus);
+    }
+    let pod_claims = spec
+        .get("resourceClaims")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let used = containers[i]
+        .pointer("/resources/claims")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let mut total: u32 = 0;
+    for claim in used {
+        let name = claim.get("name").and_then(Value::as_str).unwrap_or("");
+        let Some(pod_claim) = pod_claims
+            .iter()
+            .find(|p| p.get("name").and_then(Value::as_str) == Some(name))
+        else {
+            continue;
+        };
+        let request = claim.get("request").and_then(Value::as_str);
+        let devices = match pod_claim.get("resourceClaimTemplateName").and_then(Value::as_str) {
+            Some(template) => template_devices(claims, template, request)?,
+            None => {
+                return Err(format!(
+                    "claim \"{name}\" is a ResourceClaim shared by name (resourceClaimName), whose devices dljob label does not read"
+                ))
+            }
+        };
+        total = total.saturating_add(devices);
+    }
+    Ok(total)
 }
 
 /// Replicas a member adds to its role: 1 for a plain Pod, a StatefulSet's

@@ -145,7 +145,7 @@ fn every_example_stripped_and_relabelled_gets_its_keys_back() {
         .filter(|p| p.join("job.yaml").is_file())
         .collect();
     examples.sort();
-    assert_eq!(examples.len(), 15, "{examples:?}");
+    assert_eq!(examples.len(), 17, "{examples:?}");
     let policies = [
         "dljob.dev/port",
         "dljob.dev/slots",
@@ -158,6 +158,7 @@ fn every_example_stripped_and_relabelled_gets_its_keys_back() {
         "dljob.dev/ssh-path",
         "dljob.dev/gang",
         "dljob.dev/queue",
+        "dljob.dev/topology",
         "dljob.dev/restart-scope",
         "dljob.dev/tensorboard",
     ];
@@ -594,4 +595,85 @@ fn worker_sets_get_their_offsets_and_slots_from_their_gpus() {
         labelled[0]["metadata"]["annotations"]["dljob.dev/slots"],
         "2,0=4,1-2=2"
     );
+}
+
+/// Slots from DRA claims: `examples/chainermn-dra` stripped of its keys
+/// and labelled without `--set slots` gets the example's `0-1=4` — the
+/// worker set's 4 from its ResourceClaimTemplate's device count. A claim
+/// whose devices the manifests cannot tell (template absent, or
+/// `allocationMode: All`) is a problem naming the fix, and nothing is
+/// printed.
+#[test]
+fn worker_slots_come_from_the_dra_claim_templates_among_the_manifests() {
+    let path = repo().join("examples/chainermn-dra/job.yaml");
+    let original = values(&std::fs::read_to_string(&path).unwrap());
+    let stripped: Vec<String> = original
+        .iter()
+        .map(|v| serde_saphyr::to_string(&strip(v)).unwrap())
+        .collect();
+    let label = |docs: &[String]| {
+        dljob(
+            &[
+                "label",
+                "-f",
+                "-",
+                "--job",
+                "cmn-dra",
+                "--framework",
+                "chainer",
+            ],
+            Some(&docs.join("---\n")),
+        )
+    };
+    let run = label(&stripped);
+    assert!(run.success(), "{run:?}");
+    let labelled = values(&run.stdout);
+    for (got, want) in labelled.iter().zip(&original) {
+        assert_eq!(
+            dljob_keys(got),
+            dljob_keys(want),
+            "{}",
+            manifest::describe(want)
+        );
+    }
+    assert_eq!(
+        labelled[1]["metadata"]["annotations"]["dljob.dev/slots"],
+        "0-1=4"
+    );
+
+    // Without the template: it cannot count, and says how to go on.
+    let run = label(&stripped[1..]);
+    assert!(!run.success(), "{run:?}");
+    assert_eq!(run.stdout, "");
+    assert!(
+        run.stderr.contains("StatefulSet/cmn-dra-worker: ResourceClaimTemplate \"cmn-dra-four-gpus\" is not among the manifests, so its devices cannot be counted; give every host's slots with --set slots=N (or per worker range, e.g. \"0-3=4\")"),
+        "{run:?}"
+    );
+    // allocationMode: All is the node's to count.
+    let all = stripped[0].replace("count: 4", "allocationMode: All");
+    assert_ne!(all, stripped[0]);
+    let mut docs = stripped.clone();
+    docs[0] = all;
+    let run = label(&docs);
+    assert!(!run.success(), "{run:?}");
+    assert!(
+        run.stderr.contains("request \"gpus\" of ResourceClaimTemplate \"cmn-dra-four-gpus\" has allocationMode: All (every matching device of the node), a count only the node knows; give every host's slots with --set slots=N"),
+        "{run:?}"
+    );
+    // --set slots decides, and nothing needs counting.
+    let run = dljob(
+        &[
+            "label",
+            "-f",
+            "-",
+            "--job",
+            "cmn-dra",
+            "--framework",
+            "chainer",
+            "--set",
+            "slots=4",
+        ],
+        Some(&stripped[1..].join("---\n")),
+    );
+    assert!(run.success(), "{run:?}");
 }
