@@ -47,6 +47,10 @@ impl Scheduler for Kubernetes {
             "the kubernetes gang's topology constraint is a requirement only (every pod in one domain); write dljob.dev/topology without \"preferred:\"".to_owned()
         })
     }
+    /// Its PodGroup has no resource field.
+    fn wants_min_resources(&self) -> bool {
+        false
+    }
     fn install_hint(&self) -> &'static str {
         "Kubernetes 1.36 or later serves it with the feature gates GenericWorkload=true and GangScheduling=true on kube-apiserver and kube-scheduler and --runtime-config=scheduling.k8s.io/v1alpha2=true on kube-apiserver (1.35's alpha, scheduling.k8s.io/v1alpha1 with spec.workloadRef, is not supported); until then the pods are scheduled one by one, or set dljob.dev/gang to another scheduler on every member"
     }
@@ -93,6 +97,7 @@ mod tests {
         // A queue means nothing to it; no group is ever of 0 (the API
         // server refuses minCount 0 as missing).
         assert!(!Kubernetes.queues());
+        assert!(!Kubernetes.wants_min_resources());
         assert_eq!(
             Kubernetes.pod_group_spec(&group(1, 1, None), None),
             json!({"schedulingPolicy": {"gang": {"minCount": 1}}})

@@ -117,6 +117,11 @@ pub(crate) trait Scheduler: Sync {
     fn pod_group_spec(&self, _group: &Group<'_>, _min_resources: Option<&Value>) -> Value {
         Value::Null
     }
+    /// Whether its PodGroup declares `minResources` (the members' requests
+    /// are then kept and summed).
+    fn wants_min_resources(&self) -> bool {
+        self.pod_group_kind().is_some()
+    }
     /// What to install when the cluster does not serve the PodGroup kind.
     fn install_hint(&self) -> &'static str {
         ""

@@ -164,9 +164,7 @@ pub fn parse(
         .filter(|s| !s.is_empty())
         .or(namespace)
         .unwrap_or("default");
-    let wants_resources = spec
-        .scheduler()
-        .is_some_and(|s| s.pod_group_kind().is_some());
+    let wants_resources = spec.scheduler().is_some_and(|s| s.wants_min_resources());
     let pod_requests = if wants_resources && owner == PodOwner::None {
         pod_requests(kind, object)
     } else {

@@ -405,7 +405,7 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     let min_resources = job
         .spec
         .scheduler()
-        .and_then(|s| s.pod_group_kind())
+        .filter(|s| s.wants_min_resources())
         .and_then(|_| {
             let members = ctx.index.members(&namespace, &name, Some(&uid));
             resources::min_resources(&job.spec, members.iter().map(|e| &e.member))
