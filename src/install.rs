@@ -567,6 +567,36 @@ mod tests {
         assert_eq!(c.replacements[0].targets.len(), 2);
     }
 
+    /// The reconciler may read, create and repair the PodGroup of every
+    /// gang scheduler dljob knows: a kind it cannot read would fail the
+    /// reconcile of every job using that gang (403), not just its group.
+    #[test]
+    fn the_cluster_role_grants_every_gang_schedulers_pod_group() {
+        use k8s_openapi::api::rbac::v1::ClusterRole;
+        let role: ClusterRole = serde_saphyr::from_str(
+            CLUSTER_ROLE_YAML
+                .split("\n---\n")
+                .find(|d| d.contains("kind: ClusterRole\n"))
+                .unwrap(),
+        )
+        .unwrap();
+        for scheduler in crate::gang::ALL {
+            let Some(kind) = scheduler.pod_group_kind() else {
+                continue;
+            };
+            let granted = role.rules.iter().flatten().any(|r| {
+                let has =
+                    |list: &Option<Vec<String>>, x: &str| list.iter().flatten().any(|v| v == x);
+                has(&r.api_groups, kind.group)
+                    && has(&r.resources, kind.plural)
+                    && ["get", "create", "patch"]
+                        .iter()
+                        .all(|v| r.verbs.iter().any(|g| g == v))
+            });
+            assert!(granted, "{} podgroups of {}", kind.group, scheduler.name());
+        }
+    }
+
     #[test]
     fn namespaced_rbac_refuses_what_is_not_a_namespace() {
         let e = namespaced_rbac(&["team-a".into(), "Team_B".into()], "dljob-system").unwrap_err();

@@ -442,6 +442,7 @@ fn worker_slots(
                 .iter()
                 .filter(|m| m.kind != Kind::Pod && m.role.as_deref() == Some("worker")),
         )
+        .filter(|((_, first, end), _)| end > first)
         .map(|((_, first, end), m)| (*first, *end, devices(m)))
         .collect();
     // A role that is one workload has no ranges: it covers every index.
@@ -453,7 +454,9 @@ fn worker_slots(
         if m.kind != Kind::Pod {
             // Its size's problems are reported where the topology is made.
             let size = size_of(m, &mut Vec::new()).unwrap_or(0);
-            worker_sets.push((0, size, devices(m)));
+            if size > 0 {
+                worker_sets.push((0, size, devices(m)));
+            }
         }
     }
     let others = framework
@@ -483,23 +486,25 @@ fn worker_slots(
         .ok()
 }
 
-/// The input's `ResourceClaimTemplate`s (resource.k8s.io), by name.
-struct ClaimTemplates<'d>(BTreeMap<&'d str, &'d Value>);
+/// The input's `ResourceClaimTemplate`s (resource.k8s.io), by name (two of
+/// one name, in two namespaces, cannot be told apart here).
+struct ClaimTemplates<'d>(BTreeMap<&'d str, Vec<&'d Value>>);
 
 impl<'d> ClaimTemplates<'d> {
     fn of(docs: &'d [Document]) -> Self {
-        Self(
-            docs.iter()
-                .filter_map(|d| d.value.as_ref())
-                .filter(|v| {
-                    v.get("kind").and_then(Value::as_str) == Some("ResourceClaimTemplate")
-                        && v.get("apiVersion")
-                            .and_then(Value::as_str)
-                            .is_some_and(|a| a.starts_with("resource.k8s.io/"))
-                })
-                .filter_map(|v| Some((v.pointer("/metadata/name")?.as_str()?, v)))
-                .collect(),
-        )
+        let mut by_name: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+        let templates = docs.iter().filter_map(|d| d.value.as_ref()).filter(|v| {
+            v.get("kind").and_then(Value::as_str) == Some("ResourceClaimTemplate")
+                && v.get("apiVersion")
+                    .and_then(Value::as_str)
+                    .is_some_and(|a| a.starts_with("resource.k8s.io/"))
+        });
+        for v in templates {
+            if let Some(name) = v.pointer("/metadata/name").and_then(Value::as_str) {
+                by_name.entry(name).or_default().push(v);
+            }
+        }
+        Self(by_name)
     }
 }
 
@@ -511,20 +516,43 @@ fn template_devices(
     name: &str,
     request: Option<&str>,
 ) -> Result<u32, String> {
-    let template = claims.0.get(name).ok_or_else(|| {
-        format!("ResourceClaimTemplate \"{name}\" is not among the manifests, so its devices cannot be counted")
-    })?;
+    let template = match claims.0.get(name).map(Vec::as_slice) {
+        Some([one]) => *one,
+        Some(_) => {
+            return Err(format!(
+                "several ResourceClaimTemplates are named \"{name}\" (in different namespaces), so which one the pods use cannot be told here"
+            ))
+        }
+        None => {
+            return Err(format!(
+                "ResourceClaimTemplate \"{name}\" is not among the manifests, so its devices cannot be counted"
+            ))
+        }
+    };
     let requests = template
         .pointer("/spec/spec/devices/requests")
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or(&[]);
+    let wanted: Vec<&Value> = requests
+        .iter()
+        .filter(|r| request.is_none_or(|want| r.get("name").and_then(Value::as_str) == Some(want)))
+        .collect();
+    // GPUs and NICs in one claim are not all slots: which are is not said.
+    if wanted.len() > 1 {
+        let names: Vec<&str> = wanted
+            .iter()
+            .filter_map(|r| r.get("name").and_then(Value::as_str))
+            .collect();
+        return Err(format!(
+            "ResourceClaimTemplate \"{name}\" makes {} device requests ({}), and which of them are a host's slots is not said",
+            wanted.len(),
+            names.join(", ")
+        ));
+    }
     let mut total: u32 = 0;
-    for r in requests {
+    for r in wanted {
         let rname = r.get("name").and_then(Value::as_str).unwrap_or("");
-        if request.is_some_and(|want| want != rname) {
-            continue;
-        }
         if r.get("firstAvailable").is_some() {
             return Err(format!("request \"{rname}\" of ResourceClaimTemplate \"{name}\" lists alternatives (firstAvailable), whose count depends on which one is allocated"));
         }
@@ -923,13 +951,7 @@ fn devices_of(
         return Ok(0);
     };
     let containers = object::containers(spec);
-    let facts: Vec<crate::member::ContainerFacts<'_>> = containers
-        .iter()
-        .map(|c| crate::member::ContainerFacts {
-            name: object::name_of(c),
-            accelerator: object::requests_extended_resource(c) || object::uses_pod_claim(spec, c),
-        })
-        .collect();
+    let facts = crate::member::container_facts(spec);
     let Some((i, _)) = crate::member::pick_container(
         object::meta_str(pod, &[], "annotations", c::CONTAINER),
         object::meta_str(pod, &[], "annotations", c::K8S_DEFAULT_CONTAINER),

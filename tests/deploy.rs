@@ -552,6 +552,10 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
             ("scheduling.x-k8s.io", "podgroups"),
             &["create", "get", "patch"],
         ),
+        (
+            ("scheduling.k8s.io", "podgroups"),
+            &["create", "get", "patch"],
+        ),
         (("events.k8s.io", "events"), &["create", "patch"]),
     ]
     .into_iter()

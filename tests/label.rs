@@ -660,6 +660,20 @@ fn worker_slots_come_from_the_dra_claim_templates_among_the_manifests() {
         run.stderr.contains("request \"gpus\" of ResourceClaimTemplate \"cmn-dra-four-gpus\" has allocationMode: All (every matching device of the node), a count only the node knows; give every host's slots with --set slots=N"),
         "{run:?}"
     );
+    // GPUs and a NIC in one template: which are slots is not said.
+    let mut two = original[0].clone();
+    two["spec"]["spec"]["devices"]["requests"] = serde_json::json!([
+        {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 4}},
+        {"name": "nic", "exactly": {"deviceClassName": "rdma.example.com"}}
+    ]);
+    let mut docs = stripped.clone();
+    docs[0] = serde_saphyr::to_string(&two).unwrap();
+    let run = label(&docs);
+    assert!(!run.success(), "{run:?}");
+    assert!(
+        run.stderr.contains("ResourceClaimTemplate \"cmn-dra-four-gpus\" makes 2 device requests (gpus, nic), and which of them are a host's slots is not said; give every host's slots with --set slots=N"),
+        "{run:?}"
+    );
     // --set slots decides, and nothing needs counting.
     let run = dljob(
         &[

@@ -1416,7 +1416,7 @@ async fn native_gang_reconcile(existing: Value, created: Option<Value>) -> Vec<V
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (status_seen, events_seen) = (seen.clone(), seen.clone());
     let uri = format!("/apis/scheduling.k8s.io/v1alpha2/namespaces/{NS}/podgroups");
-    let unavailable = created.as_ref().is_some_and(|c| c["code"] == 404);
+    let unavailable = created.as_ref().is_some_and(|c| c["code"] == 404) || existing["code"] == 403;
     let mut calls = vec![call("GET", format!("{uri}/mnist"), |_| {}, existing)];
     if let Some(answer) = created {
         calls.push(call(
@@ -1512,6 +1512,18 @@ async fn a_native_gang_job_gets_a_scheduling_k8s_io_pod_group_or_says_which_gate
             &json!(MESSAGE)
         )
     );
+    // Not readable (an install whose RBAC lacks the kind): reported the
+    // same way, and the job's status is still written.
+    let forbidden = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "podgroups.scheduling.k8s.io \"mnist\" is forbidden: User \"system:serviceaccount:dljob-system:dljob\" cannot get resource \"podgroups\" in API group \"scheduling.k8s.io\" in the namespace \"ml\"",
+        "reason": "Forbidden", "code": 403});
+    let seen = native_gang_reconcile(forbidden, None).await;
+    let gang = gang_condition(&seen[0]).expect("GangUnavailable");
+    assert_eq!(
+        gang["message"],
+        "PodGroup/mnist was refused: podgroups.scheduling.k8s.io \"mnist\" is forbidden: User \"system:serviceaccount:dljob-system:dljob\" cannot get resource \"podgroups\" in API group \"scheduling.k8s.io\" in the namespace \"ml\""
+    );
+    assert_eq!(seen[1]["note"], gang["message"]);
 }
 
 /// One pass of the first-sight creator, bounded: how many DLJobs it made.

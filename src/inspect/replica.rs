@@ -83,16 +83,11 @@ fn index_from_hostname(pod: &Value, job: &str, role: &str) -> Option<u32> {
 }
 
 /// The framework container's name by the one container rule, from the
-/// pod's own annotations, containers and their resources.
+/// pod's own annotations, containers, their resources and DRA claims.
 fn framework_container(pod: &Value) -> Option<String> {
-    let containers = object::containers(object::at(pod, &["spec"])?);
-    let facts: Vec<member::ContainerFacts<'_>> = containers
-        .iter()
-        .map(|c| member::ContainerFacts {
-            name: object::name_of(c),
-            accelerator: object::requests_extended_resource(c),
-        })
-        .collect();
+    let spec = object::at(pod, &["spec"])?;
+    let containers = object::containers(spec);
+    let facts = member::container_facts(spec);
     let annotation = |key| object::meta_str(pod, &[], "annotations", key);
     let (i, _) = member::pick_container(
         annotation(c::CONTAINER),

@@ -91,6 +91,19 @@ pub fn pick_container(
     }
 }
 
+/// What the container rule reads of each container of a pod spec (JSON):
+/// its name, and whether it requests a device (an extended resource) or
+/// uses one of the pod's DRA claims.
+pub(crate) fn container_facts(spec: &Value) -> Vec<ContainerFacts<'_>> {
+    object::containers(spec)
+        .iter()
+        .map(|c| ContainerFacts {
+            name: object::name_of(c),
+            accelerator: object::requests_extended_resource(c) || object::uses_pod_claim(spec, c),
+        })
+        .collect()
+}
+
 /// Chooses the framework container of a pod (or pod template, `pod` being
 /// the value holding `spec`) by [`pick_container`].
 pub fn framework_container(m: &MemberSpec, pod: &Value) -> Option<usize> {
@@ -101,15 +114,7 @@ pub(super) fn framework_container_choice(
     m: &MemberSpec,
     pod: &Value,
 ) -> Option<(usize, ContainerChoice)> {
-    let spec = pod.get("spec")?;
-    let containers = object::containers(spec);
-    let facts: Vec<ContainerFacts<'_>> = containers
-        .iter()
-        .map(|c| ContainerFacts {
-            name: object::name_of(c),
-            accelerator: object::requests_extended_resource(c) || object::uses_pod_claim(spec, c),
-        })
-        .collect();
+    let facts = container_facts(pod.get("spec")?);
     pick_container(
         m.container.as_deref(),
         object::meta_str(pod, &[], "annotations", c::K8S_DEFAULT_CONTAINER),

@@ -13,6 +13,7 @@ mod keys;
 mod spec;
 mod topology;
 
+pub(crate) use self::container::container_facts;
 use self::container::{container, container_warning, slots_warning};
 pub use self::container::{framework_container, pick_container, ContainerChoice, ContainerFacts};
 pub use self::index::pod_owner;

@@ -245,10 +245,17 @@ async fn keep(
         Current::Present(value) => Some(value),
         Current::Absent => None,
         Current::Unwatched if owned.keep == Keep::CreateOnce => None,
-        Current::Unwatched => api
-            .get_opt(owned.name())
-            .await?
-            .map(|o| serde_json::to_value(o).unwrap_or_default()),
+        Current::Unwatched => match api.get_opt(owned.name()).await {
+            Ok(found) => found.map(|o| serde_json::to_value(o).unwrap_or_default()),
+            // An optional object dljob may not read (RBAC without that
+            // kind): reported like a refusal, so the job's status, restarts
+            // and gate go on.
+            Err(kube::Error::Api(s)) if owned.install_hint.is_some() => {
+                tracing::warn!(object = %owned.describe(), error = %s.message, "an owned object could not be read");
+                return Ok(Kept::Refused(s.message));
+            }
+            Err(e) => return Err(e),
+        },
     };
     let existing = match existing {
         Some(e) => e,

@@ -86,28 +86,50 @@ impl Resource for Listed {
 /// try to create them again (the API server would answer 409 every two
 /// seconds).
 #[derive(Default, Debug)]
-pub struct Unreadable(Mutex<HashMap<ObjectRef<DLJob>, String>>);
+pub struct Unreadable(Mutex<Marks>);
+
+/// Each unreadable DLJob with why and the list it was last seen in: a
+/// relist keeps what it sees again and, when it is done, forgets the rest
+/// (deleted while the watch was down), as the store swaps at its end.
+#[derive(Default, Debug)]
+struct Marks {
+    jobs: HashMap<ObjectRef<DLJob>, (String, u64)>,
+    list: u64,
+}
 
 impl Unreadable {
     pub(crate) fn contains(&self, job: &ObjectRef<DLJob>) -> bool {
-        self.lock().contains_key(job)
+        self.lock().jobs.contains_key(job)
     }
 
     /// Records `job` as unreadable; true when that is news (new, or
     /// another reason).
     pub fn insert(&self, job: ObjectRef<DLJob>, error: &str) -> bool {
-        self.lock().insert(job, error.to_owned()).as_deref() != Some(error)
+        let mut marks = self.lock();
+        let list = marks.list;
+        marks
+            .jobs
+            .insert(job, (error.to_owned(), list))
+            .is_none_or(|(was, _)| was != error)
     }
 
     fn remove(&self, job: &ObjectRef<DLJob>) {
-        self.lock().remove(job);
+        self.lock().jobs.remove(job);
     }
 
-    fn clear(&self) {
-        self.lock().clear();
+    /// A relist starts.
+    fn relisting(&self) {
+        self.lock().list += 1;
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<DLJob>, String>> {
+    /// A relist is done: what it did not see again is gone.
+    fn relisted(&self) {
+        let mut marks = self.lock();
+        let list = marks.list;
+        marks.jobs.retain(|_, (_, seen)| *seen == list);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Marks> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -115,10 +137,11 @@ impl Unreadable {
 }
 
 /// The event for the DLJob store: readable DLJobs as they are; an
-/// unreadable one recorded in `unreadable` and dropped (the store keeps
-/// what it last read of it, so a job that was running goes on under the
-/// spec it had), with a warning when that is news; a deletion of either
-/// deletes.
+/// unreadable one recorded in `unreadable` and dropped, with a warning
+/// when that is news (the store keeps what it last read of it, so the job
+/// goes on under the spec it had — until a relist, after which it is not
+/// reconciled until its DLJob is put right or deleted); a deletion of
+/// either deletes.
 pub(crate) fn readable(
     event: watcher::Event<Listed>,
     unreadable: &Unreadable,
@@ -141,10 +164,13 @@ pub(crate) fn readable(
     };
     match event {
         Event::Init => {
-            unreadable.clear();
+            unreadable.relisting();
             Some(Event::Init)
         }
-        Event::InitDone => Some(Event::InitDone),
+        Event::InitDone => {
+            unreadable.relisted();
+            Some(Event::InitDone)
+        }
         Event::InitApply(listed) => apply(listed).map(Event::InitApply),
         Event::Apply(listed) => apply(listed).map(Event::Apply),
         Event::Delete(listed) => {
@@ -222,7 +248,7 @@ mod tests {
         assert_eq!(events, ["a", "c"]);
         let bad = ObjectRef::new("bad").within("ml");
         assert!(unreadable.contains(&bad));
-        let why = unreadable.lock()[&bad].clone();
+        let why = unreadable.lock().jobs[&bad].0.clone();
         assert!(why.contains("role \"worker\" appears twice"), "{why}");
         // Said once, not at every event.
         assert!(!unreadable.insert(bad.clone(), &why));
@@ -236,6 +262,28 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(!unreadable.contains(&bad));
+        // A relist: kept while it runs (the creator must not try it), and
+        // forgotten at its end only if it was not seen again.
+        let listed = |name: &str, replicas: &str| -> Listed {
+            serde_json::from_value(dljob(name, replicas)).unwrap()
+        };
+        readable(
+            watcher::Event::Apply(listed("bad", "worker=0")),
+            &unreadable,
+        );
+        readable(
+            watcher::Event::Apply(listed("gone", "worker=0")),
+            &unreadable,
+        );
+        readable(watcher::Event::Init, &unreadable);
+        assert!(unreadable.contains(&bad));
+        readable(
+            watcher::Event::InitApply(listed("bad", "worker=0")),
+            &unreadable,
+        );
+        readable(watcher::Event::InitDone, &unreadable);
+        assert!(unreadable.contains(&bad));
+        assert!(!unreadable.contains(&ObjectRef::new("gone").within("ml")));
         // An object without readable metadata is not one: the decoding fails.
         assert!(serde_json::from_value::<Listed>(json!({"metadata": 3})).is_err());
     }

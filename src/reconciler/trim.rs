@@ -67,8 +67,20 @@ fn names_and(spec: &mut PodSpec, resources: bool, tensorboard: Option<&str>) {
             .collect();
         (!kept.is_empty()).then_some(kept)
     });
+    // The claims' names: a container using one is the framework container
+    // when the rule runs again on the trimmed pod.
+    let resource_claims = spec.resource_claims.take().map(|claims| {
+        claims
+            .into_iter()
+            .map(|c| k8s_openapi::api::core::v1::PodResourceClaim {
+                name: c.name,
+                ..Default::default()
+            })
+            .collect::<Vec<_>>()
+    });
     *spec = PodSpec {
         containers: std::mem::take(&mut spec.containers),
+        resource_claims: resource_claims.filter(|c| !c.is_empty()),
         restart_policy,
         scheduling_gates: gates.filter(|g| !g.is_empty()),
         volumes,
@@ -259,28 +271,37 @@ pub(super) mod tests {
     use crate::reconciler::observe::recreate_manifest;
     use serde_json::json;
 
-    /// The reconciler picks the framework container as admission did: a
-    /// container using one of the pod's DRA claims counts as requesting an
-    /// accelerator (tests/mutate.rs has admission's side).
+    /// A container using one of its pod's DRA claims is the framework
+    /// container, here as at admission (tests/mutate.rs), before and after
+    /// trimming, for a bare pod (which keeps every container, so the rule
+    /// runs again on the trimmed pod) and an owned one; a claim the pod
+    /// does not declare does not count.
     #[test]
     fn a_container_using_a_pod_claim_is_the_framework_container_here_too() {
-        let mut pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "w", "labels": {"dljob.dev/job": "j"}, "annotations": {"dljob.dev/framework": "pytorch"}},
-            "spec": {
-                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "four-gpus"}],
-                "containers": [
-                    {"name": "sidecar"},
-                    {"name": "trainer", "resources": {"claims": [{"name": "gpus"}]}}
-                ]
-            }
-        }))
-        .unwrap();
-        let spec = pod.spec.as_ref().unwrap();
-        assert_eq!(framework_container_of(&pod.metadata, spec), Some(1));
-        pod.spec.as_mut().unwrap().resource_claims = None;
-        let spec = pod.spec.as_ref().unwrap();
+        for owned in [false, true] {
+            let mut p = pod(owned, &["log", "train"], &[]);
+            let spec = p.spec.as_mut().unwrap();
+            spec.resource_claims = serde_json::from_value(json!([
+                {"name": "gpus", "resourceClaimTemplateName": "four-gpus"}
+            ]))
+            .unwrap();
+            spec.containers[1].resources =
+                serde_json::from_value(json!({"claims": [{"name": "gpus"}]})).unwrap();
+            let trimmed = trims_to_the_same(&p);
+            let (_, entry) = entry_of(&trimmed, &Config::default()).unwrap();
+            assert_eq!(
+                entry.framework_container.as_deref(),
+                Some("train"),
+                "owned: {owned}"
+            );
+            assert_eq!(container_names(&trimmed).1, vec!["train"], "owned: {owned}");
+        }
+        let mut p = pod(false, &["log", "train"], &[]);
+        p.spec.as_mut().unwrap().containers[1].resources =
+            serde_json::from_value(json!({"claims": [{"name": "gpus"}]})).unwrap();
+        let spec = p.spec.as_ref().unwrap();
         assert_eq!(
-            framework_container_of(&pod.metadata, spec),
+            framework_container_of(&p.metadata, spec),
             Some(0),
             "a guess: the first"
         );
