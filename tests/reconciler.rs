@@ -274,6 +274,7 @@ fn context(world: World, dljobs: Vec<DLJob>) -> (Arc<Context>, Handle) {
         metrics: Arc::new(Metrics::default()),
         config,
         now,
+        dropped: Default::default(),
     };
     (Arc::new(ctx), handle)
 }
@@ -388,6 +389,14 @@ fn delete_pod(name: &'static str) -> Call {
 /// Serves `calls` in order, then asserts that no other call comes before
 /// every client is dropped.
 async fn verify(mut handle: Handle, calls: Vec<Call>) {
+    answer(&mut handle, calls).await;
+    if let Some((request, _)) = handle.next_request().await {
+        panic!("unexpected call {} {}", request.method(), request.uri());
+    }
+}
+
+/// Answers `calls` in order, checking each request.
+async fn answer(handle: &mut Handle, calls: Vec<Call>) {
     for expected in calls {
         let (request, send) = handle.next_request().await.unwrap_or_else(|| {
             panic!("expected {} {}, got no call", expected.method, expected.uri)
@@ -420,9 +429,31 @@ async fn verify(mut handle: Handle, calls: Vec<Call>) {
                 .unwrap(),
         );
     }
-    if let Some((request, _)) = handle.next_request().await {
-        panic!("unexpected call {} {}", request.method(), request.uri());
-    }
+}
+
+/// One reconcile of a run of several on one context: its calls answered,
+/// the mock handed back for the next (which checks that nothing follows).
+async fn reconcile_then(
+    job: DLJob,
+    ctx: Arc<Context>,
+    mut handle: Handle,
+    calls: Vec<Call>,
+) -> Handle {
+    let verifier = tokio::spawn(async move {
+        answer(&mut handle, calls).await;
+        handle
+    });
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        controller::reconcile(Arc::new(job), ctx),
+    )
+    .await
+    .expect("reconcile timed out")
+    .expect("reconcile failed");
+    tokio::time::timeout(Duration::from_secs(5), verifier)
+        .await
+        .expect("verifier timed out")
+        .expect("verifier panicked")
 }
 
 /// Runs one reconcile against the verifier, both bounded by a timeout;
@@ -1524,6 +1555,79 @@ async fn a_native_gang_job_gets_a_scheduling_k8s_io_pod_group_or_says_which_gate
         "PodGroup/mnist was refused: podgroups.scheduling.k8s.io \"mnist\" is forbidden: User \"system:serviceaccount:dljob-system:dljob\" cannot get resource \"podgroups\" in API group \"scheduling.k8s.io\" in the namespace \"ml\""
     );
     assert_eq!(seen[1]["note"], gang["message"]);
+}
+
+/// A PodGroup topology on an API server that does not keep it (the
+/// `TopologyAwareWorkloadScheduling` gate off): the write's answer lacks
+/// `schedulingConstraints`; the job is told which field and why, and the
+/// next reconcile reads the PodGroup and writes nothing.
+#[tokio::test]
+async fn a_pod_group_field_the_api_server_drops_is_reported_and_not_rewritten() {
+    let mut job = dljob("pytorch", PYTORCH);
+    job.spec.gang = "kubernetes".into();
+    job.spec.topology = Some(serde_json::from_value(json!("example.com/rack")).unwrap());
+    let world = World {
+        pods: vec![
+            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
+        ],
+        services: vec![served(23456)],
+        ..World::default()
+    };
+    let (ctx, handle) = context(world, vec![job.clone()]);
+    let uri = format!("/apis/scheduling.k8s.io/v1alpha2/namespaces/{NS}/podgroups");
+    let stored = stored_native_pod_group(); // no schedulingConstraints
+    const MESSAGE: &str = "the API server did not keep spec.schedulingConstraints of PodGroup/mnist: a feature it has disabled? (a PodGroup's spec.schedulingConstraints needs the feature gate TopologyAwareWorkloadScheduling); dljob does not write it again until the job declares something else";
+    let status = Arc::new(std::sync::Mutex::new(Value::Null));
+    let (first, jj) = (status.clone(), job.clone());
+    let handle = reconcile_then(
+        job.clone(),
+        ctx.clone(),
+        handle,
+        vec![
+            call("GET", format!("{uri}/mnist"), |_| {}, not_found("podgroups.scheduling.k8s.io \"mnist\" not found")),
+            call(
+                "POST",
+                format!("{uri}?&fieldManager=dljob"),
+                |b| {
+                    assert_eq!(
+                        b["spec"],
+                        json!({"schedulingPolicy": {"gang": {"minCount": 2}}, "schedulingConstraints": {"topology": [{"key": "example.com/rack"}]}})
+                    )
+                },
+                stored.clone(),
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                move |b| *first.lock().unwrap() = b.clone(),
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            event("Running"),
+            call("POST", events_uri(), |b| assert_eq!(b["note"], MESSAGE), Value::Null),
+        ],
+    )
+    .await;
+    let written = status.lock().unwrap().clone();
+    let gang = written["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "GangUnavailable")
+        .cloned()
+        .expect("GangUnavailable");
+    assert_eq!(gang["message"], MESSAGE);
+    // Next reconcile (the status as written): the PodGroup read, nothing
+    // written at all — not it, and not the status, which still says why.
+    let mut again = job;
+    again.status = serde_json::from_value(written["status"].clone()).unwrap();
+    reconcile_expecting(
+        again,
+        ctx,
+        handle,
+        vec![call("GET", format!("{uri}/mnist"), |_| {}, stored)],
+    )
+    .await;
 }
 
 /// One pass of the first-sight creator, bounded: how many DLJobs it made.

@@ -18,7 +18,7 @@ use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::index::MemberIndex;
 use super::metrics::Metrics;
@@ -91,6 +91,8 @@ pub struct Context {
     pub config: tokio::sync::watch::Receiver<Config>,
     /// The clock (a fixed one in tests).
     pub now: fn() -> Timestamp,
+    /// What the API server did not keep of dljob's writes.
+    pub dropped: Dropped,
 }
 
 /// The current second: status times have one-second precision.
@@ -217,6 +219,8 @@ enum Kept {
     /// The API server (or the scheduler's webhook) refused an optional
     /// object, e.g. a PodGroup naming a queue that does not exist.
     Refused(String),
+    /// The API server did not keep all that dljob wrote (why, whole).
+    Dropped(String),
     /// An object of that name that this DLJob does not control: left
     /// alone, and why (for the condition).
     Foreign(String),
@@ -238,8 +242,11 @@ async fn keep(
     owned: &Owned,
     current: Current,
     job: (&str, &str),
+    dropped: &Dropped,
 ) -> Result<Kept, kube::Error> {
     let (job_name, job_uid) = job;
+    let desired = serde_json::to_value(&owned.object).map_err(kube::Error::SerdeError)?;
+    let key = format!("{namespace}/{}", owned.describe());
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &owned.resource);
     let existing = match current {
         Current::Present(value) => Some(value),
@@ -265,7 +272,7 @@ async fn keep(
                 ..PostParams::default()
             };
             match api.create(&pp, &owned.object).await {
-                Ok(_) => return Ok(Kept::Written),
+                Ok(stored) => return Ok(dropped.check(key, owned, &desired, &stored)),
                 Err(kube::Error::Api(s)) if s.code == CONFLICT => {
                     if owned.keep == Keep::CreateOnce {
                         return Ok(Kept::Foreign(format!(
@@ -302,9 +309,13 @@ async fn keep(
             owned.resource.kind
         )));
     }
-    let desired = serde_json::to_value(&owned.object).map_err(kube::Error::SerdeError)?;
     if resources::satisfies(&existing, &desired) {
         return Ok(Kept::Unchanged);
+    }
+    // What the API server dropped the last time is not written again
+    // while dljob declares the same: every reconcile would write.
+    if dropped.again(&key, &desired) {
+        return Ok(Kept::Dropped(Dropped::message(owned, &desired, &existing)));
     }
     tracing::info!(object = %owned.describe(), %namespace, "repairing drift");
     // dljob controls it: its fields are dljob's to take back.
@@ -318,13 +329,76 @@ async fn keep(
         )
         .await;
     match applied {
-        Ok(_) => Ok(Kept::Written),
+        Ok(stored) => Ok(dropped.check(key, owned, &desired, &stored)),
         Err(e) if replaced(&e) => Ok(Kept::Retry),
         Err(kube::Error::Api(s)) if owned.install_hint.is_some() => {
             tracing::warn!(object = %owned.describe(), error = %s.message, "an owned object was refused");
             Ok(Kept::Refused(s.message))
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Optional objects (a gang's PodGroup) whose write the API server
+/// answered without some of what dljob declared — a field of a feature it
+/// has disabled, such as a PodGroup's `schedulingConstraints` without the
+/// `TopologyAwareWorkloadScheduling` gate — by object, with the body
+/// declared then. Reported, and not written again until dljob declares
+/// something else (or restarts): otherwise every reconcile would write.
+#[derive(Default, Debug)]
+pub struct Dropped(std::sync::Mutex<BTreeMap<String, Value>>);
+
+impl Dropped {
+    /// After a write that the API server answered with `stored`.
+    fn check<K: serde::Serialize>(
+        &self,
+        key: String,
+        owned: &Owned,
+        desired: &Value,
+        stored: &K,
+    ) -> Kept {
+        let stored = serde_json::to_value(stored).unwrap_or_default();
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if owned.install_hint.is_none() || resources::satisfies(&stored, desired) {
+            map.remove(&key);
+            return Kept::Written;
+        }
+        map.insert(key, desired.clone());
+        let message = Self::message(owned, desired, &stored);
+        tracing::warn!(object = %owned.describe(), %message, "the API server did not keep what dljob wrote");
+        Kept::Dropped(message)
+    }
+
+    /// Whether `desired` is what the API server dropped fields of last time.
+    fn again(&self, key: &str, desired: &Value) -> bool {
+        let map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(key) == Some(desired)
+    }
+
+    /// Names the declared `spec` fields that `stored` lacks.
+    fn message(owned: &Owned, desired: &Value, stored: &Value) -> String {
+        let missing: Vec<String> = desired["spec"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, v)| {
+                !stored["spec"]
+                    .get(*k)
+                    .is_some_and(|s| resources::satisfies(s, v))
+            })
+            .map(|(k, _)| format!("spec.{k}"))
+            .collect();
+        format!(
+            "the API server did not keep {} of {}: a feature it has disabled? (a PodGroup's spec.schedulingConstraints needs the feature gate TopologyAwareWorkloadScheduling); dljob does not write it again until the job declares something else",
+            if missing.is_empty() { "everything dljob declared".to_owned() } else { missing.join(", ") },
+            owned.describe()
+        )
     }
 }
 
@@ -420,7 +494,16 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     let now = (ctx.now)();
     for owned in resources::owned(job, &config, now, min_resources, resources::generate_key)? {
         let current = ctx.stores.current(&owned);
-        match keep(client, &namespace, &owned, current, (&name, &uid)).await? {
+        match keep(
+            client,
+            &namespace,
+            &owned,
+            current,
+            (&name, &uid),
+            &ctx.dropped,
+        )
+        .await?
+        {
             Kept::Written if owned.keep == Keep::CreateOnce => {
                 // Recorded at once: a Secret of that name found later is the
                 // job's only if the status says so (dljob never reads it).
@@ -439,6 +522,7 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
             Kept::Refused(message) => {
                 not_served.push(format!("{} was refused: {message}", owned.describe()))
             }
+            Kept::Dropped(message) => not_served.push(message),
             Kept::Foreign(why) => {
                 tracing::warn!(job = %name, %namespace, "{why}");
                 foreign.push(why);

@@ -422,6 +422,7 @@ pub async fn run_controller(
         metrics: metrics.clone(),
         config: config.clone(),
         now: controller::now,
+        dropped: Default::default(),
     });
     let run = controller
         .run(controller::reconcile, controller::error_policy, ctx.clone())
