@@ -366,6 +366,11 @@ impl Dropped {
             map.remove(&key);
             return Kept::Written;
         }
+        // Entries of deleted jobs are not pruned: a bound instead (past it,
+        // each such object is written once more).
+        if map.len() >= DROPPED_MAX {
+            map.clear();
+        }
         map.insert(key, desired.clone());
         let message = Self::message(owned, desired, &stored);
         tracing::warn!(object = %owned.describe(), %message, "the API server did not keep what dljob wrote");
@@ -401,6 +406,9 @@ impl Dropped {
         )
     }
 }
+
+/// At most this many objects are remembered in [`Dropped`].
+const DROPPED_MAX: usize = 10_000;
 
 /// Creates `object` unless it exists (AlreadyExists is success).
 async fn create_if_absent<K>(api: Api<K>, object: &K) -> Result<(), kube::Error>
