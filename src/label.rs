@@ -508,9 +508,10 @@ impl<'d> ClaimTemplates<'d> {
     }
 }
 
-/// Devices the DRA claim template `name` asks for: the sum of its
-/// requests' counts (`request`: only that one), each `ExactCount` (1 when
-/// unset). Err when it cannot be counted here.
+/// Devices the DRA claim template `name` asks for: the count of its one
+/// device request (`request`: that one), `ExactCount` (1 when unset). Err
+/// when it cannot be counted here: absent, ambiguous, several requests,
+/// `allocationMode: All`, `firstAvailable`.
 fn template_devices(
     claims: &ClaimTemplates<'_>,
     name: &str,
