@@ -240,6 +240,9 @@ class Job:
         return {
             "PATH": path,
             "HOME": str(self.tmp),
+            # torchrun, Paddle and friends put their temp files here, which
+            # the simulator removes (not the machine's /tmp).
+            "TMPDIR": str(self.tmp),
             "LANG": "C.UTF-8",
             "DLJOB_PODSIM_STATE": str(self.state_path),
             "PYTHONUNBUFFERED": "1",
