@@ -56,6 +56,22 @@ pub fn mutate_patch(
     operation: Operation,
     config: &Config,
 ) -> Result<Option<Admission>, Violations> {
+    mutate_patch_with_old(kind, object, None, namespace, operation, config)
+}
+
+/// [`mutate_patch`] knowing the object before an UPDATE (`old`): what
+/// admission resolved into a workload at its creation (its port and gang)
+/// and the UPDATE no longer carries — an applier that owned those fields
+/// dropped them — is kept as it was, so its pod template does not change
+/// (and roll its pods) for it.
+pub fn mutate_patch_with_old(
+    kind: Kind,
+    object: &Value,
+    old: Option<&Value>,
+    namespace: Option<&str>,
+    operation: Operation,
+    config: &Config,
+) -> Result<Option<Admission>, Violations> {
     let Some(Parsed {
         member,
         mut warnings,
@@ -89,6 +105,9 @@ pub fn mutate_patch(
             // Workloads are rare and small next to pods: edit a copy and diff.
             let mut out = object.clone();
             mutate_workload(&member, &mut out, operation, &mut warnings);
+            if let (Operation::Update, Some(old)) = (operation, old) {
+                keep_resolved(&mut out, old);
+            }
             patch(object, &out)
         }
     };
@@ -216,6 +235,26 @@ fn mutate_workload(m: &MemberSpec, obj: &mut Value, op: Operation, warnings: &mu
                 "podManagementPolicy".into(),
                 Value::String("Parallel".into()),
             );
+        }
+    }
+}
+
+/// The resolved defaults `old` carried, on the workload and its template,
+/// put back where `obj` lacks them.
+fn keep_resolved(obj: &mut Value, old: &Value) {
+    let places: [(&[&str], &[&str]); 2] = [
+        (&[], &["metadata"]),
+        (&["spec", "template"], &["spec", "template", "metadata"]),
+    ];
+    for key in [c::PORT, c::GANG] {
+        for (owner, meta) in places {
+            let Some(was) = object::meta_str(old, owner, "annotations", key) else {
+                continue;
+            };
+            if object::meta_str(obj, owner, "annotations", key).is_none() {
+                let was = was.to_owned();
+                set_missing_at(obj, meta, "annotations", key, &was);
+            }
         }
     }
 }

@@ -1023,6 +1023,70 @@ fn volcano_pods_name_their_group_and_scheduler() {
     );
 }
 
+/// An UPDATE that no longer carries the port and gang admission resolved
+/// at creation (a server-side applier that owned them dropped them) gets
+/// them back as they were — not as the config would resolve them now — on
+/// the StatefulSet and its template, whose pods therefore do not roll; a
+/// StatefulSet created before dljob resolved them gets nothing.
+#[test]
+fn an_update_keeps_what_admission_resolved_at_creation() {
+    let sts = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {
+            "name": "w", "namespace": "ml",
+            "labels": {"dljob.dev/job": "bert", "dljob.dev/role": "worker"},
+            "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=2"}
+        },
+        "spec": {
+            "replicas": 2, "serviceName": "bert", "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "w"}},
+            "template": {
+                "metadata": {"labels": {"app": "w", "dljob.dev/job": "bert", "dljob.dev/role": "worker"},
+                    "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=2"}},
+                "spec": {"containers": [{"name": "pytorch", "image": "img"}]}
+            }
+        }
+    });
+    let created = create(Kind::StatefulSet, &sts, &Config::default()).object;
+    assert_eq!(
+        created["spec"]["template"]["metadata"]["annotations"]["dljob.dev/port"],
+        "23456"
+    );
+    // The config changed since; the applier's UPDATE lacks both keys.
+    let reloaded = Config::from_yaml("ports: {pytorch: 3333}\ngang: coscheduling\n").unwrap();
+    let update = |old: Option<&Value>| {
+        let a = dljob::mutate::mutate_patch_with_old(
+            Kind::StatefulSet,
+            &sts,
+            old,
+            Some("ml"),
+            Operation::Update,
+            &reloaded,
+        )
+        .unwrap()
+        .unwrap();
+        let mut out = sts.clone();
+        json_patch::patch(&mut out, &a.patch.0).unwrap();
+        out
+    };
+    let kept = update(Some(&created));
+    assert_eq!(
+        kept["metadata"]["annotations"],
+        created["metadata"]["annotations"]
+    );
+    assert_eq!(
+        kept["spec"]["template"], created["spec"]["template"],
+        "the template as created: no roll"
+    );
+    // Created before dljob resolved them: nothing to keep, nothing added.
+    let before = update(Some(&sts));
+    assert_eq!(before["spec"]["template"], sts["spec"]["template"]);
+    assert_eq!(
+        before["metadata"]["annotations"].get("dljob.dev/port"),
+        None
+    );
+}
+
 /// kubernetes: the pod joins the job's PodGroup through
 /// `spec.schedulingGroup` (settable only at creation) and keeps
 /// kube-scheduler; a StatefulSet's template names the group too, at

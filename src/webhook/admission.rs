@@ -311,7 +311,8 @@ fn decide(
     let namespace = Some(summary.namespace.as_str()).filter(|n| !n.is_empty());
     match endpoint {
         Endpoint::Mutate => {
-            match mutate::mutate_patch(kind, object, namespace, operation, config) {
+            let old = req_old_object.filter(|o| o.is_object());
+            match mutate::mutate_patch_with_old(kind, object, old, namespace, operation, config) {
                 Ok(None) => Decision::allow(),
                 Ok(Some(a)) => Decision {
                     patch: Some(a.patch).filter(|p| !p.0.is_empty()),
