@@ -106,7 +106,7 @@ pub fn mutate_patch_with_old(
             let mut out = object.clone();
             mutate_workload(&member, &mut out, operation, &mut warnings);
             if let (Operation::Update, Some(old)) = (operation, old) {
-                keep_resolved(&mut out, old);
+                keep_resolved(&member, &mut out, old);
             }
             patch(object, &out)
         }
@@ -241,12 +241,12 @@ fn mutate_workload(m: &MemberSpec, obj: &mut Value, op: Operation, warnings: &mu
 
 /// The resolved defaults `old` carried, on the workload and its template,
 /// put back where `obj` lacks them.
-fn keep_resolved(obj: &mut Value, old: &Value) {
+fn keep_resolved(m: &MemberSpec, obj: &mut Value, old: &Value) {
     let places: [(&[&str], &[&str]); 2] = [
         (&[], &["metadata"]),
         (&["spec", "template"], &["spec", "template", "metadata"]),
     ];
-    for key in [c::PORT, c::GANG] {
+    for (key, _) in resolved_defaults(m) {
         for (owner, meta) in places {
             let Some(was) = object::meta_str(old, owner, "annotations", key) else {
                 continue;

@@ -710,7 +710,10 @@ fn a_container_using_a_pod_dra_claim_is_the_framework_container() {
     p["spec"]["containers"][1]["resources"]["claims"] = json!([{"name": "other"}]);
     let m = create(Kind::Pod, &p, &config);
     assert!(env_of(&m.object, 0).iter().any(|(n, _)| n == "MASTER_ADDR"));
-    assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
+    assert_eq!(
+        m.warnings,
+        vec!["the pod has containers sidecar, trainer; dljob wires \"sidecar\" as the framework container (a guess: none is named pytorch, marked kubectl.kubernetes.io/default-container, or the only one requesting an accelerator); set dljob.dev/container: <name> to choose"]
+    );
 }
 
 /// Bytes dljob adds to a pod: every injected env var's `NAME=value` and the
@@ -1254,7 +1257,10 @@ fn a_new_member_loses_a_copied_finished_run_mark() {
         m.object["metadata"]["annotations"].get("dljob.dev/finished-run"),
         None
     );
-    assert_eq!(m.warnings.len(), 1);
+    assert_eq!(
+        m.warnings,
+        vec!["annotation dljob.dev/finished-run removed: the reconciler marks what a finished run left with it, and a new workload belongs to the job's next run"]
+    );
     // On UPDATE (the reconciler's own mark) it stays.
     let updated = mutate(
         Kind::StatefulSet,

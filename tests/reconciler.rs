@@ -1286,14 +1286,11 @@ async fn a_drifted_service_is_applied_again() {
     .await;
 }
 
-/// A volcano job: the Service exists, the PodGroup is applied (owned by
-/// the DLJob, minMember = every pod); where the cluster does not serve
-/// Volcano's PodGroup the job gets a condition and one Event naming what to
-/// install, and the reconcile does not fail.
-async fn volcano_reconcile(pod_group_answer: Value, served_kind: bool) -> Vec<Value> {
+/// A running two-pod PyTorch job on gang scheduler `gang`, its Service in
+/// place: what the PodGroup tests start from.
+fn gang_job(gang: &str) -> (DLJob, World) {
     let mut job = dljob("pytorch", PYTORCH);
-    job.spec.gang = "volcano".into();
-    job.spec.queue = Some("research".into());
+    job.spec.gang = gang.into();
     let world = World {
         pods: vec![
             bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
@@ -1302,6 +1299,16 @@ async fn volcano_reconcile(pod_group_answer: Value, served_kind: bool) -> Vec<Va
         services: vec![served(23456)],
         ..World::default()
     };
+    (job, world)
+}
+
+/// A volcano job: the Service exists, the PodGroup is applied (owned by
+/// the DLJob, minMember = every pod); where the cluster does not serve
+/// Volcano's PodGroup the job gets a condition and one Event naming what to
+/// install, and the reconcile does not fail.
+async fn volcano_reconcile(pod_group_answer: Value, served_kind: bool) -> Vec<Value> {
+    let (mut job, world) = gang_job("volcano");
+    job.spec.queue = Some("research".into());
     let (ctx, handle) = context(world, vec![job.clone()]);
     let jj = job.clone();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -1432,16 +1439,7 @@ fn stored_native_pod_group() -> Value {
 /// `created`'s answer (None: it exists as `existing` says, and nothing is
 /// written); returns the status conditions and any Warning Event.
 async fn native_gang_reconcile(existing: Value, created: Option<Value>) -> Vec<Value> {
-    let mut job = dljob("pytorch", PYTORCH);
-    job.spec.gang = "kubernetes".into();
-    let world = World {
-        pods: vec![
-            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
-            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
-        ],
-        services: vec![served(23456)],
-        ..World::default()
-    };
+    let (job, world) = gang_job("kubernetes");
     let (ctx, handle) = context(world, vec![job.clone()]);
     let jj = job.clone();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -1563,17 +1561,8 @@ async fn a_native_gang_job_gets_a_scheduling_k8s_io_pod_group_or_says_which_gate
 /// next reconcile reads the PodGroup and writes nothing.
 #[tokio::test]
 async fn a_pod_group_field_the_api_server_drops_is_reported_and_not_rewritten() {
-    let mut job = dljob("pytorch", PYTORCH);
-    job.spec.gang = "kubernetes".into();
+    let (mut job, world) = gang_job("kubernetes");
     job.spec.topology = Some(serde_json::from_value(json!("example.com/rack")).unwrap());
-    let world = World {
-        pods: vec![
-            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
-            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
-        ],
-        services: vec![served(23456)],
-        ..World::default()
-    };
     let (ctx, handle) = context(world, vec![job.clone()]);
     let uri = format!("/apis/scheduling.k8s.io/v1alpha2/namespaces/{NS}/podgroups");
     let stored = stored_native_pod_group(); // no schedulingConstraints

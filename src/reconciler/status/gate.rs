@@ -31,21 +31,12 @@ pub(super) fn release_gated(
         .count() as u32;
     let gated: Vec<&&ObservedPod> = pods.iter().filter(|p| p.gated).collect();
     if gated.is_empty() {
-        if conditions
-            .iter()
-            .any(|c| c.type_ == LAUNCHER_GATED && c.status == "True")
-        {
-            set_condition(
-                conditions,
-                now,
-                [
-                    LAUNCHER_GATED,
-                    "False",
-                    "WorkersRunning",
-                    &format!("every other member ran; the {gated_role} started"),
-                ],
-            );
-        }
+        stop_waiting(
+            conditions,
+            now,
+            "WorkersRunning",
+            &format!("every other member ran; the {gated_role} started"),
+        );
         return;
     }
     if running >= others {
@@ -74,19 +65,21 @@ pub(super) fn release_gated(
 /// A job that finished before its launcher started says so in the
 /// condition.
 pub(super) fn gate_finished(conditions: &mut Vec<Condition>, now: Timestamp) {
+    stop_waiting(
+        conditions,
+        now,
+        "JobFinished",
+        "the job finished before its launcher started",
+    );
+}
+
+/// A condition that says the launcher waits is set to False with `reason`;
+/// one that does not is left alone.
+fn stop_waiting(conditions: &mut Vec<Condition>, now: Timestamp, reason: &str, message: &str) {
     if conditions
         .iter()
         .any(|c| c.type_ == LAUNCHER_GATED && c.status == "True")
     {
-        set_condition(
-            conditions,
-            now,
-            [
-                LAUNCHER_GATED,
-                "False",
-                "JobFinished",
-                "the job finished before its launcher started",
-            ],
-        );
+        set_condition(conditions, now, [LAUNCHER_GATED, "False", reason, message]);
     }
 }
