@@ -95,6 +95,19 @@ fn observed(pods: Vec<ObservedPod>) -> Observed {
     }
 }
 
+/// A StatefulSet member `name` of `role` with `replicas`, unmarked, the
+/// whole role (no offset).
+fn statefulset(name: &str, role: &str, replicas: u32) -> Workload {
+    Workload::StatefulSet {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        marked: false,
+        role: role.into(),
+        replicas,
+        offset: None,
+    }
+}
+
 fn counts(pending: u32, active: u32, succeeded: u32, failed: u32, restarts: u32) -> RoleStatus {
     RoleStatus {
         pending,
@@ -745,14 +758,7 @@ fn exit_in_last_state_after_a_kubelet_restart_counts_once_without_delete() {
             pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running),
             w1,
         ],
-        workloads: vec![Workload::StatefulSet {
-            name: "w".into(),
-            uid: format!("uid-{}", "w"),
-            marked: false,
-            role: "worker".into(),
-            replicas: 2,
-            offset: None,
-        }],
+        workloads: vec![statefulset("w", "worker", 2)],
     };
     let out = next(&p, &obs, None, None, t(0));
     assert_eq!(out.status.phase, Phase::Restarting);
@@ -774,14 +780,7 @@ fn coordinator_exit_0_in_last_state_of_a_statefulset_pod_succeeds_and_scales_dow
             w0,
             pod("worker", 1, PodOwner::StatefulSet, ContainerState::Running),
         ],
-        workloads: vec![Workload::StatefulSet {
-            name: "train".into(),
-            uid: format!("uid-{}", "train"),
-            marked: false,
-            role: "worker".into(),
-            replicas: 2,
-            offset: None,
-        }],
+        workloads: vec![statefulset("train", "worker", 2)],
     };
     let out = next(&p, &obs, None, None, t(0));
     assert_eq!(out.status.phase, Phase::Succeeded);
@@ -801,14 +800,7 @@ fn coordinator_exit_0_in_last_state_of_a_statefulset_pod_succeeds_and_scales_dow
     let obs = Observed {
         saved: vec![],
         pods: vec![],
-        workloads: vec![Workload::StatefulSet {
-            name: "train".into(),
-            uid: format!("uid-{}", "train"),
-            marked: false,
-            role: "worker".into(),
-            replicas: 0,
-            offset: None,
-        }],
+        workloads: vec![statefulset("train", "worker", 0)],
     };
     assert_eq!(
         next(&p, &obs, Some(&out.status), None, t(1)).actions,
@@ -1029,22 +1021,8 @@ fn statefulset_ordinals_are_counted_per_role_and_jobs_are_suspended() {
                 parallelism: 1,
                 offset: None,
             },
-            Workload::StatefulSet {
-                name: "ps".into(),
-                uid: format!("uid-{}", "ps"),
-                marked: false,
-                role: "ps".into(),
-                replicas: 2,
-                offset: None,
-            },
-            Workload::StatefulSet {
-                name: "worker".into(),
-                uid: format!("uid-{}", "worker"),
-                marked: false,
-                role: "worker".into(),
-                replicas: 2,
-                offset: None,
-            },
+            statefulset("ps", "ps", 2),
+            statefulset("worker", "worker", 2),
         ],
     };
     let out = next(&p, &obs, None, None, t(0));
