@@ -173,7 +173,7 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
         match a.as_str() {
             "--bench" => {}
             "--help" | "-h" => return Ok(None),
-            "--jobs" => o.jobs = num(value()?)?.clamp(1.0, 10_000.0) as usize,
+            "--jobs" => o.jobs = num(value()?)?.clamp(1.0, 100_000.0) as usize,
             "--namespaces" => o.namespaces = num(value()?)?.clamp(1.0, 1000.0) as usize,
             "--rate" => o.rate = num(value()?)?.clamp(1.0, 20_000.0),
             "--running-after" => o.running_after = secs(value()?)?,

@@ -163,25 +163,42 @@ impl Served {
     }
 }
 
-/// A stored object and its serialisation (what LIST and watch send).
+/// A stored object: its serialisation (what LIST and watch send) and the
+/// few fields a LIST's or watch's filter reads. The JSON tree is not kept
+/// (at 100 000 pods, with every version in the history, the trees alone
+/// took gigabytes): it is parsed again where the store hands out a copy.
 pub struct Obj {
-    pub value: Value,
     pub bytes: Bytes,
+    namespace: String,
+    name: String,
+    labels: Option<Map<String, Value>>,
+    resource_version: u64,
 }
 
 impl Obj {
-    fn new(value: Value) -> Arc<Self> {
+    fn new(value: Value, resource_version: u64) -> Arc<Self> {
         let bytes = Bytes::from(serde_json::to_vec(&value).expect("JSON"));
-        Arc::new(Self { value, bytes })
+        let meta = &value["metadata"];
+        Arc::new(Self {
+            bytes,
+            namespace: meta["namespace"].as_str().unwrap_or("").to_owned(),
+            name: meta["name"].as_str().unwrap_or("").to_owned(),
+            labels: meta["labels"].as_object().cloned(),
+            resource_version,
+        })
+    }
+    /// The object as a JSON tree (a copy).
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.bytes).expect("the store holds JSON")
     }
     fn labels(&self) -> Option<&Map<String, Value>> {
-        self.value["metadata"]["labels"].as_object()
+        self.labels.as_ref()
     }
     fn namespace(&self) -> &str {
-        self.value["metadata"]["namespace"].as_str().unwrap_or("")
+        &self.namespace
     }
     fn name(&self) -> &str {
-        self.value["metadata"]["name"].as_str().unwrap_or("")
+        &self.name
     }
 }
 
@@ -583,7 +600,7 @@ impl ApiServer {
             .get(key_of(s))?
             .objects
             .get(&(namespace.to_owned(), name.to_owned()))
-            .map(|o| o.value.clone())
+            .map(|o| o.value())
     }
 
     /// Watch streams open now and the most open at once, per resource.
@@ -616,11 +633,7 @@ impl ApiServer {
             .is_some_and(|r| r.objects.contains_key(&(ns.clone(), name.clone())));
         let ty = if exists { "MODIFIED" } else { "ADDED" };
         let obj = commit(&mut store, s, ty, object);
-        obj.value["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap()
+        obj.resource_version
     }
 
     /// A fresh uid.
@@ -649,7 +662,7 @@ fn commit(store: &mut Store, s: &Served, ty: &'static str, mut value: Value) -> 
     store.rv += 1;
     let rv = store.rv;
     value["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-    let obj = Obj::new(value);
+    let obj = Obj::new(value, rv);
     let key = (obj.namespace().to_owned(), obj.name().to_owned());
     let r = store.resources.entry(key_of(s)).or_default();
     if ty == "DELETED" {
@@ -1084,7 +1097,7 @@ fn update(srv: &ApiServer, t: &Target, name: &str, write: Write, manager: &str) 
         .resources
         .get(key_of(s))
         .and_then(|r| r.objects.get(&(ns.clone(), name.to_owned())))
-        .map(|o| o.value.clone());
+        .map(|o| o.value());
     let apply = matches!(write, Write::Patch(PatchKind::Apply, ..));
     let Some(old) = current else {
         if apply && subresource.is_none() {
@@ -1208,7 +1221,7 @@ fn delete(srv: &ApiServer, t: &Target, name: &str, opts: &Value) -> Response {
         .resources
         .get(key_of(s))
         .and_then(|r| r.objects.get(&(ns, name.to_owned())))
-        .map(|o| o.value.clone())
+        .map(|o| o.value())
     else {
         return not_found(s, name);
     };
