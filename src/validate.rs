@@ -12,21 +12,22 @@ use crate::object::{self, Kind};
 use crate::violation::{Rule, Violations};
 
 /// Validates `object` (with `old` on UPDATE) against the contract and
-/// against `peers`, the known members of the same job. Returns the
-/// warnings to show when the object is acceptable.
+/// against `peers`, the known members of the same job (a slice of them, or
+/// the reconciler's index through [`PeerSource`]). Returns the warnings to
+/// show when the object is acceptable.
 ///
 /// An UPDATE is refused only for what it breaks: a problem the object
 /// already had (a StatefulSet `kubectl scale`d past its role, which the
 /// scale subresource let through) does not block an update that leaves it
 /// as it was — an annotation added, the reconciler scaling it to 0 — while
 /// an update that brings a problem of its own is refused for it.
-pub fn validate(
+pub fn validate<P: Peers + ?Sized>(
     kind: Kind,
     object: &Value,
     old: Option<&Value>,
     namespace: Option<&str>,
     config: &Config,
-    peers: &[MemberSpec],
+    peers: &P,
 ) -> Result<Vec<String>, Violations> {
     let mut v = Violations::default();
     if let Some(old) = old {
@@ -47,12 +48,12 @@ pub fn validate(
 
 /// Everything [`validate`] checks of one object but what an UPDATE
 /// changed: its problems, and its warnings.
-fn judge(
+fn judge<P: Peers + ?Sized>(
     kind: Kind,
     object: &Value,
     namespace: Option<&str>,
     config: &Config,
-    peers: &[MemberSpec],
+    peers: &P,
     operation: crate::mutate::Operation,
 ) -> (Violations, Vec<String>) {
     let parsed = match member::parse(kind, object, namespace, config) {
@@ -64,7 +65,7 @@ fn judge(
     for problem in crate::tensorboard::check(&parsed.member, object) {
         v.push(Rule::TensorBoardVolume, problem);
     }
-    agree_with_peers(&parsed.member, peers, &mut v);
+    agree_with_peers(&parsed.member, &peers.relevant(&parsed.member), &mut v);
     (v, parsed.warnings)
 }
 
@@ -181,14 +182,12 @@ fn changed(key: &str, before: Option<&str>, after: Option<&str>) -> String {
 }
 
 /// Every member of a job agrees on framework, topology and policies, and no
-/// two pods claim the same (role, index).
+/// two pods claim the same (role, index). `peers` are those [`relevant`]
+/// chose.
 fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
     for peer in peers {
-        if peer.job != m.job || peer.namespace != m.namespace {
+        if !is_peer(m, peer) {
             continue;
-        }
-        if peer.kind == m.kind && !m.name.is_empty() && peer.name == m.name {
-            continue; // the same object
         }
         let who = format!("{} \"{}\"", peer.kind.as_str(), peer.name);
         // Left running by a finished run: it binds a new run to nothing,
@@ -238,7 +237,7 @@ fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
 /// The indexes of its role a member covers: a plain pod its own, a
 /// workload `offset..offset + size` (a workload without
 /// `dljob.dev/index-offset` is the whole role).
-fn covers(m: &MemberSpec) -> Option<(u32, u32)> {
+pub(crate) fn covers(m: &MemberSpec) -> Option<(u32, u32)> {
     match m.kind {
         Kind::Pod if m.owner == member::PodOwner::None => m.index.map(|i| (i, i + 1)),
         Kind::Pod => None, // a workload's pod: its workload covers it
@@ -294,6 +293,94 @@ fn overlap(m: &MemberSpec, peer: &MemberSpec, who: &str) -> Option<String> {
     ))
 }
 
+/// Whether `peer` is another member of `m`'s job (not `m` itself).
+fn is_peer(m: &MemberSpec, peer: &MemberSpec) -> bool {
+    peer.job == m.job
+        && peer.namespace == m.namespace
+        && !(peer.kind == m.kind && !m.name.is_empty() && peer.name == m.name)
+}
+
+/// Whether `peer`, a member of `m`'s role, claims an index `m` claims:
+/// the same pod index, or overlapping ranges ([`overlap`]).
+pub(crate) fn same_replicas(m: &MemberSpec, peer: &MemberSpec) -> bool {
+    peer.role == m.role
+        && ((m.kind == Kind::Pod && peer.kind == Kind::Pod && peer.index == m.index)
+            || covers_overlap(m, peer))
+}
+
+fn covers_overlap(m: &MemberSpec, peer: &MemberSpec) -> bool {
+    if m.kind == Kind::Pod && peer.kind == Kind::Pod {
+        return false;
+    }
+    match (covers(m), covers(peer)) {
+        (Some((a0, a1)), Some((b0, b1))) => a0 < b1 && b0 < a1,
+        _ => false,
+    }
+}
+
+/// The members of a job that `m`'s checks against its peers concern, in
+/// their order: for each job-wide spec other than `m`'s, the first live
+/// member of a running run holding it (a disagreement is reported once per
+/// spec, naming one member, not once per member: a 1 000-member job with
+/// another port is one line), every pod at `m`'s index and every member of
+/// its role whose range overlaps `m`'s. What is not chosen could add no
+/// refusal. Linear in `peers`; the reconciler's index answers the same
+/// from its per-job tallies ([`PeerSource::relevant_peers`]).
+pub fn relevant<'p>(
+    m: &MemberSpec,
+    peers: impl IntoIterator<Item = &'p MemberSpec>,
+) -> Vec<&'p MemberSpec> {
+    let mut specs = Vec::new();
+    let mut out = Vec::new();
+    for peer in peers {
+        if !is_peer(m, peer) {
+            continue;
+        }
+        let other_spec =
+            peer.finished_run.is_none() && peer.spec != m.spec && !specs.contains(&&peer.spec);
+        if other_spec {
+            specs.push(&peer.spec);
+        }
+        if other_spec || same_replicas(m, peer) {
+            out.push(peer);
+        }
+    }
+    out
+}
+
+/// A job's other members, as [`validate`] reads them.
+pub trait Peers {
+    /// Those of `m`'s peers its checks concern ([`relevant`]).
+    fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec>;
+}
+
+impl Peers for [MemberSpec] {
+    fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec> {
+        relevant(m, self).into_iter().cloned().collect()
+    }
+}
+
+impl Peers for Vec<MemberSpec> {
+    fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec> {
+        self.as_slice().relevant(m)
+    }
+}
+
+impl<const N: usize> Peers for [MemberSpec; N] {
+    fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec> {
+        self.as_slice().relevant(m)
+    }
+}
+
+/// The peers a [`PeerSource`] knows of.
+pub struct FromSource<'a>(pub &'a dyn PeerSource);
+
+impl Peers for FromSource<'_> {
+    fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec> {
+        self.0.relevant_peers(m)
+    }
+}
+
 /// Parses the peers among `objects` (e.g. the documents of one file),
 /// ignoring what does not parse (it is reported on its own).
 pub fn peers_of<'a>(
@@ -314,6 +401,12 @@ pub fn peers_of<'a>(
 pub trait PeerSource: Send + Sync {
     /// Known members of job `job` in `namespace`.
     fn peers(&self, namespace: &str, job: &str) -> Vec<MemberSpec>;
+    /// The known members of `m`'s job that its checks concern
+    /// ([`relevant`]). What the webhook asks for on every review: a source
+    /// holding many members answers it without going through them all.
+    fn relevant_peers(&self, m: &MemberSpec) -> Vec<MemberSpec> {
+        self.peers(&m.namespace, &m.job).relevant(m)
+    }
     /// Whether the source has seen every member once (a cache that has not
     /// listed yet would let a disagreeing member through): the server is
     /// not ready before.

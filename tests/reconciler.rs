@@ -2040,6 +2040,207 @@ async fn a_running_job_leaves_its_tensorboard_at_the_size_it_was_scaled_to() {
 
 // ---- the index and the observations (no API at all) -----------------------
 
+/// The webhook's peer checks read the index's per-job tallies instead of
+/// every member: what they choose must be what the linear rule
+/// (`validate::relevant`) chooses from all the live members, as members
+/// come, finish, change and go — for a new pod at a taken or free index, a
+/// member itself, a pod of a set and a set covering the role.
+#[test]
+fn the_index_tallies_choose_the_peers_the_linear_rule_chooses() {
+    use dljob::object::Kind;
+    let index = MemberIndex::default();
+    let config = Config::default();
+    let topology = "master=1,worker=8";
+    let apply = |p: Pod| index.apply_event(&watcher::Event::Apply(p), &config);
+    let new_pod = |name: &str, index: u32| {
+        let mut p = bare_pod("mnist", "pytorch", topology, "worker", index, running());
+        p.metadata.name = Some(name.into());
+        serde_json::to_value(p).unwrap()
+    };
+    let probes: Vec<(Kind, Value)> = vec![
+        // New pods at index 3 and 7, the master itself, a set's pod and
+        // the set.
+        (Kind::Pod, new_pod("new-3", 3)),
+        (Kind::Pod, new_pod("new-7", 7)),
+        (
+            Kind::Pod,
+            serde_json::to_value(bare_pod(
+                "mnist",
+                "pytorch",
+                topology,
+                "master",
+                0,
+                running(),
+            ))
+            .unwrap(),
+        ),
+        (
+            Kind::Pod,
+            serde_json::to_value(owned_pod(
+                "StatefulSet",
+                "worker",
+                "pytorch",
+                topology,
+                "worker",
+                2,
+                running(),
+            ))
+            .unwrap(),
+        ),
+        (
+            Kind::StatefulSet,
+            serde_json::to_value(statefulset("mnist", "pytorch", topology, "worker", 8)).unwrap(),
+        ),
+    ];
+    let check = |step: &str| {
+        let all = index.peers(NS, "mnist");
+        let mut chosen = Vec::new();
+        for (kind, object) in &probes {
+            let m = dljob::member::parse(*kind, object, Some(NS), &config)
+                .unwrap()
+                .unwrap()
+                .member;
+            let names = |peers: Vec<&dljob::member::MemberSpec>| {
+                peers
+                    .iter()
+                    .map(|p| format!("{:?}/{}", p.kind, p.name))
+                    .collect::<Vec<_>>()
+            };
+            let linear = names(dljob::validate::relevant(&m, all.iter()));
+            let tallied = index.relevant_peers(&m);
+            assert_eq!(
+                names(tallied.iter().collect()),
+                linear,
+                "{step}: {:?} {}",
+                m.kind,
+                m.name
+            );
+            chosen.push(linear);
+        }
+        chosen
+    };
+    let none: Vec<Vec<String>> = vec![Vec::new(); probes.len()];
+    assert_eq!(check("empty"), none);
+    apply(bare_pod(
+        "mnist",
+        "pytorch",
+        topology,
+        "master",
+        0,
+        running(),
+    ));
+    for i in 0..6 {
+        apply(bare_pod(
+            "mnist",
+            "pytorch",
+            topology,
+            "worker",
+            i,
+            running(),
+        ));
+    }
+    assert_eq!(check("one master, six workers")[0], ["Pod/worker-3"]);
+    // A second pod at index 3, a finished one at 7 (not live), a set over
+    // the role, one of its pods.
+    let mut dup = bare_pod("mnist", "pytorch", topology, "worker", 3, running());
+    dup.metadata.name = Some("dup-3".into());
+    apply(dup);
+    apply(bare_pod(
+        "mnist",
+        "pytorch",
+        topology,
+        "worker",
+        7,
+        terminated(1, "Error"),
+    ));
+    index.apply_event(
+        &watcher::Event::Apply(statefulset("mnist", "pytorch", topology, "worker", 8)),
+        &config,
+    );
+    apply(owned_pod(
+        "StatefulSet",
+        "worker",
+        "pytorch",
+        topology,
+        "worker",
+        2,
+        running(),
+    ));
+    let chosen = check("duplicates, a finished pod and a set");
+    assert_eq!(
+        chosen[0],
+        ["Pod/dup-3", "Pod/worker-3", "StatefulSet/worker"],
+        "a new pod at 3 meets both pods there and the set covering the role"
+    );
+    assert_eq!(
+        chosen[1],
+        ["StatefulSet/worker"],
+        "the finished worker-7 is no peer"
+    );
+    assert_eq!(
+        chosen[4],
+        ["Pod/dup-3", "Pod/worker-0", "Pod/worker-1", "Pod/worker-3", "Pod/worker-4", "Pod/worker-5"],
+        "the set meets every bare pod of its role; not its own pod worker-2 (which took the bare pod's name)"
+    );
+    // A member with another spec: every member with it is named once.
+    let mut other_port = bare_pod("mnist", "pytorch", topology, "worker", 5, running());
+    other_port.metadata.name = Some("port-5".into());
+    other_port
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("dljob.dev/port".into(), "2300".into());
+    apply(other_port.clone());
+    let chosen = check("another port");
+    assert_eq!(chosen[1], ["Pod/port-5", "StatefulSet/worker"]);
+    // It goes, and worker-3 finishes: back to the tallies.
+    index.apply_event(&watcher::Event::Delete(other_port), &config);
+    apply(bare_pod(
+        "mnist",
+        "pytorch",
+        topology,
+        "worker",
+        3,
+        terminated(0, "Completed"),
+    ));
+    check("the other port gone, worker-3 finished");
+    // A relist without the set and its pod.
+    index.apply_event::<StatefulSet>(&watcher::Event::Init, &config);
+    index.apply_event::<StatefulSet>(&watcher::Event::InitDone, &config);
+    index.apply_event::<Pod>(&watcher::Event::Init, &config);
+    for i in [0, 1, 4] {
+        index.apply_event(
+            &watcher::Event::InitApply(bare_pod(
+                "mnist",
+                "pytorch",
+                topology,
+                "worker",
+                i,
+                running(),
+            )),
+            &config,
+        );
+    }
+    index.apply_event::<Pod>(&watcher::Event::InitDone, &config);
+    check("relisted");
+    for i in [0, 1, 4] {
+        index.apply_event(
+            &watcher::Event::Delete(bare_pod(
+                "mnist",
+                "pytorch",
+                topology,
+                "worker",
+                i,
+                running(),
+            )),
+            &config,
+        );
+    }
+    assert_eq!(check("all gone"), none);
+    assert!(index.peers(NS, "mnist").is_empty());
+}
+
 #[test]
 fn peers_are_the_live_members_of_the_job() {
     let index = MemberIndex::default();

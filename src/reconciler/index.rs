@@ -2,7 +2,7 @@
 //! the validating webhook's peers, answered from memory, and the members
 //! of the job the reconciler reconciles. Pure: fed watch events, no client.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::RwLock;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -14,10 +14,11 @@ use serde_json::Value;
 use super::observe::observe_pod;
 use super::status::ObservedPod;
 use crate::config::Config;
+use crate::crd::JobSpec;
 use crate::member::{self, MemberSpec};
 use crate::mutate;
 use crate::object::Kind;
-use crate::validate::PeerSource;
+use crate::validate::{self, PeerSource};
 
 /// A job: (namespace, name).
 pub(crate) type JobKey = (String, String);
@@ -88,16 +89,89 @@ struct Inner {
     /// Boxed: a job's map is small (a leaf of 11 slots holds a few
     /// members), and an `Entry` is over a kilobyte inline.
     jobs: HashMap<JobKey, BTreeMap<ObjectKey, Box<Entry>>>,
+    /// Per job, what the webhook's peer checks look up.
+    tallies: HashMap<JobKey, Tally>,
     objects: HashMap<ObjectKey, JobKey>,
     /// Per kind: the objects listed since the watch (re)started.
     relist: [Option<Relist>; 3],
+}
+
+/// A job's live members, tallied for the validating webhook's peer checks
+/// ([`validate::relevant`]), so that a review of a 1 000-member job's pod
+/// looks up a few entries instead of going through the thousand: the
+/// job-wide specs held (usually one), the pods by (role, index), the
+/// workloads. Kept as members come and go.
+#[derive(Default, Debug)]
+struct Tally {
+    /// Live members of a running run (no finished-run mark), per job-wide
+    /// spec.
+    specs: Vec<(JobSpec, usize)>,
+    /// Live pods, by (role, index): their names.
+    pods: BTreeMap<(String, u32), Vec<String>>,
+    /// Live workloads.
+    workloads: BTreeSet<ObjectKey>,
+}
+
+impl Tally {
+    fn is_empty(&self) -> bool {
+        self.specs.is_empty() && self.pods.is_empty() && self.workloads.is_empty()
+    }
+
+    fn count(&mut self, key: &ObjectKey, e: &Entry, add: bool) {
+        if !e.live {
+            return;
+        }
+        let m = &e.member;
+        if m.finished_run.is_none() {
+            let at = self.specs.iter().position(|(s, _)| *s == m.spec);
+            match (at, add) {
+                (Some(i), true) => self.specs[i].1 += 1,
+                (None, true) => self.specs.push((m.spec.clone(), 1)),
+                (Some(i), false) => {
+                    self.specs[i].1 -= 1;
+                    if self.specs[i].1 == 0 {
+                        self.specs.swap_remove(i);
+                    }
+                }
+                (None, false) => {}
+            }
+        }
+        match (m.kind, m.index) {
+            (Kind::Pod, Some(index)) => {
+                let at = (m.role.clone(), index);
+                if add {
+                    self.pods.entry(at).or_default().push(key.name.clone());
+                } else if let Some(names) = self.pods.get_mut(&at) {
+                    names.retain(|n| *n != key.name);
+                    if names.is_empty() {
+                        self.pods.remove(&at);
+                    }
+                }
+            }
+            (Kind::Pod, None) => {}
+            _ => {
+                if add {
+                    self.workloads.insert(key.clone());
+                } else {
+                    self.workloads.remove(key);
+                }
+            }
+        }
+    }
 }
 
 impl Inner {
     fn remove(&mut self, key: &ObjectKey) {
         if let Some(job) = self.objects.remove(key) {
             if let Some(members) = self.jobs.get_mut(&job) {
-                members.remove(key);
+                if let Some(entry) = members.remove(key) {
+                    if let Some(tally) = self.tallies.get_mut(&job) {
+                        tally.count(key, &entry, false);
+                        if tally.is_empty() {
+                            self.tallies.remove(&job);
+                        }
+                    }
+                }
                 if members.is_empty() {
                     self.jobs.remove(&job);
                 }
@@ -109,11 +183,57 @@ impl Inner {
         self.remove(&key);
         if let Some((job, entry)) = value {
             self.objects.insert(key.clone(), job.clone());
+            if entry.live {
+                self.tallies
+                    .entry(job.clone())
+                    .or_default()
+                    .count(&key, &entry, true);
+            }
             self.jobs
                 .entry(job)
                 .or_default()
                 .insert(key, Box::new(entry));
         }
+    }
+
+    /// [`validate::relevant`] of the job's live members, from the tally.
+    fn relevant_peers(&self, m: &MemberSpec) -> Vec<MemberSpec> {
+        let job = (m.namespace.clone(), m.job.clone());
+        let (Some(members), Some(tally)) = (self.jobs.get(&job), self.tallies.get(&job)) else {
+            return Vec::new();
+        };
+        let live = || members.values().filter(|e| e.live).map(|e| &e.member);
+        // A job holding another spec than `m`'s: the denial path, where
+        // naming the first member of each spec takes going through them.
+        if tally.specs.iter().any(|(s, _)| *s != m.spec) {
+            return validate::relevant(m, live()).into_iter().cloned().collect();
+        }
+        let mut keys: BTreeSet<ObjectKey> = BTreeSet::new();
+        let pod = |name: &str| ObjectKey {
+            kind: kind_tag(Kind::Pod),
+            namespace: m.namespace.clone(),
+            name: name.to_owned(),
+        };
+        if let (Kind::Pod, Some(index)) = (m.kind, m.index) {
+            if let Some(names) = tally.pods.get(&(m.role.clone(), index)) {
+                keys.extend(names.iter().map(|n| pod(n)));
+            }
+        }
+        if let Some((start, end)) = validate::covers(m) {
+            keys.extend(tally.workloads.iter().cloned());
+            if m.kind != Kind::Pod {
+                let range = (m.role.clone(), start)..(m.role.clone(), end);
+                for names in tally.pods.range(range).map(|(_, names)| names) {
+                    keys.extend(names.iter().map(|n| pod(n)));
+                }
+            }
+        }
+        let chosen = keys
+            .iter()
+            .filter_map(|k| members.get(k))
+            .filter(|e| e.live)
+            .map(|e| &e.member);
+        validate::relevant(m, chosen).into_iter().cloned().collect()
     }
 }
 
@@ -370,6 +490,10 @@ impl PeerSource for MemberIndex {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    fn relevant_peers(&self, m: &MemberSpec) -> Vec<MemberSpec> {
+        self.read().relevant_peers(m)
     }
 }
 

@@ -14,7 +14,6 @@ use serde_json::Value;
 use super::wire::API_VERSION;
 use super::wire::{self, RequestView, ReviewView};
 use crate::config::Config;
-use crate::member::job_label;
 use crate::mutate::{self, Operation as MutateOperation};
 use crate::object::{self, Kind};
 use crate::validate::{self, PeerSource};
@@ -327,10 +326,7 @@ fn decide(
                 (MutateOperation::Update, Some(o @ Value::Object(_))) => Some(o),
                 _ => None,
             };
-            let peers = match (namespace, job_label(object)) {
-                (Some(ns), Some(job)) => peers.peers(ns, job),
-                _ => Vec::new(),
-            };
+            let peers = validate::FromSource(peers);
             match validate::validate(kind, object, old, namespace, config, &peers) {
                 Ok(warnings) => Decision {
                     warnings,
