@@ -107,7 +107,10 @@ fn bench_members(c: &mut Criterion) {
     for size in [10, 100, 1000] {
         let index = index_of_job(size);
         for (endpoint, name) in [
-            (Endpoint::Validate, "validate-create-pod-ddp-worker-rkzbv.json"),
+            (
+                Endpoint::Validate,
+                "validate-create-pod-ddp-worker-rkzbv.json",
+            ),
             (Endpoint::Mutate, "mutate-create-pod-ddp-worker.json"),
         ] {
             let b = member_review(name, size, size - 1);

@@ -1887,7 +1887,9 @@ async fn readyz_waits_for_the_reconcilers_member_caches() {
 }
 
 /// The server reads a review through a view that leaves out what the core
-/// never reads (`metadata.managedFields`, the envelope's other fields). For
+/// never reads (`metadata.managedFields`, the status, a pod's tolerations
+/// and DNS settings, a container's terminal settings, the envelope's other
+/// fields). For
 /// every captured review, on both endpoints, its answer is the core's own
 /// answer on the whole object as the API server sent it: same patch, same
 /// warnings, same denial message.
@@ -1905,12 +1907,20 @@ fn the_pruned_review_view_answers_as_the_core_does_on_the_whole_object() {
     assert!(names.len() >= 20, "{names:?}");
     let config = Config::default();
     let mut with_managed_fields = 0;
+    let mut with_pod_defaults = 0;
     for name in &names {
         let whole = shared(name);
         let request = &whole["request"];
         let object = &request["object"];
         if object["metadata"].get("managedFields").is_some() {
             with_managed_fields += 1;
+        }
+        if object["spec"].get("dnsPolicy").is_some()
+            && object["spec"]["containers"][0]
+                .get("terminationMessagePath")
+                .is_some()
+        {
+            with_pod_defaults += 1;
         }
         let gvk = &request["kind"];
         let kind = Kind::from_gvk(
@@ -1968,5 +1978,9 @@ fn the_pruned_review_view_answers_as_the_core_does_on_the_whole_object() {
     assert!(
         with_managed_fields >= 20,
         "the fixtures carry managedFields"
+    );
+    assert!(
+        with_pod_defaults >= 15,
+        "the pods' fixtures carry the API server's defaults: {with_pod_defaults}"
     );
 }

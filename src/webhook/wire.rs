@@ -6,9 +6,12 @@
 //! nothing in dljob reads. The view reads the envelope's fields as raw JSON
 //! slices of the body (no copy; each is parsed only when used), skips what
 //! the core never reads (`userInfo`, `resource`, `options`, …) without
-//! building anything, and builds the object's JSON tree without
-//! `managedFields`. A JSON Patch made on that tree applies to the object as
-//! sent: no operation can touch a field the tree does not have.
+//! building anything, and builds the object's JSON tree without what no
+//! part of admission reads (`managedFields`, the status, a pod's
+//! tolerations, DNS and scheduling settings, a container's probes: see
+//! [`SKIPPED_SPEC`] and its neighbours). A JSON Patch made on that tree
+//! applies to the object as sent: no operation can touch a field the tree
+//! does not have.
 
 use std::fmt;
 
@@ -165,14 +168,100 @@ fn present(v: Value) -> Option<Value> {
 /// Where in the object the value being read sits.
 #[derive(Clone, Copy)]
 enum Depth {
-    /// The object itself: its `metadata` is pruned.
+    /// The object itself: its `status` is skipped, its `metadata` and
+    /// `spec` pruned.
     Object,
-    /// The object's `metadata`: its `managedFields` is skipped.
+    /// The object's `metadata`.
     Metadata,
+    /// The object's `spec` (a Pod's pod spec, a workload's own spec).
+    Spec,
+    /// A list of containers of the object's `spec`.
+    Containers,
+    /// One of those containers.
+    Container,
+    /// Anywhere else: kept whole.
+    Whole,
+}
+
+/// What no part of dljob's admission reads, skipped unread where it sits
+/// (`tests::skipped_fields_are_read_nowhere` holds the core's sources to
+/// it): the server's bookkeeping, a pod's scheduling, DNS, identity and
+/// lifecycle settings, a container's probes and terminal settings, and
+/// the status. Most of what the API server's defaulting adds to a Pod is
+/// here. A patch made on the rest applies to the object as sent: no
+/// operation dljob makes names a skipped field.
+const SKIPPED_METADATA: &[&str] = &[
+    "managedFields",
+    "creationTimestamp",
+    "resourceVersion",
+    "generation",
+];
+const SKIPPED_SPEC: &[&str] = &[
+    "tolerations",
+    "affinity",
+    "dnsPolicy",
+    "dnsConfig",
+    "terminationGracePeriodSeconds",
+    "priority",
+    "priorityClassName",
+    "preemptionPolicy",
+    "serviceAccount",
+    "serviceAccountName",
+    "nodeSelector",
+    "topologySpreadConstraints",
+    "imagePullSecrets",
+    "hostAliases",
+    "readinessGates",
+    "runtimeClassName",
+    "overhead",
+    "os",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+    "shareProcessNamespace",
+    "setHostnameAsFQDN",
+];
+const SKIPPED_CONTAINER: &[&str] = &[
+    "imagePullPolicy",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "livenessProbe",
+    "startupProbe",
+    "lifecycle",
+    "stdin",
+    "stdinOnce",
+    "tty",
+    "workingDir",
+    "envFrom",
+    "resizePolicy",
+];
+const CONTAINER_LISTS: &[&str] = &["containers", "initContainers", "ephemeralContainers"];
+
+impl Depth {
+    /// Whether `key` of an object at this depth is skipped.
+    fn skips(self, key: &str) -> bool {
+        match self {
+            Depth::Object => key == "status",
+            Depth::Metadata => SKIPPED_METADATA.contains(&key),
+            Depth::Spec => SKIPPED_SPEC.contains(&key),
+            Depth::Container => SKIPPED_CONTAINER.contains(&key),
+            Depth::Containers | Depth::Whole => false,
+        }
+    }
+
+    /// The depth of the value of `key` of an object at this depth.
+    fn child(self, key: &str) -> Depth {
+        match (self, key) {
+            (Depth::Object, "metadata") => Depth::Metadata,
+            (Depth::Object, "spec") => Depth::Spec,
+            (Depth::Spec, k) if CONTAINER_LISTS.contains(&k) => Depth::Containers,
+            _ => Depth::Whole,
+        }
+    }
 }
 
 /// A `serde_json::Value`, built as `Value`'s own `Deserialize` does, less
-/// `metadata.managedFields`.
+/// what admission never reads ([`Depth::skips`]).
 struct Pruned {
     depth: Depth,
 }
@@ -195,28 +284,34 @@ impl<'de> Visitor<'de> for Pruned {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            match (self.depth, key.as_str()) {
-                (Depth::Object, "metadata") => {
-                    let metadata = map.next_value_seed(Pruned {
-                        depth: Depth::Metadata,
-                    })?;
-                    out.insert(key, metadata);
-                }
-                (Depth::Metadata, "managedFields") => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-                _ => {
-                    out.insert(key, map.next_value()?);
-                }
+            if self.depth.skips(&key) {
+                map.next_value::<IgnoredAny>()?;
+                continue;
             }
+            let value = match self.depth.child(&key) {
+                Depth::Whole => map.next_value()?,
+                depth => map.next_value_seed(Pruned { depth })?,
+            };
+            out.insert(key, value);
         }
         Ok(Value::Object(out))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(v) = seq.next_element()? {
-            out.push(v);
+        match self.depth {
+            Depth::Containers => {
+                while let Some(v) = seq.next_element_seed(Pruned {
+                    depth: Depth::Container,
+                })? {
+                    out.push(v);
+                }
+            }
+            _ => {
+                while let Some(v) = seq.next_element()? {
+                    out.push(v);
+                }
+            }
         }
         Ok(Value::Array(out))
     }
@@ -347,7 +442,7 @@ mod tests {
     }
 
     #[test]
-    fn the_object_tree_is_the_object_without_managed_fields_only() {
+    fn the_object_tree_is_the_object_without_its_managed_fields_and_status() {
         let pod = json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -364,7 +459,81 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("managedFields");
+        expected.as_object_mut().unwrap().remove("status");
         assert_eq!(tree(&pod), Some(expected));
+    }
+
+    #[test]
+    fn what_admission_never_reads_is_skipped_where_it_sits() {
+        let pod = json!({
+            "metadata": {"name": "p", "resourceVersion": "7", "labels": {"status": "kept"}},
+            "spec": {
+                "tolerations": [{"key": "k"}], "dnsPolicy": "ClusterFirst", "hostname": "h",
+                "containers": [{"name": "c", "imagePullPolicy": "Always", "env": [{"name": "tty", "value": "x"}]}],
+                "initContainers": [{"name": "i", "terminationMessagePath": "/dev/t"}],
+                "volumes": [{"name": "v", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}],
+            },
+            "status": {"phase": "Pending"},
+        });
+        assert_eq!(
+            tree(&pod),
+            Some(json!({
+                "metadata": {"name": "p", "labels": {"status": "kept"}},
+                "spec": {
+                    "hostname": "h",
+                    "containers": [{"name": "c", "env": [{"name": "tty", "value": "x"}]}],
+                    "initContainers": [{"name": "i"}],
+                    "volumes": [{"name": "v", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}],
+                },
+            }))
+        );
+        // A workload's template is kept whole.
+        let set = json!({"spec": {"replicas": 2, "template": {"spec": {"tolerations": [], "containers": [{"name": "c", "tty": true}]}}}});
+        assert_eq!(tree(&set), Some(set.clone()));
+    }
+
+    /// The fields skipped are named nowhere in the code that reads an
+    /// admitted object (outside its tests): not read, and not written by a
+    /// patch that would then be made against a tree that lacks them.
+    #[test]
+    fn skipped_fields_are_read_nowhere() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+        let mut files = Vec::new();
+        for dir in ["member", "gang", "frameworks"] {
+            for e in std::fs::read_dir(format!("{root}/{dir}")).unwrap() {
+                files.push(e.unwrap().path());
+            }
+        }
+        for f in [
+            "mutate.rs",
+            "validate.rs",
+            "tensorboard.rs",
+            "edits.rs",
+            "object.rs",
+            "contract.rs",
+            "config.rs",
+            "crd.rs",
+            "webhook/admission.rs",
+        ] {
+            files.push(format!("{root}/{f}").into());
+        }
+        let skipped = SKIPPED_METADATA
+            .iter()
+            .chain(SKIPPED_SPEC)
+            .chain(SKIPPED_CONTAINER)
+            .chain(&["status"]);
+        let mut named = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            for field in skipped.clone() {
+                if code.contains(&format!("\"{field}\"")) || code.contains(&format!("/{field}")) {
+                    named.push(format!("{} names {field}", file.display()));
+                }
+            }
+        }
+        assert!(files.len() > 20, "{files:?}");
+        assert_eq!(named, Vec::<String>::new());
     }
 
     #[test]
@@ -424,6 +593,20 @@ mod tests {
             let e = ReviewView::parse(body).unwrap_err();
             assert!(matches!(e, ParseError::NotUtf8(_)), "{e}");
             assert!(!e.is_data());
+        }
+    }
+
+    #[test]
+    fn base64_strings_are_padded_standard_base64() {
+        use base64::Engine as _;
+        for len in 0..40 {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 % 256) as u8).collect();
+            let expected = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            assert_eq!(
+                base64_string(&bytes).get(),
+                format!("\"{expected}\""),
+                "{len} bytes"
+            );
         }
     }
 
