@@ -145,7 +145,7 @@ fn immutable_keys(
     // single-role workload counts as a change too.
     let effective = |o: &Value| -> Option<Topology> {
         match member::parse(kind, o, namespace, config) {
-            Ok(Some(p)) => Some(p.member.spec.replicas),
+            Ok(Some(p)) => Some(p.member.spec.replicas.clone()),
             _ => annotation(o, c::REPLICAS).and_then(|t| Topology::parse(&t).ok()),
         }
     };

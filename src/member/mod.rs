@@ -58,8 +58,9 @@ pub struct MemberSpec {
     pub role: String,
     /// `spec.framework`, resolved.
     pub framework: &'static dyn Framework,
-    /// The job-wide keys; members agree when these are equal.
-    pub spec: JobSpec,
+    /// The job-wide keys; members agree when these are equal. Shared: the
+    /// reconciler's index keeps one per job, not one per member.
+    pub spec: std::sync::Arc<JobSpec>,
     /// The topology was not written but inferred from a workload's size.
     pub topology_inferred: bool,
     /// Pods: the replica index within the role.
@@ -180,7 +181,7 @@ pub fn parse(
         job: job.to_owned(),
         role: role.to_owned(),
         framework,
-        spec,
+        spec: std::sync::Arc::new(spec),
         topology_inferred: declared.inferred,
         index,
         owner,

@@ -3,7 +3,7 @@
 //! of the job the reconciler reconciles. Pure: fed watch events, no client.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -86,14 +86,19 @@ type Relist = Vec<(ObjectKey, Option<(JobKey, Entry)>)>;
 
 #[derive(Default)]
 struct Inner {
-    /// Boxed: a job's map is small (a leaf of 11 slots holds a few
-    /// members), and an `Entry` is over a kilobyte inline.
-    jobs: HashMap<JobKey, BTreeMap<ObjectKey, Box<Entry>>>,
-    /// Per job, what the webhook's peer checks look up.
-    tallies: HashMap<JobKey, Tally>,
+    jobs: HashMap<JobKey, JobMembers>,
     objects: HashMap<ObjectKey, JobKey>,
     /// Per kind: the objects listed since the watch (re)started.
     relist: [Option<Relist>; 3],
+}
+
+/// One job's members, and what the webhook's peer checks look up in them.
+#[derive(Default)]
+struct JobMembers {
+    /// Boxed: a job's map is small (a leaf of 11 slots holds a few
+    /// members), and an `Entry` is over a kilobyte inline.
+    members: BTreeMap<ObjectKey, Box<Entry>>,
+    tally: Tally,
 }
 
 /// A job's live members, tallied for the validating webhook's peer checks
@@ -101,20 +106,40 @@ struct Inner {
 /// looks up a few entries instead of going through the thousand: the
 /// job-wide specs held (usually one), the pods by (role, index), the
 /// workloads. Kept as members come and go.
-#[derive(Default, Debug)]
+#[derive(Default)]
 struct Tally {
-    /// Live members of a running run (no finished-run mark), per job-wide
-    /// spec.
-    specs: Vec<(JobSpec, usize)>,
-    /// Live pods, by (role, index): their names.
-    pods: BTreeMap<(String, u32), Vec<String>>,
+    /// The job-wide specs live members of a running run (no finished-run
+    /// mark) hold, each with how many hold it. Every member of the job
+    /// holding an equal spec shares this one ([`JobMembers::share_spec`]):
+    /// a job keeps one spec, not one per member.
+    specs: Vec<(Arc<JobSpec>, usize)>,
+    /// The roles `pods` names, by position.
+    roles: Vec<String>,
+    /// Live pods with an index: (role position, index, name).
+    pods: BTreeSet<(u32, u32, Box<str>)>,
     /// Live workloads.
     workloads: BTreeSet<ObjectKey>,
 }
 
 impl Tally {
-    fn is_empty(&self) -> bool {
-        self.specs.is_empty() && self.pods.is_empty() && self.workloads.is_empty()
+    fn role(&mut self, role: &str) -> u32 {
+        match self.roles.iter().position(|r| r == role) {
+            Some(i) => i as u32,
+            None => {
+                self.roles.push(role.to_owned());
+                (self.roles.len() - 1) as u32
+            }
+        }
+    }
+
+    /// The pods at `index` of `role`, and up to `end` (exclusive).
+    fn pods(&self, role: &str, index: u32, end: u32) -> impl Iterator<Item = &str> {
+        let role = self.roles.iter().position(|r| r == role).map(|r| r as u32);
+        role.into_iter().flat_map(move |r| {
+            self.pods
+                .range((r, index, Box::<str>::default())..(r, end, Box::<str>::default()))
+                .map(|(_, _, name)| &**name)
+        })
     }
 
     fn count(&mut self, key: &ObjectKey, e: &Entry, add: bool) {
@@ -138,14 +163,11 @@ impl Tally {
         }
         match (m.kind, m.index) {
             (Kind::Pod, Some(index)) => {
-                let at = (m.role.clone(), index);
+                let at = (self.role(&m.role), index, Box::from(key.name.as_str()));
                 if add {
-                    self.pods.entry(at).or_default().push(key.name.clone());
-                } else if let Some(names) = self.pods.get_mut(&at) {
-                    names.retain(|n| *n != key.name);
-                    if names.is_empty() {
-                        self.pods.remove(&at);
-                    }
+                    self.pods.insert(at);
+                } else {
+                    self.pods.remove(&at);
                 }
             }
             (Kind::Pod, None) => {}
@@ -160,19 +182,28 @@ impl Tally {
     }
 }
 
+impl JobMembers {
+    /// Makes `entry` share the job's spec equal to its own, if one is held.
+    fn share_spec(&self, entry: &mut Entry) {
+        if let Some((spec, _)) = self
+            .tally
+            .specs
+            .iter()
+            .find(|(s, _)| *s == entry.member.spec)
+        {
+            entry.member.spec = spec.clone();
+        }
+    }
+}
+
 impl Inner {
     fn remove(&mut self, key: &ObjectKey) {
         if let Some(job) = self.objects.remove(key) {
-            if let Some(members) = self.jobs.get_mut(&job) {
-                if let Some(entry) = members.remove(key) {
-                    if let Some(tally) = self.tallies.get_mut(&job) {
-                        tally.count(key, &entry, false);
-                        if tally.is_empty() {
-                            self.tallies.remove(&job);
-                        }
-                    }
+            if let Some(j) = self.jobs.get_mut(&job) {
+                if let Some(entry) = j.members.remove(key) {
+                    j.tally.count(key, &entry, false);
                 }
-                if members.is_empty() {
+                if j.members.is_empty() {
                     self.jobs.remove(&job);
                 }
             }
@@ -181,51 +212,40 @@ impl Inner {
 
     fn insert(&mut self, key: ObjectKey, value: Option<(JobKey, Entry)>) {
         self.remove(&key);
-        if let Some((job, entry)) = value {
+        if let Some((job, mut entry)) = value {
             self.objects.insert(key.clone(), job.clone());
-            if entry.live {
-                self.tallies
-                    .entry(job.clone())
-                    .or_default()
-                    .count(&key, &entry, true);
-            }
-            self.jobs
-                .entry(job)
-                .or_default()
-                .insert(key, Box::new(entry));
+            let j = self.jobs.entry(job).or_default();
+            j.share_spec(&mut entry);
+            j.tally.count(&key, &entry, true);
+            j.members.insert(key, Box::new(entry));
         }
     }
 
     /// [`validate::relevant`] of the job's live members, from the tally.
     fn relevant_peers(&self, m: &MemberSpec) -> Vec<MemberSpec> {
-        let job = (m.namespace.clone(), m.job.clone());
-        let (Some(members), Some(tally)) = (self.jobs.get(&job), self.tallies.get(&job)) else {
+        let Some(j) = self.jobs.get(&(m.namespace.clone(), m.job.clone())) else {
             return Vec::new();
         };
-        let live = || members.values().filter(|e| e.live).map(|e| &e.member);
+        let (members, tally) = (&j.members, &j.tally);
         // A job holding another spec than `m`'s: the denial path, where
         // naming the first member of each spec takes going through them.
         if tally.specs.iter().any(|(s, _)| *s != m.spec) {
-            return validate::relevant(m, live()).into_iter().cloned().collect();
+            let live = members.values().filter(|e| e.live).map(|e| &e.member);
+            return validate::relevant(m, live).into_iter().cloned().collect();
         }
-        let mut keys: BTreeSet<ObjectKey> = BTreeSet::new();
         let pod = |name: &str| ObjectKey {
             kind: kind_tag(Kind::Pod),
             namespace: m.namespace.clone(),
             name: name.to_owned(),
         };
+        let mut keys: BTreeSet<ObjectKey> = BTreeSet::new();
         if let (Kind::Pod, Some(index)) = (m.kind, m.index) {
-            if let Some(names) = tally.pods.get(&(m.role.clone(), index)) {
-                keys.extend(names.iter().map(|n| pod(n)));
-            }
+            keys.extend(tally.pods(&m.role, index, index.saturating_add(1)).map(pod));
         }
         if let Some((start, end)) = validate::covers(m) {
             keys.extend(tally.workloads.iter().cloned());
             if m.kind != Kind::Pod {
-                let range = (m.role.clone(), start)..(m.role.clone(), end);
-                for names in tally.pods.range(range).map(|(_, names)| names) {
-                    keys.extend(names.iter().map(|n| pod(n)));
-                }
+                keys.extend(tally.pods(&m.role, start, end).map(pod));
             }
         }
         let chosen = keys
@@ -433,10 +453,10 @@ impl MemberIndex {
     /// left ([`c::FINISHED_RUN`]).
     pub fn members(&self, namespace: &str, job: &str, job_uid: Option<&str>) -> Vec<Entry> {
         let inner = self.read();
-        let Some(m) = inner.jobs.get(&(namespace.to_owned(), job.to_owned())) else {
+        let Some(j) = inner.jobs.get(&(namespace.to_owned(), job.to_owned())) else {
             return Vec::new();
         };
-        let all: Vec<&Entry> = m.values().map(|e| &**e).collect();
+        let all: Vec<&Entry> = j.members.values().map(|e| &**e).collect();
         all.iter()
             .filter(|e| !e.left_of_another_run(job_uid, &all))
             .map(|e| Entry::clone(e))
@@ -450,8 +470,8 @@ impl MemberIndex {
         self.read()
             .jobs
             .iter()
-            .filter_map(|(k, m)| {
-                let all: Vec<&Entry> = m.values().map(|e| &**e).collect();
+            .filter_map(|(k, j)| {
+                let all: Vec<&Entry> = j.members.values().map(|e| &**e).collect();
                 let mut live = all
                     .iter()
                     .filter(|e| e.live && !e.left_of_another_run(None, &all));
@@ -483,8 +503,9 @@ impl PeerSource for MemberIndex {
         self.read()
             .jobs
             .get(&(namespace.to_owned(), job.to_owned()))
-            .map(|m| {
-                m.values()
+            .map(|j| {
+                j.members
+                    .values()
                     .filter(|e| e.live)
                     .map(|e| e.member.clone())
                     .collect()

@@ -226,7 +226,7 @@ pub(crate) fn satisfies(current: &Value, desired: &Value) -> bool {
 /// for its whole life, even once the clean-pod policy removed the members,
 /// and the volume is fixed at first sight, as the spec is.
 pub(crate) fn dljob_for(member: &MemberSpec, tensorboard_volume: Option<&Value>) -> DLJob {
-    let mut job = DLJob::new(&member.job, member.spec.clone());
+    let mut job = DLJob::new(&member.job, crate::crd::JobSpec::clone(&member.spec));
     job.metadata.namespace = Some(member.namespace.clone());
     job.metadata.labels = Some(BTreeMap::from([(c::JOB.to_owned(), member.job.clone())]));
     if let Some(volume) = tensorboard_volume {
