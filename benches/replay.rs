@@ -95,7 +95,7 @@ const HELP: &str = "\
 replay: memory of `dljob serve` replaying an API server's LISTs and watch events
 
 cargo bench --bench replay -- [options]
-  --jobs N            PyTorch jobs of 4 bare pods (default 2500: 10 000 pods)
+  --jobs N            PyTorch jobs of 4 bare pods (default 2500: 10 000 pods; at most 100 000)
   --namespaces N      namespaces the jobs are spread over (default 5)
   --tensorboard       every job has a TensorBoard (a Deployment and a Service more)
   --gang NAME         every job's dljob.dev/gang (volcano: a PodGroup more)
