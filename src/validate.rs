@@ -37,9 +37,27 @@ pub fn validate<P: Peers + ?Sized>(
         Some(_) => crate::mutate::Operation::Update,
         None => crate::mutate::Operation::Create,
     };
-    let (found, warnings) = judge(kind, object, namespace, config, peers, operation);
-    let before = match old {
-        Some(old) if !found.is_empty() => judge(kind, old, namespace, config, peers, operation).0,
+    let new = member::parse(kind, object, namespace, config);
+    let was = old.map(|o| member::parse(kind, o, namespace, config));
+    // One read of the peers for both objects: what the old object already
+    // had is judged against the same members as the new one.
+    let mut asked = Vec::with_capacity(2);
+    for parsed in std::iter::once(&new).chain(was.as_ref()) {
+        if let Ok(Some(p)) = parsed {
+            asked.push(&p.member);
+        }
+    }
+    let mut answers = peers.relevant_to_each(&asked).into_iter();
+    let mut peers_of = |parsed: &member::Parsing| match parsed {
+        Ok(Some(_)) => answers.next().unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let (new_peers, old_peers) = (peers_of(&new), was.as_ref().map(&mut peers_of));
+    let (found, warnings) = judge(new, object, config, &new_peers, operation);
+    let before = match (old, was, old_peers) {
+        (Some(old), Some(was), Some(old_peers)) if !found.is_empty() => {
+            judge(was, old, config, &old_peers, operation).0
+        }
         _ => Violations::default(),
     };
     v.0.extend(found.0.into_iter().filter(|f| !before.0.contains(f)));
@@ -47,16 +65,16 @@ pub fn validate<P: Peers + ?Sized>(
 }
 
 /// Everything [`validate`] checks of one object but what an UPDATE
-/// changed: its problems, and its warnings.
-fn judge<P: Peers + ?Sized>(
-    kind: Kind,
+/// changed: its problems, and its warnings, against `peers` ([`relevant`]
+/// to it).
+fn judge(
+    parsed: member::Parsing,
     object: &Value,
-    namespace: Option<&str>,
     config: &Config,
-    peers: &P,
+    peers: &[MemberSpec],
     operation: crate::mutate::Operation,
 ) -> (Violations, Vec<String>) {
-    let parsed = match member::parse(kind, object, namespace, config) {
+    let parsed = match parsed {
         Ok(Some(p)) => p,
         Ok(None) => return (Violations::default(), Vec::new()),
         Err(e) => return (e, Vec::new()),
@@ -65,7 +83,7 @@ fn judge<P: Peers + ?Sized>(
     for problem in crate::tensorboard::check(&parsed.member, object) {
         v.push(Rule::TensorBoardVolume, problem);
     }
-    agree_with_peers(&parsed.member, &peers.relevant(&parsed.member), &mut v);
+    agree_with_peers(&parsed.member, peers, &mut v);
     (v, parsed.warnings)
 }
 
@@ -352,6 +370,10 @@ pub fn relevant<'p>(
 pub trait Peers {
     /// Those of `m`'s peers its checks concern ([`relevant`]).
     fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec>;
+    /// [`Peers::relevant`] to each of `ms`, from one reading of the peers.
+    fn relevant_to_each(&self, ms: &[&MemberSpec]) -> Vec<Vec<MemberSpec>> {
+        ms.iter().map(|m| self.relevant(m)).collect()
+    }
 }
 
 impl Peers for [MemberSpec] {
@@ -378,6 +400,9 @@ pub struct FromSource<'a>(pub &'a dyn PeerSource);
 impl Peers for FromSource<'_> {
     fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec> {
         self.0.relevant_peers(m)
+    }
+    fn relevant_to_each(&self, ms: &[&MemberSpec]) -> Vec<Vec<MemberSpec>> {
+        self.0.relevant_peers_to_each(ms)
     }
 }
 
@@ -406,6 +431,12 @@ pub trait PeerSource: Send + Sync {
     /// holding many members answers it without going through them all.
     fn relevant_peers(&self, m: &MemberSpec) -> Vec<MemberSpec> {
         self.peers(&m.namespace, &m.job).relevant(m)
+    }
+    /// [`PeerSource::relevant_peers`] to each of `ms` (an UPDATE's new and
+    /// old object), from one view of the members: a member that comes or
+    /// goes between two reads cannot make the two judgements disagree.
+    fn relevant_peers_to_each(&self, ms: &[&MemberSpec]) -> Vec<Vec<MemberSpec>> {
+        ms.iter().map(|m| self.relevant_peers(m)).collect()
     }
     /// Whether the source has seen every member once (a cache that has not
     /// listed yet would let a disagreeing member through): the server is

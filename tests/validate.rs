@@ -1332,3 +1332,75 @@ fn the_finished_run_mark_cannot_change_or_go() {
         1
     );
 }
+
+/// An UPDATE judges the old object and the new one against the same
+/// members: the webhook's source of peers is read once for both (a member
+/// that comes or goes between two reads would otherwise make a problem the
+/// object already had look new).
+#[test]
+fn an_update_reads_its_peers_once_for_both_objects() {
+    use dljob::validate::{FromSource, PeerSource};
+    use std::sync::Mutex;
+
+    struct Recorded {
+        peers: Vec<MemberSpec>,
+        calls: Mutex<Vec<String>>,
+    }
+    impl PeerSource for Recorded {
+        fn peers(&self, _: &str, _: &str) -> Vec<MemberSpec> {
+            self.calls.lock().unwrap().push("peers".into());
+            self.peers.clone()
+        }
+        fn relevant_peers(&self, _: &MemberSpec) -> Vec<MemberSpec> {
+            self.calls.lock().unwrap().push("relevant_peers".into());
+            self.peers.clone()
+        }
+        fn relevant_peers_to_each(&self, ms: &[&MemberSpec]) -> Vec<Vec<MemberSpec>> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("relevant_peers_to_each of {}", ms.len()));
+            ms.iter().map(|_| self.peers.clone()).collect()
+        }
+    }
+    let config = Config::default();
+    // The chief says port 2300; the worker (old and new) the default.
+    let mut chief = tf_pod("chief", json!({"dljob.dev/port": "2300"}));
+    chief["metadata"]["name"] = json!("mnist-chief-0");
+    let source = Recorded {
+        peers: peers_of([(Kind::Pod, &chief)], Some("ml"), &config),
+        calls: Mutex::default(),
+    };
+    let old = tf_pod("worker", json!({}));
+    let mut new = old.clone();
+    new["metadata"]["annotations"]["note"] = json!("an annotation added");
+    // The disagreement is one the worker already had: not the update's.
+    let answer = validate(
+        Kind::Pod,
+        &new,
+        Some(&old),
+        Some("ml"),
+        &config,
+        &FromSource(&source),
+    );
+    assert!(answer.is_ok(), "{answer:?}");
+    assert_eq!(
+        *source.calls.lock().unwrap(),
+        ["relevant_peers_to_each of 2"]
+    );
+    // A CREATE asks for the one object.
+    source.calls.lock().unwrap().clear();
+    let refused = validate(
+        Kind::Pod,
+        &new,
+        None,
+        Some("ml"),
+        &config,
+        &FromSource(&source),
+    );
+    assert!(refused.is_err());
+    assert_eq!(
+        *source.calls.lock().unwrap(),
+        ["relevant_peers_to_each of 1"]
+    );
+}

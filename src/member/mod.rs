@@ -106,6 +106,8 @@ pub struct Parsed {
     pub member: MemberSpec,
     pub warnings: Vec<String>,
 }
+/// What [`parse`] gives: the member, not a member (`None`), or why not.
+pub type Parsing = Result<Option<Parsed>, Violations>;
 /// Default mount path of the SSH Secret for mpi/chainer.
 pub(crate) const DEFAULT_SSH_PATH: &str = "/root/.ssh";
 /// Default hostfile slots per host.
@@ -117,12 +119,7 @@ pub(crate) fn job_label(object: &Value) -> Option<&str> {
 /// Parses `object` of `kind`. `Ok(None)`: not a member (no `dljob.dev/job`
 /// label). `namespace` is the request's namespace, used when the object has
 /// none (pods with `generateName` may arrive without one).
-pub fn parse(
-    kind: Kind,
-    object: &Value,
-    namespace: Option<&str>,
-    config: &Config,
-) -> Result<Option<Parsed>, Violations> {
+pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Config) -> Parsing {
     let Some(job) = job_label(object) else {
         return Ok(None);
     };

@@ -516,6 +516,11 @@ impl PeerSource for MemberIndex {
     fn relevant_peers(&self, m: &MemberSpec) -> Vec<MemberSpec> {
         self.read().relevant_peers(m)
     }
+
+    fn relevant_peers_to_each(&self, ms: &[&MemberSpec]) -> Vec<Vec<MemberSpec>> {
+        let inner = self.read();
+        ms.iter().map(|m| inner.relevant_peers(m)).collect()
+    }
 }
 
 #[cfg(test)]
