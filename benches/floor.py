@@ -47,7 +47,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO.parent / "shared" / "fixtures" / "admission"
+FIXTURES = REPO / "tests" / "fixtures" / "admission"
 MUTATE_REVIEW = "mutate-create-pod-ddp-worker.json"
 VALIDATE_REVIEW = "validate-create-pod-ddp-worker-rkzbv.json"
 CLK_TCK = os.sysconf("SC_CLK_TCK")

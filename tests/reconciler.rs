@@ -2048,50 +2048,51 @@ async fn a_running_job_leaves_its_tensorboard_at_the_size_it_was_scaled_to() {
 #[test]
 fn the_index_tallies_choose_the_peers_the_linear_rule_chooses() {
     use dljob::object::Kind;
+    fn json(object: impl serde::Serialize) -> Value {
+        serde_json::to_value(object).unwrap()
+    }
     let index = MemberIndex::default();
     let config = Config::default();
     let topology = "master=1,worker=8";
     let apply = |p: Pod| index.apply_event(&watcher::Event::Apply(p), &config);
-    let new_pod = |name: &str, index: u32| {
-        let mut p = bare_pod("mnist", "pytorch", topology, "worker", index, running());
-        p.metadata.name = Some(name.into());
-        serde_json::to_value(p).unwrap()
+    // A bare pod of the job: `role-index`, or `name` when given.
+    let pod = |role: &str, i: u32, state: Value, name: Option<&str>| {
+        let mut p = bare_pod("mnist", "pytorch", topology, role, i, state);
+        if let Some(name) = name {
+            p.metadata.name = Some(name.into());
+        }
+        p
+    };
+    let worker = |i: u32| pod("worker", i, running(), None);
+    let set = || statefulset("mnist", "pytorch", topology, "worker", 8);
+    let set_pod = || {
+        owned_pod(
+            "StatefulSet",
+            "worker",
+            "pytorch",
+            topology,
+            "worker",
+            2,
+            running(),
+        )
     };
     let probes: Vec<(Kind, Value)> = vec![
         // New pods at index 3 and 7, the master itself, a set's pod and
         // the set.
-        (Kind::Pod, new_pod("new-3", 3)),
-        (Kind::Pod, new_pod("new-7", 7)),
-        (
-            Kind::Pod,
-            serde_json::to_value(bare_pod(
-                "mnist",
-                "pytorch",
-                topology,
-                "master",
-                0,
-                running(),
-            ))
-            .unwrap(),
-        ),
-        (
-            Kind::Pod,
-            serde_json::to_value(owned_pod(
-                "StatefulSet",
-                "worker",
-                "pytorch",
-                topology,
-                "worker",
-                2,
-                running(),
-            ))
-            .unwrap(),
-        ),
-        (
-            Kind::StatefulSet,
-            serde_json::to_value(statefulset("mnist", "pytorch", topology, "worker", 8)).unwrap(),
-        ),
+        (Kind::Pod, json(pod("worker", 3, running(), Some("new-3")))),
+        (Kind::Pod, json(pod("worker", 7, running(), Some("new-7")))),
+        (Kind::Pod, json(pod("master", 0, running(), None))),
+        (Kind::Pod, json(set_pod())),
+        (Kind::StatefulSet, json(set())),
     ];
+    let names = |peers: Vec<&dljob::member::MemberSpec>| {
+        peers
+            .iter()
+            .map(|p| format!("{:?}/{}", p.kind, p.name))
+            .collect::<Vec<_>>()
+    };
+    // What each probe's checks are given, asserted equal to the linear
+    // rule's choice.
     let check = |step: &str| {
         let all = index.peers(NS, "mnist");
         let mut chosen = Vec::new();
@@ -2100,12 +2101,6 @@ fn the_index_tallies_choose_the_peers_the_linear_rule_chooses() {
                 .unwrap()
                 .unwrap()
                 .member;
-            let names = |peers: Vec<&dljob::member::MemberSpec>| {
-                peers
-                    .iter()
-                    .map(|p| format!("{:?}/{}", p.kind, p.name))
-                    .collect::<Vec<_>>()
-            };
             let linear = names(dljob::validate::relevant(&m, all.iter()));
             let tallied = index.relevant_peers(&m);
             assert_eq!(
@@ -2121,51 +2116,17 @@ fn the_index_tallies_choose_the_peers_the_linear_rule_chooses() {
     };
     let none: Vec<Vec<String>> = vec![Vec::new(); probes.len()];
     assert_eq!(check("empty"), none);
-    apply(bare_pod(
-        "mnist",
-        "pytorch",
-        topology,
-        "master",
-        0,
-        running(),
-    ));
+    apply(pod("master", 0, running(), None));
     for i in 0..6 {
-        apply(bare_pod(
-            "mnist",
-            "pytorch",
-            topology,
-            "worker",
-            i,
-            running(),
-        ));
+        apply(worker(i));
     }
     assert_eq!(check("one master, six workers")[0], ["Pod/worker-3"]);
     // A second pod at index 3, a finished one at 7 (not live), a set over
     // the role, one of its pods.
-    let mut dup = bare_pod("mnist", "pytorch", topology, "worker", 3, running());
-    dup.metadata.name = Some("dup-3".into());
-    apply(dup);
-    apply(bare_pod(
-        "mnist",
-        "pytorch",
-        topology,
-        "worker",
-        7,
-        terminated(1, "Error"),
-    ));
-    index.apply_event(
-        &watcher::Event::Apply(statefulset("mnist", "pytorch", topology, "worker", 8)),
-        &config,
-    );
-    apply(owned_pod(
-        "StatefulSet",
-        "worker",
-        "pytorch",
-        topology,
-        "worker",
-        2,
-        running(),
-    ));
+    apply(pod("worker", 3, running(), Some("dup-3")));
+    apply(pod("worker", 7, terminated(1, "Error"), None));
+    index.apply_event(&watcher::Event::Apply(set()), &config);
+    apply(set_pod());
     let chosen = check("duplicates, a finished pod and a set");
     assert_eq!(
         chosen[0],
@@ -2183,8 +2144,7 @@ fn the_index_tallies_choose_the_peers_the_linear_rule_chooses() {
         "the set meets every bare pod of its role; not its own pod worker-2 (which took the bare pod's name)"
     );
     // A member with another spec: every member with it is named once.
-    let mut other_port = bare_pod("mnist", "pytorch", topology, "worker", 5, running());
-    other_port.metadata.name = Some("port-5".into());
+    let mut other_port = pod("worker", 5, running(), Some("port-5"));
     other_port
         .metadata
         .annotations
@@ -2196,46 +2156,19 @@ fn the_index_tallies_choose_the_peers_the_linear_rule_chooses() {
     assert_eq!(chosen[1], ["Pod/port-5", "StatefulSet/worker"]);
     // It goes, and worker-3 finishes: back to the tallies.
     index.apply_event(&watcher::Event::Delete(other_port), &config);
-    apply(bare_pod(
-        "mnist",
-        "pytorch",
-        topology,
-        "worker",
-        3,
-        terminated(0, "Completed"),
-    ));
+    apply(pod("worker", 3, terminated(0, "Completed"), None));
     check("the other port gone, worker-3 finished");
     // A relist without the set and its pod.
     index.apply_event::<StatefulSet>(&watcher::Event::Init, &config);
     index.apply_event::<StatefulSet>(&watcher::Event::InitDone, &config);
     index.apply_event::<Pod>(&watcher::Event::Init, &config);
     for i in [0, 1, 4] {
-        index.apply_event(
-            &watcher::Event::InitApply(bare_pod(
-                "mnist",
-                "pytorch",
-                topology,
-                "worker",
-                i,
-                running(),
-            )),
-            &config,
-        );
+        index.apply_event(&watcher::Event::InitApply(worker(i)), &config);
     }
     index.apply_event::<Pod>(&watcher::Event::InitDone, &config);
     check("relisted");
     for i in [0, 1, 4] {
-        index.apply_event(
-            &watcher::Event::Delete(bare_pod(
-                "mnist",
-                "pytorch",
-                topology,
-                "worker",
-                i,
-                running(),
-            )),
-            &config,
-        );
+        index.apply_event(&watcher::Event::Delete(worker(i)), &config);
     }
     assert_eq!(check("all gone"), none);
     assert!(index.peers(NS, "mnist").is_empty());

@@ -257,7 +257,8 @@ async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
         .expect("test timed out")
 }
 
-fn shared(name: &str) -> Value {
+/// A captured AdmissionReview (`tests/fixtures/admission/`).
+fn captured(name: &str) -> Value {
     let path = format!(
         "{}/tests/fixtures/admission/{name}",
         env!("CARGO_MANIFEST_DIR")
@@ -380,7 +381,7 @@ async fn pod_create_is_patched_with_tf_config_and_a_second_review_yields_no_patc
     bounded(async {
         let s = start(|_| {}).await;
         let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
-        let review = shared("mutate-create-pod-resnet-chief.json");
+        let review = captured("mutate-create-pod-resnet-chief.json");
         // The API server POSTs with a query string.
         let (_, resp) = c.post("/mutate?timeout=5s", &review).await;
         assert_allowed(&resp, &uid(&review));
@@ -414,7 +415,7 @@ async fn response_patch_is_a_base64_string_on_the_wire() {
     bounded(async {
         let s = start(|_| {}).await;
         let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
-        let review = shared("mutate-create-pod-resnet-ps.json");
+        let review = captured("mutate-create-pod-resnet-ps.json");
         let (status, raw) = c
             .send("POST", "/mutate", serde_json::to_vec(&review).unwrap())
             .await
@@ -436,7 +437,7 @@ async fn dry_run_gets_the_same_answer() {
     bounded(async {
         let s = start(|_| {}).await;
         let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
-        let dry = shared("mutate-create-pod-resnet-ps.json");
+        let dry = captured("mutate-create-pod-resnet-ps.json");
         assert_eq!(dry["request"]["dryRun"], true);
         let mut wet = dry.clone();
         wet["request"]["dryRun"] = json!(false);
@@ -448,7 +449,7 @@ async fn dry_run_gets_the_same_answer() {
             serde_json::from_str(&env_of(&pod["spec"], "tensorflow")["TF_CONFIG"]).unwrap();
         assert_eq!(tf, resnet_tf_config("ps", 0, 2222));
 
-        let dry = shared("validate-create-pod-resnet-ps.json");
+        let dry = captured("validate-create-pod-resnet-ps.json");
         let mut wet = dry.clone();
         wet["request"]["dryRun"] = json!(false);
         assert_eq!(
@@ -468,7 +469,7 @@ async fn statefulset_template_is_mutated_and_its_pods_get_identity_from_the_ordi
         // The captured StatefulSet says everything but the port and gang it
         // is wired with; those are added on it and its template, and the
         // object as patched needs nothing more.
-        let review = shared("mutate-create-statefulset-resnet-worker.json");
+        let review = captured("mutate-create-statefulset-resnet-worker.json");
         let (_, resp) = c.post("/mutate", &review).await;
         assert_allowed(&resp, &uid(&review));
         let sts = patched(&review, &resp);
@@ -535,7 +536,7 @@ async fn statefulset_template_is_mutated_and_its_pods_get_identity_from_the_ordi
         );
 
         // The captured StatefulSet pod, ordinal 1 of worker=2.
-        let review = shared("mutate-create-pod-resnet-worker-1.json");
+        let review = captured("mutate-create-pod-resnet-worker-1.json");
         let (_, resp) = c.post("/mutate", &review).await;
         let pod = patched(&review, &resp);
         assert_eq!(pod["spec"]["hostname"], "resnet-worker-1");
@@ -548,7 +549,7 @@ async fn statefulset_template_is_mutated_and_its_pods_get_identity_from_the_ordi
             ("/mutate", "mutate-create-pod-resnet-worker-2.json"),
             ("/validate", "validate-create-pod-resnet-worker-2.json"),
         ] {
-            let review = shared(name);
+            let review = captured(name);
             let (_, resp) = c.post(path, &review).await;
             assert_denied(
                 &resp,
@@ -567,7 +568,7 @@ async fn indexed_job_and_the_pods_of_its_mutated_template() {
     bounded(async {
         let s = start(|_| {}).await;
         let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
-        let job_review = shared("mutate-create-job-gpt-worker.json");
+        let job_review = captured("mutate-create-job-gpt-worker.json");
         let (_, resp) = c.post("/mutate", &job_review).await;
         assert_allowed(&resp, &uid(&job_review));
         let job = patched(&job_review, &resp);
@@ -583,11 +584,11 @@ async fn indexed_job_and_the_pods_of_its_mutated_template() {
 
         // As captured, the pods come from the unmutated template: denied
         // with a message that says what to do.
-        let captured = shared("mutate-create-pod-gpt-worker-1.json");
-        let (_, resp) = c.post("/mutate", &captured).await;
+        let as_captured = captured("mutate-create-pod-gpt-worker-1.json");
+        let (_, resp) = c.post("/mutate", &as_captured).await;
         assert_denied(
             &resp,
-            &uid(&captured),
+            &uid(&as_captured),
             422,
             "Invalid",
             "add dljob.dev/replicas to the template",
@@ -598,7 +599,7 @@ async fn indexed_job_and_the_pods_of_its_mutated_template() {
             ("mutate-create-pod-gpt-worker-0.json", 0),
             ("mutate-create-pod-gpt-worker-1.json", 1),
         ] {
-            let mut review = shared(name);
+            let mut review = captured(name);
             review["request"]["object"]["metadata"]["annotations"] = template_annotations.clone();
             review["request"]["object"]["metadata"]["annotations"]
                 ["batch.kubernetes.io/job-completion-index"] = json!(index.to_string());
@@ -633,7 +634,7 @@ async fn generate_name_pytorch_pod_uses_the_request_namespace() {
     bounded(async {
         let s = start(|_| {}).await;
         let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
-        let review = shared("mutate-create-pod-ddp-worker.json");
+        let review = captured("mutate-create-pod-ddp-worker.json");
         let (_, resp) = c.post("/mutate", &review).await;
         assert_allowed(&resp, &uid(&review));
         let pod = patched(&review, &resp);
@@ -646,7 +647,7 @@ async fn generate_name_pytorch_pod_uses_the_request_namespace() {
         let (_, resp) = c
             .post(
                 "/validate",
-                &shared("validate-create-pod-ddp-worker-rkzbv.json"),
+                &captured("validate-create-pod-ddp-worker-rkzbv.json"),
             )
             .await;
         assert_allowed(&resp, "e23f1ff1-e2a4-4de9-bd15-6cecb4460446");
@@ -673,7 +674,7 @@ async fn every_captured_validating_review_gets_its_decision() {
             ("validate-update-pod-resnet-chief.json", true),
             ("validate-update-statefulset-resnet-worker.json", false),
         ] {
-            let review = shared(name);
+            let review = captured(name);
             let (_, resp) = c.post("/validate", &review).await;
             assert_eq!(resp["response"]["uid"], uid(&review), "{name}");
             assert_eq!(resp["response"]["allowed"], allowed, "{name}: {resp}");
@@ -696,7 +697,7 @@ async fn update_validates_identity_keys_and_mutates_only_what_is_missing() {
         let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
 
         // An annotation added to a running pod: allowed, nothing to patch.
-        let review = shared("mutate-update-pod-resnet-chief.json");
+        let review = captured("mutate-update-pod-resnet-chief.json");
         let (_, resp) = c.post("/mutate", &review).await;
         assert_eq!(
             resp["response"],
@@ -705,7 +706,7 @@ async fn update_validates_identity_keys_and_mutates_only_what_is_missing() {
 
         // A wired StatefulSet applied again unchanged (the captured UPDATE,
         // without its replicas change): no patch, so no spurious rollout.
-        let mut review = shared("mutate-update-statefulset-resnet-worker.json");
+        let mut review = captured("mutate-update-statefulset-resnet-worker.json");
         review["request"]["object"]["spec"]["replicas"] =
             review["request"]["oldObject"]["spec"]["replicas"].clone();
         let (_, resp) = c.post("/mutate", &review).await;
@@ -730,7 +731,7 @@ async fn update_validates_identity_keys_and_mutates_only_what_is_missing() {
             .contains("delete and recreate"));
 
         // spec.replicas of a StatefulSet member patched from 2 to 3.
-        let review = shared("validate-update-statefulset-resnet-worker.json");
+        let review = captured("validate-update-statefulset-resnet-worker.json");
         let (_, resp) = c.post("/validate", &review).await;
         assert_denied(
             &resp,
@@ -769,11 +770,11 @@ async fn delete_connect_unknown_kinds_and_reviews_without_object_pass_untouched(
         let delete = local("review-mutate-delete-pod-resnet-chief.json");
         assert!(delete["request"].get("object").is_none());
         let deployment = local("review-mutate-create-deployment-labelled.json");
-        let mut connect_review = shared("mutate-create-pod-resnet-chief.json");
+        let mut connect_review = captured("mutate-create-pod-resnet-chief.json");
         connect_review["request"]["operation"] = json!("CONNECT");
         connect_review["request"]["subResource"] = json!("exec");
         connect_review["request"]["object"] = json!({"kind": "PodExecOptions", "apiVersion": "v1"});
-        let mut status = shared("mutate-update-pod-resnet-chief.json");
+        let mut status = captured("mutate-update-pod-resnet-chief.json");
         status["request"]["subResource"] = json!("status");
         status["request"]["object"]["metadata"]["labels"]["dljob.dev/role"] = json!("ps");
         for review in [delete, deployment, connect_review, status] {
@@ -787,7 +788,7 @@ async fn delete_connect_unknown_kinds_and_reviews_without_object_pass_untouched(
             }
         }
         // CREATE with no object at all: a malformed review, denied as such.
-        let mut review = shared("mutate-create-pod-resnet-chief.json");
+        let mut review = captured("mutate-create-pod-resnet-chief.json");
         review["request"].as_object_mut().unwrap().remove("object");
         let (_, resp) = c.post("/mutate", &review).await;
         assert_denied(
@@ -811,7 +812,7 @@ async fn debug_containers_may_not_mount_dljobs_volumes() {
         let s = start(|_| {}).await;
         let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
         let debug = |mounts: Value| {
-            let mut review = shared("validate-update-pod-resnet-chief.json");
+            let mut review = captured("validate-update-pod-resnet-chief.json");
             review["request"]["subResource"] = json!("ephemeralcontainers");
             review["request"]["object"]["spec"]["ephemeralContainers"] = json!([{
                 "name": "debugger-x7k2p", "image": "busybox",
@@ -843,7 +844,7 @@ async fn warnings_name_user_values_that_are_kept() {
     bounded(async {
         let s = start(|_| {}).await;
         let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
-        let mut review = shared("mutate-create-pod-resnet-chief.json");
+        let mut review = captured("mutate-create-pod-resnet-chief.json");
         review["request"]["object"]["spec"]["containers"][0]["env"] =
             json!([{"name": "TF_CONFIG", "value": "{\"mine\":true}"}]);
         let (_, resp) = c.post("/mutate", &review).await;
@@ -888,7 +889,7 @@ fn raw_post(path: &str, body: &[u8], extra_headers: &str) -> Vec<u8> {
 
 async fn still_serves(s: &Server) {
     let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
-    let review = shared("mutate-create-pod-resnet-chief.json");
+    let review = captured("mutate-create-pod-resnet-chief.json");
     let (_, resp) = c.post("/mutate", &review).await;
     assert_allowed(&resp, &uid(&review));
 }
@@ -915,15 +916,15 @@ async fn malformed_bodies_get_400_or_a_denial_when_the_uid_is_known() {
             }
         }
 
-        let mut review = shared("mutate-create-pod-resnet-chief.json");
+        let mut review = captured("mutate-create-pod-resnet-chief.json");
         review["apiVersion"] = json!("admission.k8s.io/v1beta1");
         let (_, resp) = c.post("/mutate", &review).await;
         assert_denied(&resp, &uid(&review), 400, "BadRequest", "admissionReviewVersions");
-        let mut review = shared("mutate-create-pod-resnet-chief.json");
+        let mut review = captured("mutate-create-pod-resnet-chief.json");
         review["kind"] = json!("ConfigMap");
         let (_, resp) = c.post("/validate", &review).await;
         assert_denied(&resp, &uid(&review), 400, "BadRequest", "AdmissionReview admission.k8s.io/v1");
-        let mut review = shared("mutate-create-pod-resnet-chief.json");
+        let mut review = captured("mutate-create-pod-resnet-chief.json");
         review["request"]["kind"] = json!("Pod");
         let (_, resp) = c.post("/mutate", &review).await;
         assert_denied(&resp, &uid(&review), 400, "BadRequest", "malformed AdmissionReview request");
@@ -939,7 +940,7 @@ async fn malformed_bodies_get_400_or_a_denial_when_the_uid_is_known() {
 
 /// A labelled UPDATE review padded to `size` bytes with an annotation.
 fn padded_update(size: usize) -> Vec<u8> {
-    let mut review = shared("validate-update-pod-resnet-chief.json");
+    let mut review = captured("validate-update-pod-resnet-chief.json");
     let base = serde_json::to_vec(&review).unwrap().len();
     let pad = "x".repeat(size.saturating_sub(base + 40));
     review["request"]["object"]["metadata"]["annotations"]["example.com/padding"] = json!(pad);
@@ -1049,7 +1050,7 @@ async fn slow_and_stalled_clients_are_cut_off_and_the_server_keeps_serving() {
         let s = start(|s| s.read_timeout = Duration::from_millis(500)).await;
 
         // Headers sent, body stalled: 408.
-        let review = serde_json::to_vec(&shared("mutate-create-pod-resnet-chief.json")).unwrap();
+        let review = serde_json::to_vec(&captured("mutate-create-pod-resnet-chief.json")).unwrap();
         let mut stream = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
         let full = raw_post("/mutate", &review, "");
         let head_and_some = full.len() - review.len() + 100;
@@ -1260,7 +1261,7 @@ async fn request_bodies_share_a_budget_of_bytes_in_flight() {
         .unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
-        let review = shared("mutate-create-pod-resnet-chief.json");
+        let review = captured("mutate-create-pod-resnet-chief.json");
         let asked = std::time::Instant::now();
         let (_, resp) = c.post("/mutate", &review).await;
         assert_allowed(&resp, &uid(&review));
@@ -1323,7 +1324,7 @@ async fn five_hundred_concurrent_reviews_each_get_their_own_uid() {
                     .unwrap(),
             );
         }
-        let template = shared("mutate-create-pod-resnet-worker-0.json");
+        let template = captured("mutate-create-pod-resnet-worker-0.json");
         let reviews = (0..500).map(|i| {
             let conn = conns[i % 4].clone();
             let mut review = template.clone();
@@ -1422,7 +1423,7 @@ async fn certificate_files_are_reloaded_without_dropping_open_connections() {
         );
 
         // Connections opened before the rotation keep working.
-        let review = shared("mutate-create-pod-resnet-chief.json");
+        let review = captured("mutate-create-pod-resnet-chief.json");
         for c in [&old_h1, &old_h2, &fresh] {
             let (_, resp) = c.post("/mutate", &review).await;
             assert_allowed(&resp, &uid(&review));
@@ -1485,7 +1486,7 @@ async fn config_file_is_reloaded_and_an_invalid_one_is_ignored() {
         let (config, task) = webhook::reload::watch_config(Some(path.clone()), interval).unwrap();
         let s = start_with(|_| {}, config).await;
         let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
-        let review = shared("mutate-create-pod-resnet-chief.json");
+        let review = captured("mutate-create-pod-resnet-chief.json");
         let tf_port = || async {
             let (_, resp) = c.post("/mutate", &review).await;
             let pod = patched(&review, &resp);
@@ -1523,9 +1524,9 @@ async fn metrics_count_reviews_by_endpoint_kind_operation_and_decision() {
     bounded(async {
         let s = start(|_| {}).await;
         let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
-        c.post("/mutate", &shared("mutate-create-pod-resnet-chief.json")).await;
-        c.post("/mutate", &shared("mutate-create-pod-resnet-ps.json")).await;
-        c.post("/validate", &shared("validate-update-statefulset-resnet-worker.json")).await;
+        c.post("/mutate", &captured("mutate-create-pod-resnet-chief.json")).await;
+        c.post("/mutate", &captured("mutate-create-pod-resnet-ps.json")).await;
+        c.post("/validate", &captured("validate-update-statefulset-resnet-worker.json")).await;
         c.send("POST", "/mutate", b"nope".to_vec()).await.unwrap();
         let (status, m) = c.get("/metrics").await;
         assert_eq!(status, StatusCode::OK);
@@ -1555,7 +1556,7 @@ async fn metrics_can_have_a_port_of_their_own() {
         let at = s.running.metrics_addr().expect("a metrics port");
         assert_ne!(at, s.addr);
         let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
-        c.post("/mutate", &shared("mutate-create-pod-resnet-chief.json")).await;
+        c.post("/mutate", &captured("mutate-create-pod-resnet-chief.json")).await;
         assert_eq!(c.get("/metrics").await.0, StatusCode::NOT_FOUND);
         assert_eq!(c.get("/healthz").await.0, StatusCode::OK);
         let mut tcp = TcpStream::connect(at).await.unwrap();
@@ -1591,7 +1592,7 @@ async fn during_the_drain_reviews_are_served_on_h1_and_h2_while_readyz_is_503() 
             _dir,
         } = s;
         let h2 = connect(addr, &ca, Proto::H2).await.unwrap();
-        let review = shared("mutate-create-pod-resnet-chief.json");
+        let review = captured("mutate-create-pod-resnet-chief.json");
         let drain = tokio::spawn(running.drain(Duration::from_secs(2), Duration::from_secs(5)));
         // Not ready at once...
         while h2.get("/readyz").await.0 == StatusCode::OK {
@@ -1710,7 +1711,7 @@ async fn graceful_shutdown_finishes_in_flight_reviews_and_stops_accepting() {
             ca,
             _dir,
         } = s;
-        let review = shared("mutate-create-pod-resnet-chief.json");
+        let review = captured("mutate-create-pod-resnet-chief.json");
         let body = serde_json::to_vec(&review).unwrap();
         let full = raw_post("/mutate", &body, "");
         let split = full.len() - body.len() + 10;
@@ -1804,12 +1805,12 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
 
         let ca = std::fs::read_to_string(&ca_path).unwrap();
         let c = connect(addr, &ca, Proto::H2).await.unwrap();
-        let review = shared("mutate-create-pod-resnet-chief.json");
+        let review = captured("mutate-create-pod-resnet-chief.json");
         // An allowed review without warnings is not logged at the default
         // level; a denial is, with its message under its own key: the first
         // review line is the denial's.
         c.post("/mutate", &review).await;
-        let refused = shared("validate-create-pod-resnet-worker-2.json");
+        let refused = captured("validate-create-pod-resnet-worker-2.json");
         c.post("/validate", &refused).await;
         let line = loop {
             let line = rx.recv().await.unwrap();
@@ -1909,7 +1910,7 @@ fn the_pruned_review_view_answers_as_the_core_does_on_the_whole_object() {
     let mut with_managed_fields = 0;
     let mut with_pod_defaults = 0;
     for name in &names {
-        let whole = shared(name);
+        let whole = captured(name);
         let request = &whole["request"];
         let object = &request["object"];
         if object["metadata"].get("managedFields").is_some() {

@@ -169,14 +169,7 @@ mod tests {
     #[test]
     fn member_sizes_that_differ_from_their_roles_are_reported_with_the_fix() {
         let topology = Topology::parse("chief=1,ps=2,worker=4").unwrap();
-        let sts = |name: &str, role: &str, replicas| Workload::StatefulSet {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            marked: false,
-            role: role.into(),
-            replicas,
-            offset: None,
-        };
+        let sts = super::super::tests::statefulset;
         let job = |name: &str, role: &str, suspended, completions, parallelism| Workload::Job {
             name: name.into(),
             uid: format!("uid-{name}"),

@@ -97,7 +97,7 @@ fn observed(pods: Vec<ObservedPod>) -> Observed {
 
 /// A StatefulSet member `name` of `role` with `replicas`, unmarked, the
 /// whole role (no offset).
-fn statefulset(name: &str, role: &str, replicas: u32) -> Workload {
+pub(super) fn statefulset(name: &str, role: &str, replicas: u32) -> Workload {
     Workload::StatefulSet {
         name: name.into(),
         uid: format!("uid-{name}"),
