@@ -505,7 +505,7 @@ fn pod_patch(
                 .items(List::Volumes)
                 .any(|e| object::name_of(e) == object::name_of(v))
         })
-        .filter_map(|v| v.pointer("/hostPath/path").and_then(Value::as_str))
+        .filter_map(|v| object::str_at(v, &["hostPath", "path"]))
         .collect();
     if !host_paths.is_empty() {
         warnings.push(format!(
@@ -603,10 +603,7 @@ fn gang_marks(
         }
     }
     if let Some(group) = marks.scheduling_group {
-        match pod["spec"]
-            .pointer("/schedulingGroup/podGroupName")
-            .and_then(Value::as_str)
-        {
+        match object::str_at(pod, &["spec", "schedulingGroup", "podGroupName"]) {
             None => edits.set_spec("schedulingGroup", json!({"podGroupName": group})),
             Some(theirs) if theirs != group => warnings.push(format!(
                 "spec.schedulingGroup.podGroupName \"{theirs}\" is set by the user and kept; the {} gang's group is \"{group}\", so this pod is not in the job's gang",

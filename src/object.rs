@@ -210,10 +210,7 @@ pub(crate) fn requests_extended_resource(container: &Value) -> bool {
 /// `resources.claims` names one of the pod's `spec.resourceClaims` (a GPU
 /// from a `ResourceClaimTemplate`, which no resource limit shows).
 pub(crate) fn uses_pod_claim(pod_spec: &Value, container: &Value) -> bool {
-    let Some(claims) = container
-        .pointer("/resources/claims")
-        .and_then(Value::as_array)
-    else {
+    let Some(claims) = at(container, &["resources", "claims"]).and_then(Value::as_array) else {
         return false;
     };
     let pod_claims = pod_spec

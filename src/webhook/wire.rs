@@ -418,11 +418,17 @@ pub(crate) fn response_body(response: &Response) -> Vec<u8> {
 /// `bytes` as a base64 JSON string, ready to be written as it is: the
 /// base64 alphabet needs no JSON escaping, so the string is not scanned
 /// for escapes again when the response is serialised.
+///
+/// Encoded with base64's SIMD engine where the CPU has one (AVX2, NEON),
+/// chosen once: the same padded standard alphabet in about a quarter of
+/// the scalar engine's instructions on a captured review's patch.
 pub(crate) fn base64_string(bytes: &[u8]) -> Box<RawValue> {
+    use base64::engine::{general_purpose::PAD, Simd};
     use base64::Engine as _;
+    static ENGINE: std::sync::LazyLock<Simd> = std::sync::LazyLock::new(|| Simd::standard(PAD));
     let mut s = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
     s.push('"');
-    base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut s);
+    ENGINE.encode_string(bytes, &mut s);
     s.push('"');
     RawValue::from_string(s).expect("a base64 string is a JSON string")
 }
@@ -619,7 +625,7 @@ mod tests {
     #[test]
     fn base64_strings_are_padded_standard_base64() {
         use base64::Engine as _;
-        for len in 0..40 {
+        for len in (0..100).chain([1000, 4099]) {
             let bytes: Vec<u8> = (0..len).map(|i| (i * 37 % 256) as u8).collect();
             let expected = base64::engine::general_purpose::STANDARD.encode(&bytes);
             assert_eq!(
