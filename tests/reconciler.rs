@@ -10,6 +10,7 @@ use dljob::config::Config;
 use dljob::contract::Topology;
 use dljob::crd::{DLJob, JobSpec};
 use dljob::reconciler::controller::{self, Context, Stores};
+use dljob::reconciler::events::Recorder;
 use dljob::reconciler::index::{self, MemberIndex, MemberObject};
 use dljob::reconciler::metrics::Metrics;
 use dljob::reconciler::status::{self, ContainerState};
@@ -21,7 +22,6 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::client::Body;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use kube::{Client, Resource};
@@ -260,13 +260,7 @@ fn context(world: World, dljobs: Vec<DLJob>) -> (Arc<Context>, Handle) {
     }
     let (_tx, config) = tokio::sync::watch::channel(Config::default());
     let ctx = Context {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "dljob".into(),
-                instance: Some("test".into()),
-            },
-        ),
+        recorder: Recorder::new(client.clone(), "dljob", "test"),
         client,
         index,
         stores,
@@ -3086,4 +3080,108 @@ async fn a_bare_pod_is_not_deleted_unless_its_manifest_was_saved() {
     )
     .await;
     assert!(result.is_err());
+}
+
+/// The Events recorder on the wire: the first Event is created with what
+/// `kubectl describe` reads; the same Event again PATCHes the first one's
+/// series (count 2, then 3); an Event the API server no longer has starts
+/// again as a new one; another note is a new Event.
+#[tokio::test]
+async fn a_repeated_event_counts_in_the_first_ones_series() {
+    use dljob::reconciler::events::Note;
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use std::sync::Mutex;
+
+    type Names = Arc<Mutex<Vec<String>>>;
+    fn create(names: &Names, reason: &'static str, type_: &'static str) -> Call {
+        let names = names.clone();
+        call(
+            "POST",
+            events_uri(),
+            move |b| {
+                assert_eq!(b["reason"], reason);
+                assert_eq!(b["type"], type_);
+                assert_eq!(b["action"], "Reconcile");
+                assert_eq!(b["reportingController"], "dljob");
+                assert_eq!(b["reportingInstance"], "dljob-0");
+                assert_eq!(b["regarding"]["uid"], "job-uid");
+                assert_eq!(b["metadata"]["namespace"], NS);
+                assert!(b["eventTime"].is_string(), "{b}");
+                let name = b["metadata"]["name"].as_str().unwrap();
+                assert!(name.starts_with("mnist."), "{name}");
+                names.lock().unwrap().push(name.to_owned());
+            },
+            Value::Null,
+        )
+    }
+    /// The PATCH of the series of the `nth` Event created.
+    fn series(names: &Names, nth: usize, count: i64, respond: Value) -> Call {
+        let name = names.lock().unwrap()[nth].clone();
+        call(
+            "PATCH",
+            format!("/apis/events.k8s.io/v1/namespaces/{NS}/events/{name}?"),
+            move |b| {
+                assert_eq!(b["series"]["count"], count, "{b}");
+                assert!(b["series"]["lastObservedTime"].is_string(), "{b}");
+                assert_eq!(b.as_object().unwrap().len(), 1, "only the series: {b}");
+            },
+            respond,
+        )
+    }
+
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let recorder = Recorder::new(Client::new(service, "default"), "dljob", "dljob-0");
+    let regarding = ObjectReference {
+        api_version: Some("dljob.dev/v1alpha1".into()),
+        kind: Some("DLJob".into()),
+        namespace: Some(NS.into()),
+        name: Some("mnist".into()),
+        uid: Some("job-uid".into()),
+        ..ObjectReference::default()
+    };
+    let running = Note {
+        warning: false,
+        reason: "Running".into(),
+        note: "all 2 members run".into(),
+    };
+    let blocked = Note {
+        warning: true,
+        reason: "RecreateBlocked".into(),
+        note: "bare pod mnist-worker-0 cannot be recreated".into(),
+    };
+    let names: Names = Arc::default();
+    let verifier = tokio::spawn({
+        let names = names.clone();
+        async move {
+            answer(&mut handle, vec![create(&names, "Running", "Normal")]).await;
+            answer(&mut handle, vec![series(&names, 0, 2, Value::Null)]).await;
+            answer(&mut handle, vec![series(&names, 0, 3, Value::Null)]).await;
+            // Gone from the API server: a new Event, whose series goes on.
+            let gone = not_found("events.events.k8s.io not found");
+            answer(&mut handle, vec![series(&names, 0, 4, gone)]).await;
+            answer(&mut handle, vec![create(&names, "Running", "Normal")]).await;
+            answer(&mut handle, vec![series(&names, 1, 2, Value::Null)]).await;
+            // Another note about the same job: news.
+            answer(
+                &mut handle,
+                vec![create(&names, "RecreateBlocked", "Warning")],
+            )
+            .await;
+            if let Some((request, _)) = handle.next_request().await {
+                panic!("unexpected call {} {}", request.method(), request.uri());
+            }
+        }
+    });
+    for note in [&running, &running, &running, &running, &running, &blocked] {
+        tokio::time::timeout(Duration::from_secs(5), recorder.publish(&regarding, note))
+            .await
+            .expect("publish timed out")
+            .expect("publish failed");
+    }
+    drop(recorder);
+    tokio::time::timeout(Duration::from_secs(5), verifier)
+        .await
+        .expect("verifier timed out")
+        .expect("verifier panicked");
+    assert_eq!(names.lock().unwrap().len(), 3);
 }

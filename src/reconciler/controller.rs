@@ -15,11 +15,11 @@ use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions,
 };
 use kube::runtime::controller::Action as Requeue;
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{json, Value};
 
+use super::events::{Note, Recorder};
 use super::index::MemberIndex;
 use super::metrics::Metrics;
 use super::observe;
@@ -594,18 +594,12 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         .await?;
     }
     for ev in &out.events {
-        let event = Event {
-            type_: if ev.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
+        let event = Note {
+            warning: ev.warning,
             reason: ev.reason.clone(),
-            note: Some(ev.note.clone()),
-            action: "Reconcile".to_owned(),
-            secondary: None,
+            note: ev.note.clone(),
         };
-        if let Err(e) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+        if let Err(e) = ctx.recorder.publish(&job.object_ref(&()), &event).await {
             tracing::warn!(job = %name, error = %e, "publishing an Event failed");
         }
     }
@@ -641,16 +635,14 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
             },
             Action::CreatePod { name: pod, .. } => match target.execute(action).await {
                 Err(Error::NameTaken(who)) => {
-                    let event = Event {
-                        type_: EventType::Warning,
+                    let event = Note {
+                        warning: true,
                         reason: "RecreateBlocked".to_owned(),
-                        note: Some(format!(
+                        note: format!(
                             "bare pod {pod} cannot be recreated: {who}; delete it (dljob then recreates the job's)"
-                        )),
-                        action: "Reconcile".to_owned(),
-                        secondary: None,
+                        ),
                     };
-                    if let Err(e) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+                    if let Err(e) = ctx.recorder.publish(&job.object_ref(&()), &event).await {
                         tracing::warn!(job = %name, error = %e, "publishing an Event failed");
                     }
                     Ok(())

@@ -15,6 +15,7 @@
 //! the controller which jobs changed ([`Changed`]).
 
 pub mod controller;
+pub mod events;
 pub mod index;
 pub mod listed;
 pub mod metrics;
@@ -29,12 +30,12 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use events::Recorder;
 use futures::{future, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::runtime::controller::Controller;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
@@ -409,13 +410,7 @@ pub async fn run_controller(
         .graceful_shutdown_on(stopped(stop_rx.clone()));
     let ctx = Arc::new(Context {
         client: client.clone(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "dljob".into(),
-                instance: Some(identity()),
-            },
-        ),
+        recorder: Recorder::new(client.clone(), "dljob", &identity()),
         index: index.clone(),
         stores: stores.clone(),
         dljobs: controller.store(),
