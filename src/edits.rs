@@ -6,10 +6,104 @@
 //! already there, and emits the RFC 6902 operations at the end — a parent
 //! map or list whole only when it is absent, otherwise one operation per key
 //! or item. Pointer escaping (`~1`) is jsonptr's.
+//!
+//! Nor is a JSON tree built for what is only sent: the items dljob appends
+//! most (env vars, the port) are typed and borrowed ([`Item`]), and each
+//! operation's value is serialised once, when the patch is made
+//! ([`Operation::value`] is the JSON text).
 
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use json_patch::jsonptr::Token;
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::{to_raw_value, RawValue};
+use serde_json::{json, Value};
+
+use crate::object;
+
+/// A JSON Patch (RFC 6902), each operation's value already JSON text.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Patch(pub Vec<Operation>);
+
+/// One RFC 6902 operation, serialised as json-patch serialises it
+/// (`op`, `path`, then `from` or `value`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Operation {
+    pub op: Op,
+    /// The JSON Pointer, escaped.
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The value as JSON text (`null` included).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub value: Option<Box<RawValue>>,
+}
+
+/// A present `value`, `null` included (an `Option` alone reads `null` as
+/// absent).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+impl PartialEq for Operation {
+    fn eq(&self, other: &Self) -> bool {
+        (self.op, &self.path, &self.from) == (other.op, &other.path, &other.from)
+            && self.value.as_ref().map(|v| v.get()) == other.value.as_ref().map(|v| v.get())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Add,
+    Remove,
+    Replace,
+    Move,
+    Copy,
+    Test,
+}
+
+impl Patch {
+    /// The same patch as json-patch's operations, to apply it.
+    pub fn to_json_patch(&self) -> json_patch::Patch {
+        let text = serde_json::to_vec(self).expect("a patch serialises");
+        serde_json::from_slice(&text).expect("dljob's patch is RFC 6902")
+    }
+}
+
+impl From<json_patch::Patch> for Patch {
+    fn from(p: json_patch::Patch) -> Self {
+        let text = serde_json::to_vec(&p).expect("a patch serialises");
+        serde_json::from_slice(&text).expect("json-patch writes RFC 6902")
+    }
+}
+
+fn operation(op: Op, path: String, value: &impl Serialize) -> Operation {
+    Operation {
+        op,
+        path,
+        from: None,
+        value: Some(to_raw_value(value).expect("a patch value serialises")),
+    }
+}
+
+/// `base` and one more pointer token.
+fn pointer(base: &str, token: &str) -> String {
+    let token = Token::new(token);
+    let encoded = token.encoded();
+    let mut p = String::with_capacity(base.len() + 1 + encoded.len());
+    p.push_str(base);
+    p.push('/');
+    p.push_str(encoded);
+    p
+}
 
 /// A list of the pod that dljob appends to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,15 +126,11 @@ impl List {
         }
     }
 
-    fn pointer(self) -> PointerBuf {
-        let mut p = PointerBuf::from_tokens(["spec"]);
-        let (container, key) = self.tokens();
-        if let Some(i) = container {
-            p.push_back("containers");
-            p.push_back(i);
+    fn pointer(self) -> String {
+        match self.tokens() {
+            (Some(i), key) => format!("/spec/containers/{i}/{key}"),
+            (None, key) => format!("/spec/{key}"),
         }
-        p.push_back(key);
-        p
     }
 
     fn original(self, pod: &Value) -> Option<&Vec<Value>> {
@@ -54,18 +144,154 @@ impl List {
     }
 }
 
-/// Pending edits to one pod.
-pub(crate) struct PodEdits<'o> {
-    pod: &'o Value,
-    labels: Vec<(&'static str, Value)>,
-    annotations: Vec<(&'static str, Value)>,
-    removed_annotations: Vec<&'static str>,
-    spec: Vec<(&'static str, Value)>,
-    appends: Vec<(List, Vec<Value>)>,
+/// An item dljob appends to a list of the pod: the frequent ones typed
+/// and borrowed, the rest JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Item<'a> {
+    /// `{"name", "value"}` in a container's `env`.
+    Env { name: &'a str, value: &'a str },
+    /// `{"name", "valueFrom": {"fieldRef": {"fieldPath"}}}` in `env`.
+    FieldEnv { name: &'a str, field_path: &'a str },
+    /// `{"containerPort", "name", "protocol"}` in a container's `ports`.
+    Port {
+        name: &'static str,
+        container_port: u16,
+        protocol: &'static str,
+    },
+    /// Anything else (mounts, volumes, gates: one or two a pod).
+    Json(Value),
 }
 
-impl<'o> PodEdits<'o> {
-    pub(crate) fn new(pod: &'o Value) -> Self {
+/// Typed items serialise with their keys sorted, as a JSON tree does.
+impl Serialize for Item<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct FieldRef<'a> {
+            #[serde(rename = "fieldPath")]
+            field_path: &'a str,
+        }
+        #[derive(Serialize)]
+        struct ValueFrom<'a> {
+            #[serde(rename = "fieldRef")]
+            field_ref: FieldRef<'a>,
+        }
+        match self {
+            Item::Env { name, value } => {
+                let mut st = s.serialize_struct("EnvVar", 2)?;
+                st.serialize_field("name", name)?;
+                st.serialize_field("value", value)?;
+                st.end()
+            }
+            Item::FieldEnv { name, field_path } => {
+                let mut st = s.serialize_struct("EnvVar", 2)?;
+                st.serialize_field("name", name)?;
+                st.serialize_field(
+                    "valueFrom",
+                    &ValueFrom {
+                        field_ref: FieldRef { field_path },
+                    },
+                )?;
+                st.end()
+            }
+            Item::Port {
+                name,
+                container_port,
+                protocol,
+            } => {
+                let mut st = s.serialize_struct("ContainerPort", 3)?;
+                st.serialize_field("containerPort", container_port)?;
+                st.serialize_field("name", name)?;
+                st.serialize_field("protocol", protocol)?;
+                st.end()
+            }
+            Item::Json(v) => v.serialize(s),
+        }
+    }
+}
+
+impl Item<'_> {
+    /// The item as a JSON tree (for the rare comparisons with a user's).
+    pub(crate) fn to_value(&self) -> Cow<'_, Value> {
+        match self {
+            Item::Json(v) => Cow::Borrowed(v),
+            Item::Env { name, value } => Cow::Owned(json!({"name": name, "value": value})),
+            Item::FieldEnv { name, field_path } => Cow::Owned(
+                json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}),
+            ),
+            Item::Port {
+                name,
+                container_port,
+                protocol,
+            } => Cow::Owned(
+                json!({"containerPort": container_port, "name": name, "protocol": protocol}),
+            ),
+        }
+    }
+}
+
+/// An item of a list as the edits see it: the original pod's, or one
+/// appended so far.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Seen<'e, 'a> {
+    Original(&'e Value),
+    Pending(&'e Item<'a>),
+}
+
+impl<'e> Seen<'e, '_> {
+    /// Its `name` (empty when it has none).
+    pub(crate) fn name(self) -> &'e str {
+        match self {
+            Seen::Original(v) | Seen::Pending(Item::Json(v)) => object::name_of(v),
+            Seen::Pending(Item::Env { name, .. } | Item::FieldEnv { name, .. }) => name,
+            Seen::Pending(Item::Port { name, .. }) => name,
+        }
+    }
+
+    /// An env var's literal value (`""` when it has none); `None` when it
+    /// is set from a source (`valueFrom`).
+    pub(crate) fn literal_value(self) -> Option<&'e str> {
+        match self {
+            Seen::Original(v) | Seen::Pending(Item::Json(v)) => match v.get("valueFrom") {
+                Some(_) => None,
+                None => Some(v.get("value").and_then(Value::as_str).unwrap_or("")),
+            },
+            Seen::Pending(Item::Env { value, .. }) => Some(value),
+            Seen::Pending(Item::FieldEnv { .. } | Item::Port { .. }) => None,
+        }
+    }
+
+    /// A port's `containerPort`.
+    pub(crate) fn container_port(self) -> Option<u64> {
+        match self {
+            Seen::Original(v) | Seen::Pending(Item::Json(v)) => {
+                v.get("containerPort").and_then(Value::as_u64)
+            }
+            Seen::Pending(Item::Port { container_port, .. }) => Some(u64::from(*container_port)),
+            Seen::Pending(Item::Env { .. } | Item::FieldEnv { .. }) => None,
+        }
+    }
+
+    /// The item as a JSON tree.
+    pub(crate) fn to_value(self) -> Cow<'e, Value> {
+        match self {
+            Seen::Original(v) => Cow::Borrowed(v),
+            Seen::Pending(item) => item.to_value(),
+        }
+    }
+}
+
+/// Pending edits to one pod.
+pub(crate) struct PodEdits<'a> {
+    pod: &'a Value,
+    labels: Vec<(&'static str, String)>,
+    annotations: Vec<(&'static str, String)>,
+    removed_annotations: Vec<&'static str>,
+    spec: Vec<(&'static str, Value)>,
+    appends: Vec<(List, Vec<Item<'a>>)>,
+}
+
+impl<'a> PodEdits<'a> {
+    pub(crate) fn new(pod: &'a Value) -> Self {
         Self {
             pod,
             labels: Vec::new(),
@@ -77,17 +303,17 @@ impl<'o> PodEdits<'o> {
     }
 
     /// The original pod.
-    pub(crate) fn pod(&self) -> &'o Value {
+    pub(crate) fn pod(&self) -> &'a Value {
         self.pod
     }
 
     /// Sets `metadata.labels[key]`.
-    pub(crate) fn set_label(&mut self, key: &'static str, value: Value) {
+    pub(crate) fn set_label(&mut self, key: &'static str, value: String) {
         self.labels.push((key, value));
     }
 
     /// Sets `metadata.annotations[key]`.
-    pub(crate) fn set_annotation(&mut self, key: &'static str, value: Value) {
+    pub(crate) fn set_annotation(&mut self, key: &'static str, value: String) {
         self.annotations.push((key, value));
     }
 
@@ -102,7 +328,7 @@ impl<'o> PodEdits<'o> {
     }
 
     /// Items of `list`: the original ones, then those appended so far.
-    pub(crate) fn items(&self, list: List) -> impl Iterator<Item = &Value> {
+    pub(crate) fn items(&self, list: List) -> impl Iterator<Item = Seen<'_, 'a>> {
         let original = list.original(self.pod).map(Vec::as_slice).unwrap_or(&[]);
         let pending = self
             .appends
@@ -110,11 +336,14 @@ impl<'o> PodEdits<'o> {
             .find(|(l, _)| *l == list)
             .map(|(_, v)| v.as_slice())
             .unwrap_or(&[]);
-        original.iter().chain(pending)
+        original
+            .iter()
+            .map(Seen::Original)
+            .chain(pending.iter().map(Seen::Pending))
     }
 
     /// Appends `item` to `list`.
-    pub(crate) fn append(&mut self, list: List, item: Value) {
+    pub(crate) fn append(&mut self, list: List, item: Item<'a>) {
         match self.appends.iter_mut().find(|(l, _)| *l == list) {
             Some((_, items)) => items.push(item),
             None => self.appends.push((list, vec![item])),
@@ -128,32 +357,31 @@ impl<'o> PodEdits<'o> {
         let original = meta.and_then(|m| m.get("annotations"));
         for key in self.removed_annotations {
             if original.and_then(|a| a.get(key)).is_some() {
-                let path = PointerBuf::from_tokens(["metadata", "annotations", key]);
-                ops.push(PatchOperation::Remove(RemoveOperation { path }));
+                ops.push(Operation {
+                    op: Op::Remove,
+                    path: pointer("/metadata/annotations", key),
+                    from: None,
+                    value: None,
+                });
             }
         }
+        let labels = meta.and_then(|m| m.get("labels"));
+        set_keys(&mut ops, "/metadata/labels", labels, self.labels);
         set_keys(
             &mut ops,
-            &["metadata", "labels"],
-            meta.and_then(|m| m.get("labels")),
-            self.labels,
-        );
-        set_keys(
-            &mut ops,
-            &["metadata", "annotations"],
-            meta.and_then(|m| m.get("annotations")),
+            "/metadata/annotations",
+            original,
             self.annotations,
         );
-        set_keys(&mut ops, &["spec"], self.pod.get("spec"), self.spec);
+        set_keys(&mut ops, "/spec", self.pod.get("spec"), self.spec);
         for (list, items) in self.appends {
             let path = list.pointer();
             match list.original(self.pod) {
-                None => ops.push(add(path, Value::Array(items))),
+                None => ops.push(operation(Op::Add, path, &items)),
                 Some(existing) => {
-                    for (k, item) in items.into_iter().enumerate() {
-                        let mut p = path.clone();
-                        p.push_back(existing.len() + k);
-                        ops.push(add(p, item));
+                    for (k, item) in items.iter().enumerate() {
+                        let at = format!("{path}/{}", existing.len() + k);
+                        ops.push(operation(Op::Add, at, item));
                     }
                 }
             }
@@ -162,40 +390,31 @@ impl<'o> PodEdits<'o> {
     }
 }
 
-fn add(path: PointerBuf, value: Value) -> PatchOperation {
-    PatchOperation::Add(AddOperation { path, value })
-}
-
-/// Sets keys of the map at `path`: the whole map when it is absent, else
-/// one add/replace per key that differs.
-fn set_keys(
-    ops: &mut Vec<PatchOperation>,
-    path: &[&str],
+/// Sets keys of the map at `path`: the whole map when it is absent (its
+/// keys sorted, the last value of a key set twice, as a JSON tree has
+/// them), else one add/replace per key that differs.
+fn set_keys<V: Serialize + PartialEq<Value>>(
+    ops: &mut Vec<Operation>,
+    path: &str,
     existing: Option<&Value>,
-    keys: Vec<(&'static str, Value)>,
+    keys: Vec<(&'static str, V)>,
 ) {
     if keys.is_empty() {
         return;
     }
-    let base = PointerBuf::from_tokens(path.iter().copied());
     match existing.and_then(Value::as_object) {
         None => {
-            let map: Map<String, Value> =
-                keys.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-            ops.push(add(base, Value::Object(map)));
+            let map: BTreeMap<&str, V> = keys.into_iter().collect();
+            ops.push(operation(Op::Add, path.to_owned(), &map));
         }
         Some(map) => {
             for (k, v) in keys {
-                let mut p = base.clone();
-                p.push_back(k);
-                match map.get(k) {
-                    Some(old) if *old == v => {}
-                    Some(_) => ops.push(PatchOperation::Replace(ReplaceOperation {
-                        path: p,
-                        value: v,
-                    })),
-                    None => ops.push(add(p, v)),
-                }
+                let op = match map.get(k) {
+                    Some(old) if v == *old => continue,
+                    Some(_) => Op::Replace,
+                    None => Op::Add,
+                };
+                ops.push(operation(op, pointer(path, k), &v));
             }
         }
     }
@@ -208,7 +427,7 @@ mod tests {
 
     fn apply(pod: &Value, patch: &Patch) -> Value {
         let mut out = pod.clone();
-        json_patch::patch(&mut out, patch).unwrap();
+        json_patch::patch(&mut out, &patch.to_json_patch()).unwrap();
         out
     }
 
@@ -216,11 +435,23 @@ mod tests {
     fn absent_parents_are_added_whole_and_present_ones_per_item() {
         let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}]}});
         let mut e = PodEdits::new(&pod);
-        e.set_annotation("dljob.dev/hostfile", json!("h\n"));
+        e.set_annotation("dljob.dev/hostfile", "h\n".into());
         e.set_spec("hostname", json!("j-w-0"));
-        e.append(List::Env(0), json!({"name": "B", "value": "2"}));
-        e.append(List::Env(0), json!({"name": "C", "value": "3"}));
-        e.append(List::Volumes, json!({"name": "v"}));
+        e.append(
+            List::Env(0),
+            Item::Env {
+                name: "B",
+                value: "2",
+            },
+        );
+        e.append(
+            List::Env(0),
+            Item::Env {
+                name: "C",
+                value: "3",
+            },
+        );
+        e.append(List::Volumes, Item::Json(json!({"name": "v"})));
         assert_eq!(e.items(List::Env(0)).count(), 3);
         let patch = e.into_patch();
         assert_eq!(
@@ -241,12 +472,93 @@ mod tests {
     fn keys_equal_to_the_original_make_no_operation() {
         let pod = json!({"metadata": {"annotations": {"a/b": "x", "c": "old"}}, "spec": {"hostname": "h"}});
         let mut e = PodEdits::new(&pod);
-        e.set_annotation("a/b", json!("x"));
-        e.set_annotation("c", json!("new"));
+        e.set_annotation("a/b", "x".into());
+        e.set_annotation("c", "new".into());
+        e.set_annotation("d/e", "added".into());
         e.set_spec("hostname", json!("h"));
         assert_eq!(
             serde_json::to_value(e.into_patch()).unwrap(),
-            json!([{"op": "replace", "path": "/metadata/annotations/c", "value": "new"}])
+            json!([
+                {"op": "replace", "path": "/metadata/annotations/c", "value": "new"},
+                {"op": "add", "path": "/metadata/annotations/d~1e", "value": "added"}
+            ])
+        );
+    }
+
+    /// The bytes of a typed item are those of the JSON tree it stands
+    /// for (keys sorted, numbers as numbers, strings escaped alike).
+    #[test]
+    fn typed_items_serialise_as_their_json_trees_do() {
+        let items = [
+            Item::Env {
+                name: "MASTER_ADDR",
+                value: "j-master-0.j",
+            },
+            Item::Env {
+                name: "Q",
+                value: "a \"quoted\"\nline\\ é",
+            },
+            Item::FieldEnv {
+                name: "POD_IP",
+                field_path: "status.podIP",
+            },
+            Item::Port {
+                name: "dljob",
+                container_port: 29500,
+                protocol: "TCP",
+            },
+            Item::Json(json!({"name": "v", "readOnly": true})),
+        ];
+        for item in &items {
+            let tree = serde_json::to_string(&*item.to_value()).unwrap();
+            assert_eq!(serde_json::to_string(item).unwrap(), tree, "{item:?}");
+            assert_eq!(
+                Seen::Pending(item).name(),
+                object::name_of(&item.to_value())
+            );
+        }
+        let env = Seen::Pending(&items[0]);
+        assert_eq!(env.literal_value(), Some("j-master-0.j"));
+        assert_eq!(Seen::Pending(&items[2]).literal_value(), None);
+        assert_eq!(Seen::Pending(&items[3]).container_port(), Some(29500));
+        let original =
+            json!({"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}});
+        assert_eq!(Seen::Original(&original).literal_value(), None);
+        assert_eq!(
+            Seen::Original(&json!({"name": "Y"})).literal_value(),
+            Some("")
+        );
+    }
+
+    /// A map added whole has its keys sorted and the last value of a key
+    /// set twice, as the JSON tree it replaces had.
+    #[test]
+    fn a_map_added_whole_is_sorted_and_keeps_the_last_value() {
+        let pod = json!({"metadata": {}});
+        let mut e = PodEdits::new(&pod);
+        e.set_label("z", "1".into());
+        e.set_label("a", "2".into());
+        e.set_label("z", "3".into());
+        let patch = e.into_patch();
+        assert_eq!(
+            serde_json::to_string(&patch).unwrap(),
+            r#"[{"op":"add","path":"/metadata/labels","value":{"a":"2","z":"3"}}]"#
+        );
+    }
+
+    /// json-patch's operations (the workloads' diff) convert both ways
+    /// unchanged, a `null` value included (not read as absent).
+    #[test]
+    fn json_patch_operations_convert_both_ways() {
+        let ours_text = r#"[{"op":"add","path":"/a","value":null},{"op":"remove","path":"/b"},{"op":"replace","path":"/c~1d","value":{"e":[1,2]}},{"op":"move","path":"/f","from":"/g"}]"#;
+        let theirs: json_patch::Patch = serde_json::from_str(ours_text).unwrap();
+        let ours = Patch::from(theirs.clone());
+        assert_eq!(ours.0.len(), 4);
+        assert_eq!(ours.0[0].value.as_ref().map(|v| v.get()), Some("null"));
+        assert_eq!(ours.to_json_patch(), theirs);
+        assert_eq!(
+            serde_json::to_value(&ours).unwrap(),
+            serde_json::to_value(&theirs).unwrap()
         );
     }
 }

@@ -1,12 +1,12 @@
 //! The mutation of ARCHITECTURE.md §2: (object, config) → (mutated object, warnings).
 //! Pure: no I/O, no clock. Mutating a mutated object changes nothing.
 
-use json_patch::Patch;
 use serde_json::{json, Value};
 
 use crate::config::{Config, HostVolume};
 use crate::contract as c;
-use crate::edits::{List, PodEdits};
+pub use crate::edits::Patch;
+use crate::edits::{Item, List, PodEdits, Seen};
 use crate::frameworks::{self, Env, Member};
 use crate::member::{self, MemberSpec, Parsed, PodOwner};
 use crate::object::{self, Kind};
@@ -126,7 +126,7 @@ pub fn mutate(
     Ok(
         mutate_patch(kind, object, namespace, operation, config)?.map(|a| {
             let mut out = object.clone();
-            json_patch::patch(&mut out, &a.patch)
+            json_patch::patch(&mut out, &a.patch.to_json_patch())
                 .expect("dljob's own patch applies to the object it was made from");
             Mutation {
                 object: out,
@@ -452,7 +452,7 @@ fn pod_patch(
     // downwardAPI volume; the SSH Secret where members use SSH.
     let has_hostfile = plan.hostfile.is_some();
     if let Some(hostfile) = plan.hostfile {
-        edits.set_annotation(c::HOSTFILE, Value::String(hostfile));
+        edits.set_annotation(c::HOSTFILE, hostfile);
     }
     let volumes = framework_volumes(m, has_hostfile);
 
@@ -503,7 +503,7 @@ fn pod_patch(
         .filter(|v| {
             !edits
                 .items(List::Volumes)
-                .any(|e| object::name_of(e) == object::name_of(v))
+                .any(|e| e.name() == object::name_of(v))
         })
         .filter_map(|v| object::str_at(v, &["hostPath", "path"]))
         .collect();
@@ -521,11 +521,11 @@ fn pod_patch(
         && m.framework.gated_role() == Some(m.role.as_str())
         && !edits
             .items(List::SchedulingGates)
-            .any(|g| object::name_of(g) == c::WORKERS_READY_GATE)
+            .any(|g| g.name() == c::WORKERS_READY_GATE)
     {
         edits.append(
             List::SchedulingGates,
-            json!({"name": c::WORKERS_READY_GATE}),
+            Item::Json(json!({"name": c::WORKERS_READY_GATE})),
         );
     }
     edits.into_patch()
@@ -549,7 +549,7 @@ pub(crate) fn resolved_defaults(m: &MemberSpec) -> [(&'static str, String); 2] {
 fn write_defaults(m: &MemberSpec, pod: &Value, edits: &mut PodEdits<'_>) {
     for (key, value) in resolved_defaults(m) {
         if object::meta_str(pod, &[], "annotations", key).is_none() {
-            edits.set_annotation(key, Value::String(value));
+            edits.set_annotation(key, value);
         }
     }
 }
@@ -588,9 +588,9 @@ fn gang_marks(
             match object::meta_str(pod, &[], which, key) {
                 None => {
                     if which == "labels" {
-                        edits.set_label(key, Value::String(value));
+                        edits.set_label(key, value);
                     } else {
-                        edits.set_annotation(key, Value::String(value));
+                        edits.set_annotation(key, value);
                     }
                 }
                 Some(theirs) if theirs != value => warnings.push(format!(
@@ -808,7 +808,7 @@ fn reserved_volume_problems(
 /// Adds each var unless the container sets it; a different user value is
 /// kept and named in a warning.
 fn merge_env<'a>(
-    edits: &mut PodEdits<'_>,
+    edits: &mut PodEdits<'a>,
     container: usize,
     cname: &str,
     vars: impl Iterator<Item = (&'a str, &'a str)>,
@@ -819,14 +819,10 @@ fn merge_env<'a>(
     // looking each one up in every entry's JSON object added up.
     let mut ours: Vec<(&str, &str)> = Vec::new();
     {
-        let theirs: Vec<(&str, &Value)> =
-            edits.items(list).map(|e| (object::name_of(e), e)).collect();
+        let theirs: Vec<(&str, Seen<'_, '_>)> = edits.items(list).map(|e| (e.name(), e)).collect();
         for (name, value) in vars {
             let same = match theirs.iter().find(|(n, _)| *n == name) {
-                Some((_, e)) => Some(
-                    e.get("valueFrom").is_none()
-                        && e.get("value").and_then(Value::as_str).unwrap_or("") == value,
-                ),
+                Some((_, e)) => Some(e.literal_value() == Some(value)),
                 None => ours
                     .iter()
                     .find(|(n, _)| *n == name)
@@ -843,26 +839,29 @@ fn merge_env<'a>(
         }
     }
     for (name, value) in ours {
-        edits.append(list, json!({"name": name, "value": value}));
+        edits.append(list, Item::Env { name, value });
     }
 }
 
 /// Adds each downward-API var unless the container sets it; a different
 /// user value is kept and named in a warning.
-fn merge_field_env(
-    edits: &mut PodEdits<'_>,
+fn merge_field_env<'a>(
+    edits: &mut PodEdits<'a>,
     container: usize,
     cname: &str,
-    vars: &[(&str, &str)],
+    vars: &[(&'a str, &'a str)],
     warnings: &mut Vec<String>,
 ) {
     let list = List::Env(container);
-    for (name, field) in vars {
-        let ours = json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": field}}});
+    for &(name, field) in vars {
+        let ours = Item::FieldEnv {
+            name,
+            field_path: field,
+        };
         let existing = edits
             .items(list)
-            .find(|e| object::name_of(e) == *name)
-            .map(|e| object::contains(e, &ours));
+            .find(|e| e.name() == name)
+            .map(|e| object::contains(&e.to_value(), &ours.to_value()));
         match existing {
             None => edits.append(list, ours),
             Some(true) => {}
@@ -895,23 +894,26 @@ fn merge_port(
     warnings: &mut Vec<String>,
 ) {
     let list = List::Ports(container);
-    let number = |p: &Value| p.get("containerPort").and_then(Value::as_u64);
     if edits
         .items(list)
-        .any(|p| number(p) == Some(u64::from(port)))
+        .any(|p| p.container_port() == Some(u64::from(port)))
     {
         return;
     }
-    if let Some(existing) = edits.items(list).find(|p| object::name_of(p) == PORT_NAME) {
+    if let Some(existing) = edits.items(list).find(|p| p.name() == PORT_NAME) {
         warnings.push(format!(
             "container \"{cname}\": port \"{PORT_NAME}\" is declared by the user as {} and kept; dljob would declare {port}",
-            number(existing).unwrap_or(0)
+            existing.container_port().unwrap_or(0)
         ));
         return;
     }
     edits.append(
         list,
-        json!({"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}),
+        Item::Port {
+            name: PORT_NAME,
+            container_port: port,
+            protocol: "TCP",
+        },
     );
 }
 
@@ -928,17 +930,18 @@ fn merge_mount(
     let path = mount["mountPath"].as_str().unwrap_or("");
     let existing = edits
         .items(list)
+        .map(Seen::to_value)
         .find(|m| m.get("mountPath").and_then(Value::as_str) == Some(path));
     match existing {
         None => {
-            edits.append(list, mount);
+            edits.append(list, Item::Json(mount));
             true
         }
-        Some(existing) if object::contains(existing, &mount) => true,
+        Some(existing) if object::contains(&existing, &mount) => true,
         Some(existing) => {
             warnings.push(format!(
                 "container \"{cname}\": mount path {path} is used by the user's volume \"{}\" and kept; dljob would mount \"{}\" there",
-                object::name_of(existing),
+                object::name_of(&existing),
                 object::name_of(&mount)
             ));
             false
@@ -950,12 +953,10 @@ fn merge_mount(
 /// volume of the same name is kept and named in a warning.
 fn merge_volume(edits: &mut PodEdits<'_>, volume: Value, warnings: &mut Vec<String>) {
     let name = object::name_of(&volume);
-    let existing = edits
-        .items(List::Volumes)
-        .find(|v| object::name_of(v) == name);
+    let existing = edits.items(List::Volumes).find(|v| v.name() == name);
     match existing {
-        None => edits.append(List::Volumes, volume),
-        Some(existing) if object::contains(existing, &volume) => {}
+        None => edits.append(List::Volumes, Item::Json(volume)),
+        Some(existing) if object::contains(&existing.to_value(), &volume) => {}
         Some(_) => warnings.push(format!(
             "volume \"{name}\" is defined by the user and kept; dljob would define it as {volume}"
         )),
@@ -966,5 +967,5 @@ fn merge_volume(edits: &mut PodEdits<'_>, volume: Value, warnings: &mut Vec<Stri
 /// added whole only where they were absent; pointer escaping (`~1`) is the
 /// json-patch crate's.
 pub fn patch(original: &Value, mutated: &Value) -> Patch {
-    json_patch::diff(original, mutated)
+    Patch::from(json_patch::diff(original, mutated))
 }

@@ -186,7 +186,7 @@ fn mutate_clean(kind: Kind, original: &Value, config: &Config, context: &str) ->
 
     let patch = mutate::patch(original, &first.object);
     let mut patched = original.clone();
-    json_patch::patch(&mut patched, &patch)
+    json_patch::patch(&mut patched, &patch.to_json_patch())
         .unwrap_or_else(|e| panic!("{what}: patch does not apply: {e}"));
     assert_eq!(
         patched, first.object,

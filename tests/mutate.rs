@@ -93,7 +93,7 @@ fn assert_idempotent(kind: Kind, mutated: &Value, config: &Config) {
 
 fn assert_patch_reproduces(original: &Value, mutated: &Value) {
     let mut patched = original.clone();
-    json_patch::patch(&mut patched, &patch(original, mutated)).unwrap();
+    json_patch::patch(&mut patched, &patch(original, mutated).to_json_patch()).unwrap();
     assert_eq!(&patched, mutated);
 }
 
@@ -1069,7 +1069,7 @@ fn an_update_keeps_what_admission_resolved_at_creation() {
         .unwrap()
         .unwrap();
         let mut out = sts.clone();
-        json_patch::patch(&mut out, &a.patch.0).unwrap();
+        json_patch::patch(&mut out, &a.patch.to_json_patch()).unwrap();
         out
     };
     let kept = update(Some(&created));
@@ -1166,7 +1166,7 @@ fn native_gang_pods_and_templates_name_their_pod_group() {
             .patch
             .0
             .iter()
-            .any(|op| op.path().to_string().contains("schedulingGroup")),
+            .any(|op| op.path.contains("schedulingGroup")),
         "{:?}",
         updated.patch
     );

@@ -1947,7 +1947,10 @@ fn the_pruned_review_view_answers_as_the_core_does_on_the_whole_object() {
                 Endpoint::Mutate => {
                     mutate::mutate_patch(kind, object, namespace, operation, &config).map(|a| {
                         a.map_or((None, Vec::new()), |a| {
-                            (Some(a.patch).filter(|p| !p.0.is_empty()), a.warnings)
+                            (
+                                Some(a.patch.to_json_patch()).filter(|p| !p.0.is_empty()),
+                                a.warnings,
+                            )
                         })
                     })
                 }

@@ -151,7 +151,7 @@ impl Denial {
 /// The decision for a review that could be read.
 #[derive(Default)]
 struct Decision {
-    patch: Option<json_patch::Patch>,
+    patch: Option<mutate::Patch>,
     warnings: Vec<String>,
     denial: Option<Denial>,
 }
