@@ -188,7 +188,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut patched = pod.clone();
-    if let Err(e) = json_patch::patch(&mut patched, &admission.patch) {
+    if let Err(e) = json_patch::patch(&mut patched, &admission.patch.to_json_patch()) {
         panic!(
             "dljob's patch does not apply: {e}\npod: {pod}\npatch: {}",
             serde_json::to_string(&admission.patch).unwrap_or_default()
