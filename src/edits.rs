@@ -28,15 +28,15 @@ use crate::object;
 #[serde(transparent)]
 pub struct Patch(pub Vec<Operation>);
 
-/// One RFC 6902 operation, serialised as json-patch serialises it
-/// (`op`, `path`, then `from` or `value`).
+/// One RFC 6902 operation, its fields in the order json-patch writes
+/// them (`op`, `from` of a move or copy, `path`, `value`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Operation {
     pub op: Op,
-    /// The JSON Pointer, escaped.
-    pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    /// The JSON Pointer, escaped.
+    pub path: String,
     /// The value as JSON text (`null` included).
     #[serde(
         default,
@@ -550,15 +550,15 @@ mod tests {
     /// unchanged, a `null` value included (not read as absent).
     #[test]
     fn json_patch_operations_convert_both_ways() {
-        let ours_text = r#"[{"op":"add","path":"/a","value":null},{"op":"remove","path":"/b"},{"op":"replace","path":"/c~1d","value":{"e":[1,2]}},{"op":"move","path":"/f","from":"/g"}]"#;
+        let ours_text = r#"[{"op":"add","path":"/a","value":null},{"op":"remove","path":"/b"},{"op":"replace","path":"/c~1d","value":{"e":[1,2]}},{"op":"move","from":"/g","path":"/f"}]"#;
         let theirs: json_patch::Patch = serde_json::from_str(ours_text).unwrap();
         let ours = Patch::from(theirs.clone());
         assert_eq!(ours.0.len(), 4);
         assert_eq!(ours.0[0].value.as_ref().map(|v| v.get()), Some("null"));
         assert_eq!(ours.to_json_patch(), theirs);
         assert_eq!(
-            serde_json::to_value(&ours).unwrap(),
-            serde_json::to_value(&theirs).unwrap()
+            serde_json::to_string(&ours).unwrap(),
+            serde_json::to_string(&theirs).unwrap()
         );
     }
 }

@@ -3085,7 +3085,8 @@ async fn a_bare_pod_is_not_deleted_unless_its_manifest_was_saved() {
 /// The Events recorder on the wire: the first Event is created with what
 /// `kubectl describe` reads; the same Event again PATCHes the first one's
 /// series (count 2, then 3); an Event the API server no longer has starts
-/// again as a new one; another note is a new Event.
+/// again as a new one; another note is a new Event, cut to the API
+/// server's 1 KiB.
 #[tokio::test]
 async fn a_repeated_event_counts_in_the_first_ones_series() {
     use dljob::reconciler::events::Note;
@@ -3107,6 +3108,11 @@ async fn a_repeated_event_counts_in_the_first_ones_series() {
                 assert_eq!(b["regarding"]["uid"], "job-uid");
                 assert_eq!(b["metadata"]["namespace"], NS);
                 assert!(b["eventTime"].is_string(), "{b}");
+                let note = b["note"].as_str().unwrap();
+                assert!(
+                    note.len() <= 1024,
+                    "the API server refuses a longer note: {note}"
+                );
                 let name = b["metadata"]["name"].as_str().unwrap();
                 assert!(name.starts_with("mnist."), "{name}");
                 names.lock().unwrap().push(name.to_owned());
@@ -3147,7 +3153,11 @@ async fn a_repeated_event_counts_in_the_first_ones_series() {
     let blocked = Note {
         warning: true,
         reason: "RecreateBlocked".into(),
-        note: "bare pod mnist-worker-0 cannot be recreated".into(),
+        // As long as a list of lost pods can make it: cut, not refused.
+        note: format!(
+            "bare pods cannot be recreated: {}",
+            "mnist-worker-0, ".repeat(100)
+        ),
     };
     let names: Names = Arc::default();
     let verifier = tokio::spawn({

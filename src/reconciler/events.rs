@@ -1,7 +1,7 @@
 //! The Events dljob posts about a DLJob (`events.k8s.io/v1`): the first of
-//! its kind is created; the same Event again within [`SERIES_WINDOW`] is
-//! counted in the first one's series instead, which `kubectl describe`
-//! shows as "(x3 over 2m)".
+//! its kind is created; the same Event again within [`SERIES_WINDOW`] of
+//! its last occurrence is counted in the first one's series instead, which
+//! `kubectl describe` shows as "(x3 over 2m)".
 //!
 //! kube-runtime's `Recorder` does the same, but it keeps every Event it sent
 //! for six minutes and walks all of them, under one write lock, on every
@@ -28,9 +28,15 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use lru::LruCache;
 
-/// How long a sent Event takes repeats into its series (client-go's and
-/// kube-runtime's six minutes).
+/// How long after its last occurrence an Event takes repeats into its
+/// series (client-go's and kube-runtime's six minutes).
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+/// The API server refuses an Event whose note is longer (bytes).
+pub const NOTE_LIMIT: usize = 1024;
+
+/// The API server refuses an Event whose reporting instance is longer.
+const INSTANCE_LIMIT: usize = 128;
 
 /// How many sent Events are remembered for their repeats.
 pub const REMEMBERED: usize = 4096;
@@ -57,8 +63,8 @@ struct Key {
 struct Sent {
     /// The Event's name.
     name: String,
-    /// When it was first sent: repeats join its series within the window.
-    first: Instant,
+    /// When it last happened: a repeat within the window joins its series.
+    last: Instant,
     /// How often it happened (1 when only created).
     count: i32,
 }
@@ -87,8 +93,9 @@ impl Remembered {
     /// What to send for `key` at `now`.
     fn decide(&mut self, key: &Key, now: Instant) -> Send {
         match self.0.get_mut(key) {
-            Some(sent) if now.saturating_duration_since(sent.first) < SERIES_WINDOW => {
+            Some(sent) if now.saturating_duration_since(sent.last) < SERIES_WINDOW => {
                 sent.count = sent.count.saturating_add(1);
+                sent.last = now;
                 Send::Repeat {
                     name: sent.name.clone(),
                     count: sent.count,
@@ -104,7 +111,7 @@ impl Remembered {
             key,
             Sent {
                 name,
-                first: now,
+                last: now,
                 count: 1,
             },
         );
@@ -125,12 +132,13 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Events reported by `controller` from `instance` (the pod's name).
+    /// Events reported by `controller` from `instance` (the pod's name,
+    /// cut to the API server's 128 bytes).
     pub fn new(client: Client, controller: &str, instance: &str) -> Self {
         Self {
             client,
             controller: controller.to_owned(),
-            instance: instance.to_owned(),
+            instance: cut(instance, INSTANCE_LIMIT).into_owned(),
             remembered: Mutex::new(Remembered::new(REMEMBERED)),
         }
     }
@@ -138,17 +146,23 @@ impl Recorder {
     /// Posts `note` about `regarding` (created in the object's namespace):
     /// a new Event, or a repeat counted in the series of the one sent
     /// before. A series whose Event is gone starts again as a new Event.
+    /// A note longer than the API server takes ([`NOTE_LIMIT`]) is cut,
+    /// ending in "…", rather than the Event refused.
     pub async fn publish(
         &self,
         regarding: &ObjectReference,
         note: &Note,
     ) -> Result<(), kube::Error> {
         let namespace = regarding.namespace.clone().unwrap_or_default();
+        let note = Note {
+            note: cut(&note.note, NOTE_LIMIT).into_owned(),
+            ..note.clone()
+        };
         let key = Key {
             namespace: namespace.clone(),
             name: regarding.name.clone().unwrap_or_default(),
             uid: regarding.uid.clone().unwrap_or_default(),
-            note: note.clone(),
+            note,
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         let now = Instant::now();
@@ -167,7 +181,7 @@ impl Recorder {
                 Err(e) => return Err(e),
             }
         }
-        let event = self.event(regarding, note);
+        let event = self.event(regarding, &key.note);
         let name = event.metadata.name.clone().unwrap_or_default();
         match api.create(&PostParams::default(), &event).await {
             Ok(_) => {
@@ -213,6 +227,20 @@ impl Recorder {
     }
 }
 
+/// `text` in at most `limit` bytes: whole, or cut on a character
+/// boundary and ended with "…".
+pub fn cut(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= limit {
+        return text.into();
+    }
+    const ELLIPSIS: &str = "…";
+    let mut end = limit.saturating_sub(ELLIPSIS.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{ELLIPSIS}", &text[..end]).into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,7 +265,9 @@ mod tests {
         let k = key("mnist", "Running", "all 2 members run");
         assert_eq!(r.decide(&k, t0), Send::Create);
         r.created(k.clone(), "mnist.1".into(), t0);
-        for (after, count) in [(1, 2), (60, 3), (359, 4)] {
+        // The window is counted from the last occurrence: a repeat every
+        // 5 minutes goes on counting past the first Event's 6 minutes.
+        for (after, count) in [(1, 2), (60, 3), (359, 4), (659, 5)] {
             assert_eq!(
                 r.decide(&k, t0 + Duration::from_secs(after)),
                 Send::Repeat {
@@ -247,16 +277,29 @@ mod tests {
                 "{after} s after the first"
             );
         }
-        // The window is counted from the first Event: then a new one.
-        assert_eq!(r.decide(&k, t0 + SERIES_WINDOW), Send::Create);
-        r.created(k.clone(), "mnist.2".into(), t0 + SERIES_WINDOW);
+        let quiet = t0 + Duration::from_secs(659) + SERIES_WINDOW;
+        assert_eq!(r.decide(&k, quiet), Send::Create);
+        r.created(k.clone(), "mnist.2".into(), quiet);
         assert_eq!(
-            r.decide(&k, t0 + SERIES_WINDOW + Duration::from_secs(1)),
+            r.decide(&k, quiet + Duration::from_secs(1)),
             Send::Repeat {
                 name: "mnist.2".into(),
                 count: 2
             }
         );
+    }
+
+    #[test]
+    fn long_notes_are_cut_to_what_the_api_server_takes() {
+        assert_eq!(cut("short", NOTE_LIMIT), "short");
+        let exact = "a".repeat(NOTE_LIMIT);
+        assert_eq!(cut(&exact, NOTE_LIMIT), exact);
+        // 1 025 bytes, with a two-byte character across the cut.
+        let long = format!("{}é{}", "a".repeat(1020), "b".repeat(3));
+        let c = cut(&long, NOTE_LIMIT);
+        assert!(c.len() <= NOTE_LIMIT, "{}", c.len());
+        assert!(c.ends_with("a…"), "{c}");
+        assert_eq!(c.len(), 1020 + "…".len());
     }
 
     #[test]
