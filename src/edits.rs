@@ -19,7 +19,7 @@ use json_patch::jsonptr::Token;
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::{to_raw_value, RawValue};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::object;
 
@@ -214,17 +214,7 @@ impl Item<'_> {
     pub(crate) fn to_value(&self) -> Cow<'_, Value> {
         match self {
             Item::Json(v) => Cow::Borrowed(v),
-            Item::Env { name, value } => Cow::Owned(json!({"name": name, "value": value})),
-            Item::FieldEnv { name, field_path } => Cow::Owned(
-                json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}),
-            ),
-            Item::Port {
-                name,
-                container_port,
-                protocol,
-            } => Cow::Owned(
-                json!({"containerPort": container_port, "name": name, "protocol": protocol}),
-            ),
+            typed => Cow::Owned(serde_json::to_value(typed).expect("an item serialises")),
         }
     }
 }
@@ -509,7 +499,20 @@ mod tests {
             },
             Item::Json(json!({"name": "v", "readOnly": true})),
         ];
+        // The Kubernetes shapes they stand for, spelled out.
+        let trees = [
+            json!({"name": "MASTER_ADDR", "value": "j-master-0.j"}),
+            json!({"name": "Q", "value": "a \"quoted\"\nline\\ é"}),
+            json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
+            json!({"containerPort": 29500, "name": "dljob", "protocol": "TCP"}),
+            json!({"name": "v", "readOnly": true}),
+        ];
+        for (item, expected) in items.iter().zip(&trees) {
+            assert_eq!(&*item.to_value(), expected, "{item:?}");
+        }
         for item in &items {
+            // A tree serialises with its keys sorted: the item's own bytes
+            // must be the same.
             let tree = serde_json::to_string(&*item.to_value()).unwrap();
             assert_eq!(serde_json::to_string(item).unwrap(), tree, "{item:?}");
             assert_eq!(

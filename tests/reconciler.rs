@@ -3089,7 +3089,7 @@ async fn a_bare_pod_is_not_deleted_unless_its_manifest_was_saved() {
 /// server's 1 KiB.
 #[tokio::test]
 async fn a_repeated_event_counts_in_the_first_ones_series() {
-    use dljob::reconciler::events::Note;
+    use dljob::reconciler::status::JobEvent;
     use k8s_openapi::api::core::v1::ObjectReference;
     use std::sync::Mutex;
 
@@ -3145,12 +3145,12 @@ async fn a_repeated_event_counts_in_the_first_ones_series() {
         uid: Some("job-uid".into()),
         ..ObjectReference::default()
     };
-    let running = Note {
+    let running = JobEvent {
         warning: false,
         reason: "Running".into(),
         note: "all 2 members run".into(),
     };
-    let blocked = Note {
+    let blocked = JobEvent {
         warning: true,
         reason: "RecreateBlocked".into(),
         // As long as a list of lost pods can make it: cut, not refused.

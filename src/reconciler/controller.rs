@@ -19,7 +19,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{json, Value};
 
-use super::events::{Note, Recorder};
+use super::events::Recorder;
 use super::index::MemberIndex;
 use super::metrics::Metrics;
 use super::observe;
@@ -593,13 +593,8 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         )
         .await?;
     }
-    for ev in &out.events {
-        let event = Note {
-            warning: ev.warning,
-            reason: ev.reason.clone(),
-            note: ev.note.clone(),
-        };
-        if let Err(e) = ctx.recorder.publish(&job.object_ref(&()), &event).await {
+    for event in &out.events {
+        if let Err(e) = ctx.recorder.publish(&job.object_ref(&()), event).await {
             tracing::warn!(job = %name, error = %e, "publishing an Event failed");
         }
     }
@@ -635,7 +630,7 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
             },
             Action::CreatePod { name: pod, .. } => match target.execute(action).await {
                 Err(Error::NameTaken(who)) => {
-                    let event = Note {
+                    let event = status::JobEvent {
                         warning: true,
                         reason: "RecreateBlocked".to_owned(),
                         note: format!(

@@ -28,6 +28,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use lru::LruCache;
 
+use super::status::JobEvent;
+
 /// How long after its last occurrence an Event takes repeats into its
 /// series (client-go's and kube-runtime's six minutes).
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
@@ -41,21 +43,13 @@ const INSTANCE_LIMIT: usize = 128;
 /// How many sent Events are remembered for their repeats.
 pub const REMEMBERED: usize = 4096;
 
-/// What an Event says about its object.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Note {
-    pub warning: bool,
-    pub reason: String,
-    pub note: String,
-}
-
 /// What makes two Events the same: the object, and what is said of it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
     namespace: String,
     name: String,
     uid: String,
-    note: Note,
+    event: JobEvent,
 }
 
 /// A sent Event, remembered for its repeats.
@@ -151,18 +145,17 @@ impl Recorder {
     pub async fn publish(
         &self,
         regarding: &ObjectReference,
-        note: &Note,
+        event: &JobEvent,
     ) -> Result<(), kube::Error> {
         let namespace = regarding.namespace.clone().unwrap_or_default();
-        let note = Note {
-            note: cut(&note.note, NOTE_LIMIT).into_owned(),
-            ..note.clone()
-        };
         let key = Key {
             namespace: namespace.clone(),
             name: regarding.name.clone().unwrap_or_default(),
             uid: regarding.uid.clone().unwrap_or_default(),
-            note,
+            event: JobEvent {
+                note: cut(&event.note, NOTE_LIMIT).into_owned(),
+                ..event.clone()
+            },
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         let now = Instant::now();
@@ -181,7 +174,7 @@ impl Recorder {
                 Err(e) => return Err(e),
             }
         }
-        let event = self.event(regarding, &key.note);
+        let event = self.event(regarding, &key.event);
         let name = event.metadata.name.clone().unwrap_or_default();
         match api.create(&PostParams::default(), &event).await {
             Ok(_) => {
@@ -205,7 +198,7 @@ impl Recorder {
 
     /// A new Event: named `<object>.<nanoseconds in hex>` as client-go
     /// names them, dated now.
-    fn event(&self, regarding: &ObjectReference, note: &Note) -> Event {
+    fn event(&self, regarding: &ObjectReference, said: &JobEvent) -> Event {
         let now = Timestamp::now();
         let object = regarding.name.as_deref().unwrap_or(&self.controller);
         Event {
@@ -216,9 +209,9 @@ impl Recorder {
             },
             event_time: Some(MicroTime(now)),
             action: Some("Reconcile".to_owned()),
-            reason: Some(note.reason.clone()),
-            note: Some(note.note.clone()),
-            type_: Some(if note.warning { "Warning" } else { "Normal" }.to_owned()),
+            reason: Some(said.reason.clone()),
+            note: Some(said.note.clone()),
+            type_: Some(if said.warning { "Warning" } else { "Normal" }.to_owned()),
             regarding: Some(regarding.clone()),
             reporting_controller: Some(self.controller.clone()),
             reporting_instance: Some(self.instance.clone()),
@@ -250,7 +243,7 @@ mod tests {
             namespace: "team".into(),
             name: job.into(),
             uid: format!("{job}-uid"),
-            note: Note {
+            event: JobEvent {
                 warning: false,
                 reason: reason.into(),
                 note: note.into(),
@@ -311,7 +304,7 @@ mod tests {
         let mut same_name_new_uid = key("mnist", "Restarting", "restart 1 of 3");
         same_name_new_uid.uid = "mnist-uid-2".into();
         let mut warning = k.clone();
-        warning.note.warning = true;
+        warning.event.warning = true;
         for other in [
             key("mnist", "Restarting", "restart 2 of 3"),
             key("mnist", "Running", "restart 1 of 3"),

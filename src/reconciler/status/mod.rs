@@ -200,7 +200,7 @@ pub enum Action {
 }
 /// A Kubernetes Event about the job: a phase change, or a member
 /// workload's size starting to differ from its role's count.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct JobEvent {
     pub warning: bool,
     pub reason: String,
