@@ -230,7 +230,10 @@ fn check(body: &[u8]) {
             .collect()
     };
     assert_eq!(strings(&object.metadata.labels), tree_map("labels"));
-    assert_eq!(strings(&object.metadata.annotations), tree_map("annotations"));
+    assert_eq!(
+        strings(&object.metadata.annotations),
+        tree_map("annotations")
+    );
     let names = |v: &Value| -> Vec<String> {
         v.as_array()
             .unwrap()
