@@ -3195,3 +3195,62 @@ async fn a_repeated_event_counts_in_the_first_ones_series() {
         .expect("verifier panicked");
     assert_eq!(names.lock().unwrap().len(), 3);
 }
+
+/// A DLJob that does not parse is told why on itself: one Warning Event
+/// `Unreadable` naming the parser's reason and the way out, and the
+/// teller stops when its queue closes.
+#[tokio::test]
+async fn a_dljob_that_does_not_parse_is_told_why_on_itself() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let recorder = Recorder::new(Client::new(service, "default"), "dljob", "dljob-0");
+    let why = "spec.replicas: role \"worker\" appears twice";
+    let verifier = tokio::spawn(async move {
+        answer(
+            &mut handle,
+            vec![call(
+                "POST",
+                events_uri(),
+                move |b| {
+                    assert_eq!(b["type"], "Warning");
+                    assert_eq!(b["reason"], "Unreadable");
+                    assert_eq!(b["regarding"]["kind"], "DLJob");
+                    assert_eq!(b["regarding"]["name"], "mnist");
+                    assert_eq!(b["regarding"]["uid"], "job-uid");
+                    assert_eq!(
+                        b["note"],
+                        format!("this DLJob does not parse ({why}): dljob sets it aside and goes on with the other jobs; put it right with kubectl edit, or delete it and dljob makes it again from the job's members")
+                    );
+                },
+                Value::Null,
+            )],
+        )
+        .await;
+        if let Some((request, _)) = handle.next_request().await {
+            panic!("unexpected call {} {}", request.method(), request.uri());
+        }
+    });
+    let (told, mut untold) = tokio::sync::mpsc::channel(controller::UNTOLD_LIMIT);
+    let regarding = ObjectReference {
+        api_version: Some("dljob.dev/v1alpha1".into()),
+        kind: Some("DLJob".into()),
+        namespace: Some(NS.into()),
+        name: Some("mnist".into()),
+        uid: Some("job-uid".into()),
+        ..ObjectReference::default()
+    };
+    told.try_send((regarding, why.to_owned())).unwrap();
+    drop(told);
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        controller::tell_unreadable(&recorder, &mut untold),
+    )
+    .await
+    .expect("the teller stops when its queue closes");
+    drop(recorder);
+    tokio::time::timeout(Duration::from_secs(5), verifier)
+        .await
+        .expect("verifier timed out")
+        .expect("verifier panicked");
+}

@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, PodTemplate, PodTemplateSpec, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodTemplate, PodTemplateSpec, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions,
@@ -952,6 +952,36 @@ impl Target<'_> {
             name: created.name_any(),
             uid: created.uid().unwrap_or_default(),
         }))
+    }
+}
+
+/// How many DLJobs that do not parse may wait to be told so; past that the
+/// log alone says it (a tenant editing DLJobs cannot grow dljob's memory).
+pub const UNTOLD_LIMIT: usize = 64;
+
+/// The Warning Event on a DLJob that does not parse: why, and what dljob
+/// does about it.
+pub fn unreadable_event(why: &str) -> status::JobEvent {
+    status::JobEvent {
+        warning: true,
+        reason: "Unreadable".to_owned(),
+        note: format!(
+            "this DLJob does not parse ({why}): dljob sets it aside and goes on with the other jobs; put it right with kubectl edit, or delete it and dljob makes it again from the job's members"
+        ),
+    }
+}
+
+/// Tells each DLJob that does not parse why, on itself (`kubectl describe
+/// dljob` shows it), as `listed::readable` finds them: one Warning Event
+/// per DLJob and reason, a repeat counted in the first one's series.
+pub async fn tell_unreadable(
+    recorder: &Recorder,
+    untold: &mut tokio::sync::mpsc::Receiver<(ObjectReference, String)>,
+) {
+    while let Some((job, why)) = untold.recv().await {
+        if let Err(e) = recorder.publish(&job, &unreadable_event(&why)).await {
+            tracing::warn!(job = job.name.as_deref().unwrap_or(""), error = %e, "publishing an Event failed");
+        }
     }
 }
 

@@ -4,7 +4,8 @@
 //! its maximum); a DLJob written by hand past it would fail the decoding of
 //! the whole list, and with it the reconcile of every job. Here each DLJob
 //! is decoded on its own: one that does not parse is set aside, named in a
-//! warning and left as it is, and the others go on.
+//! warning (logged, and told on the DLJob as an Event) and left as it is,
+//! and the others go on.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -138,6 +139,7 @@ impl Unreadable {
 
 /// The event for the DLJob store: readable DLJobs as they are; an
 /// unreadable one recorded in `unreadable` and dropped, with a warning
+/// logged and passed to `news` (the DLJob as far as it was read, and why)
 /// when that is news (the store keeps what it last read of it, so the job
 /// goes on under the spec it had — until a relist, after which it is not
 /// reconciled until its DLJob is put right or deleted); a deletion of
@@ -145,9 +147,10 @@ impl Unreadable {
 pub(crate) fn readable(
     event: watcher::Event<Listed>,
     unreadable: &Unreadable,
+    news: &mut impl FnMut(&DLJob, &str),
 ) -> Option<watcher::Event<DLJob>> {
     use watcher::Event;
-    let apply = |listed: Listed| match listed {
+    let mut apply = |listed: Listed| match listed {
         Listed::Readable(job) => {
             unreadable.remove(&ObjectRef::from_obj(&*job));
             Some(*job)
@@ -158,6 +161,7 @@ pub(crate) fn readable(
             let name = job.metadata.name.clone().unwrap_or_default();
             if unreadable.insert(ObjectRef::from_obj(&job), &error) {
                 tracing::warn!(%namespace, job = %name, %error, "DLJob does not parse: set aside (delete it, and dljob makes it again from the job's members); the other jobs go on");
+                news(&job, &error);
             }
             None
         }
@@ -237,9 +241,14 @@ mod tests {
             .unwrap()
             .items;
         let unreadable = Unreadable::default();
+        // What would be told on each DLJob (an Event): its name and why.
+        let mut said: Vec<(String, String)> = Vec::new();
+        let mut tell = |job: &DLJob, why: &str| {
+            said.push((job.metadata.name.clone().unwrap(), why.to_owned()));
+        };
         let events: Vec<_> = items
             .into_iter()
-            .filter_map(|l| readable(watcher::Event::InitApply(l), &unreadable))
+            .filter_map(|l| readable(watcher::Event::InitApply(l), &unreadable, &mut tell))
             .map(|e| match e {
                 watcher::Event::InitApply(j) => j.metadata.name.unwrap(),
                 other => panic!("{other:?}"),
@@ -255,7 +264,7 @@ mod tests {
         // Its deletion deletes it from the store, and it is no longer set aside.
         let deleted: Listed = serde_json::from_value(dljob("bad", "worker=0")).unwrap();
         assert!(matches!(deleted, Listed::Unreadable { .. }));
-        match readable(watcher::Event::Delete(deleted), &unreadable) {
+        match readable(watcher::Event::Delete(deleted), &unreadable, &mut tell) {
             Some(watcher::Event::Delete(j)) => {
                 assert_eq!(ObjectRef::from_obj(&j), bad);
             }
@@ -270,20 +279,31 @@ mod tests {
         readable(
             watcher::Event::Apply(listed("bad", "worker=0")),
             &unreadable,
+            &mut tell,
         );
         readable(
             watcher::Event::Apply(listed("gone", "worker=0")),
             &unreadable,
+            &mut tell,
         );
-        readable(watcher::Event::Init, &unreadable);
+        readable(watcher::Event::Init, &unreadable, &mut tell);
         assert!(unreadable.contains(&bad));
         readable(
             watcher::Event::InitApply(listed("bad", "worker=0")),
             &unreadable,
+            &mut tell,
         );
-        readable(watcher::Event::InitDone, &unreadable);
+        readable(watcher::Event::InitDone, &unreadable, &mut tell);
         assert!(unreadable.contains(&bad));
         assert!(!unreadable.contains(&ObjectRef::new("gone").within("ml")));
+        // Told once per DLJob and reason: "bad" with the role twice, then
+        // (deleted and made again) with a count of 0, "gone" with it; the
+        // relist's "bad" again with the same reason is not news.
+        let names: Vec<&str> = said.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["bad", "bad", "gone"]);
+        assert_eq!(said[0].1, why);
+        assert_ne!(said[1].1, why);
+        assert_eq!(said[1].1, said[2].1);
         // An object without readable metadata is not one: the decoding fails.
         assert!(serde_json::from_value::<Listed>(json!({"metadata": 3})).is_err());
     }
