@@ -3197,41 +3197,45 @@ async fn a_repeated_event_counts_in_the_first_ones_series() {
 }
 
 /// A DLJob that does not parse is told why on itself: one Warning Event
-/// `Unreadable` naming the parser's reason and the way out, and the
-/// teller stops when its queue closes.
+/// `Unreadable` with the way out and the parser's reason; one the API
+/// server refused stays to be told and is told the next time; once told,
+/// not again.
 #[tokio::test]
 async fn a_dljob_that_does_not_parse_is_told_why_on_itself() {
+    use dljob::reconciler::listed::Unreadable;
     use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::runtime::reflector::ObjectRef;
 
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let recorder = Recorder::new(Client::new(service, "default"), "dljob", "dljob-0");
     let why = "spec.replicas: role \"worker\" appears twice";
-    let verifier = tokio::spawn(async move {
-        answer(
-            &mut handle,
-            vec![call(
-                "POST",
-                events_uri(),
-                move |b| {
-                    assert_eq!(b["type"], "Warning");
-                    assert_eq!(b["reason"], "Unreadable");
-                    assert_eq!(b["regarding"]["kind"], "DLJob");
-                    assert_eq!(b["regarding"]["name"], "mnist");
-                    assert_eq!(b["regarding"]["uid"], "job-uid");
-                    assert_eq!(
-                        b["note"],
-                        format!("this DLJob does not parse ({why}): dljob sets it aside and goes on with the other jobs; put it right with kubectl edit, or delete it and dljob makes it again from the job's members")
-                    );
-                },
-                Value::Null,
-            )],
+    let told = move |respond: Value| {
+        call(
+            "POST",
+            events_uri(),
+            move |b| {
+                assert_eq!(b["type"], "Warning");
+                assert_eq!(b["reason"], "Unreadable");
+                assert_eq!(b["regarding"]["kind"], "DLJob");
+                assert_eq!(b["regarding"]["name"], "mnist");
+                assert_eq!(b["regarding"]["uid"], "job-uid");
+                assert_eq!(
+                    b["note"],
+                    format!("this DLJob does not parse, so dljob sets it aside and goes on with the other jobs: put it right with kubectl edit, or delete it and dljob makes it again from the job's members. Why: {why}")
+                );
+            },
+            respond,
         )
-        .await;
+    };
+    let refused = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+    let verifier = tokio::spawn(async move {
+        answer(&mut handle, vec![told(refused)]).await;
+        answer(&mut handle, vec![told(Value::Null)]).await;
         if let Some((request, _)) = handle.next_request().await {
             panic!("unexpected call {} {}", request.method(), request.uri());
         }
     });
-    let (told, mut untold) = tokio::sync::mpsc::channel(controller::UNTOLD_LIMIT);
     let regarding = ObjectReference {
         api_version: Some("dljob.dev/v1alpha1".into()),
         kind: Some("DLJob".into()),
@@ -3240,14 +3244,27 @@ async fn a_dljob_that_does_not_parse_is_told_why_on_itself() {
         uid: Some("job-uid".into()),
         ..ObjectReference::default()
     };
-    told.try_send((regarding, why.to_owned())).unwrap();
-    drop(told);
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        controller::tell_unreadable(&recorder, &mut untold),
-    )
-    .await
-    .expect("the teller stops when its queue closes");
+    let unreadable = Unreadable::default();
+    assert!(unreadable.insert(ObjectRef::new("mnist").within(NS), regarding, why));
+    let tell = || {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            controller::tell_untold(&recorder, &unreadable),
+        )
+    };
+    assert_eq!(
+        tell().await.expect("told in time"),
+        1,
+        "refused: still to tell"
+    );
+    assert_eq!(unreadable.untold().len(), 1);
+    assert_eq!(tell().await.expect("told in time"), 0);
+    assert!(unreadable.untold().is_empty());
+    assert_eq!(
+        tell().await.expect("told in time"),
+        0,
+        "nothing left to tell"
+    );
     drop(recorder);
     tokio::time::timeout(Duration::from_secs(5), verifier)
         .await

@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -85,17 +86,36 @@ impl Resource for Listed {
 
 /// The DLJobs that exist but do not parse, with why: the creator must not
 /// try to create them again (the API server would answer 409 every two
-/// seconds).
+/// seconds), and each is told why on itself once (an Event,
+/// `controller::tell_unreadable`).
 #[derive(Default, Debug)]
-pub struct Unreadable(Mutex<Marks>);
+pub struct Unreadable {
+    marks: Mutex<Marks>,
+    /// Woken when a DLJob is to be told.
+    news: tokio::sync::Notify,
+}
+
+/// Most bytes of a parser's reason kept (and told): the rest of the
+/// DLJob is the tenant's to make as long as the API server takes.
+pub const REASON_LIMIT: usize = 512;
 
 /// Each unreadable DLJob with why and the list it was last seen in: a
 /// relist keeps what it sees again and, when it is done, forgets the rest
 /// (deleted while the watch was down), as the store swaps at its end.
 #[derive(Default, Debug)]
 struct Marks {
-    jobs: HashMap<ObjectRef<DLJob>, (String, u64)>,
+    jobs: HashMap<ObjectRef<DLJob>, Mark>,
     list: u64,
+}
+
+#[derive(Debug)]
+struct Mark {
+    why: String,
+    list: u64,
+    /// The DLJob as far as it was read, to be told about.
+    regarding: ObjectReference,
+    /// Told on the DLJob (its Event published) for this `why`.
+    told: bool,
 }
 
 impl Unreadable {
@@ -103,15 +123,57 @@ impl Unreadable {
         self.lock().jobs.contains_key(job)
     }
 
-    /// Records `job` as unreadable; true when that is news (new, or
-    /// another reason).
-    pub fn insert(&self, job: ObjectRef<DLJob>, error: &str) -> bool {
+    /// Records `job` as unreadable because of `error` (cut to
+    /// [`REASON_LIMIT`]); true when that is news (new, or another reason),
+    /// which is then to be told on `regarding`.
+    pub fn insert(&self, job: ObjectRef<DLJob>, regarding: ObjectReference, error: &str) -> bool {
+        let why = crate::reconciler::events::cut(error, REASON_LIMIT);
         let mut marks = self.lock();
         let list = marks.list;
-        marks
+        let news = marks.jobs.get(&job).is_none_or(|m| m.why != why);
+        let told = !news && marks.jobs.get(&job).is_some_and(|m| m.told);
+        marks.jobs.insert(
+            job,
+            Mark {
+                why: why.into_owned(),
+                list,
+                regarding,
+                told,
+            },
+        );
+        drop(marks);
+        if news {
+            self.news.notify_one();
+        }
+        news
+    }
+
+    /// The DLJobs not yet told why, with why.
+    pub fn untold(&self) -> Vec<(ObjectReference, String)> {
+        self.lock()
             .jobs
-            .insert(job, (error.to_owned(), list))
-            .is_none_or(|(was, _)| was != error)
+            .values()
+            .filter(|m| !m.told)
+            .map(|m| (m.regarding.clone(), m.why.clone()))
+            .collect()
+    }
+
+    /// `regarding` was told `why` (unless it has since changed or gone).
+    pub fn told(&self, regarding: &ObjectReference, why: &str) {
+        let mut marks = self.lock();
+        if let Some(m) = marks
+            .jobs
+            .values_mut()
+            .find(|m| m.regarding == *regarding && m.why == why)
+        {
+            m.told = true;
+        }
+    }
+
+    /// Until there may be a DLJob to tell (at once when one came since the
+    /// last call).
+    pub async fn news(&self) {
+        self.news.notified().await;
     }
 
     fn remove(&self, job: &ObjectRef<DLJob>) {
@@ -127,30 +189,28 @@ impl Unreadable {
     fn relisted(&self) {
         let mut marks = self.lock();
         let list = marks.list;
-        marks.jobs.retain(|_, (_, seen)| *seen == list);
+        marks.jobs.retain(|_, m| m.list == list);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Marks> {
-        self.0
+        self.marks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
 /// The event for the DLJob store: readable DLJobs as they are; an
-/// unreadable one recorded in `unreadable` and dropped, with a warning
-/// logged and passed to `news` (the DLJob as far as it was read, and why)
-/// when that is news (the store keeps what it last read of it, so the job
-/// goes on under the spec it had — until a relist, after which it is not
-/// reconciled until its DLJob is put right or deleted); a deletion of
-/// either deletes.
+/// unreadable one recorded in `unreadable` (to be told on the DLJob) and
+/// dropped, with a warning logged when that is news (the store keeps what
+/// it last read of it, so the job goes on under the spec it had — until a
+/// relist, after which it is not reconciled until its DLJob is put right
+/// or deleted); a deletion of either deletes.
 pub(crate) fn readable(
     event: watcher::Event<Listed>,
     unreadable: &Unreadable,
-    news: &mut impl FnMut(&DLJob, &str),
 ) -> Option<watcher::Event<DLJob>> {
     use watcher::Event;
-    let mut apply = |listed: Listed| match listed {
+    let apply = |listed: Listed| match listed {
         Listed::Readable(job) => {
             unreadable.remove(&ObjectRef::from_obj(&*job));
             Some(*job)
@@ -159,9 +219,8 @@ pub(crate) fn readable(
             let job = placeholder(*metadata);
             let namespace = job.metadata.namespace.clone().unwrap_or_default();
             let name = job.metadata.name.clone().unwrap_or_default();
-            if unreadable.insert(ObjectRef::from_obj(&job), &error) {
+            if unreadable.insert(ObjectRef::from_obj(&job), job.object_ref(&()), &error) {
                 tracing::warn!(%namespace, job = %name, %error, "DLJob does not parse: set aside (delete it, and dljob makes it again from the job's members); the other jobs go on");
-                news(&job, &error);
             }
             None
         }
@@ -241,14 +300,9 @@ mod tests {
             .unwrap()
             .items;
         let unreadable = Unreadable::default();
-        // What would be told on each DLJob (an Event): its name and why.
-        let mut said: Vec<(String, String)> = Vec::new();
-        let mut tell = |job: &DLJob, why: &str| {
-            said.push((job.metadata.name.clone().unwrap(), why.to_owned()));
-        };
         let events: Vec<_> = items
             .into_iter()
-            .filter_map(|l| readable(watcher::Event::InitApply(l), &unreadable, &mut tell))
+            .filter_map(|l| readable(watcher::Event::InitApply(l), &unreadable))
             .map(|e| match e {
                 watcher::Event::InitApply(j) => j.metadata.name.unwrap(),
                 other => panic!("{other:?}"),
@@ -257,14 +311,38 @@ mod tests {
         assert_eq!(events, ["a", "c"]);
         let bad = ObjectRef::new("bad").within("ml");
         assert!(unreadable.contains(&bad));
-        let why = unreadable.lock().jobs[&bad].0.clone();
+        let why = unreadable.lock().jobs[&bad].why.clone();
         assert!(why.contains("role \"worker\" appears twice"), "{why}");
-        // Said once, not at every event.
-        assert!(!unreadable.insert(bad.clone(), &why));
+        // To be told on the DLJob as far as it was read: kind, name,
+        // namespace and uid.
+        let regarding = ObjectReference {
+            api_version: Some("dljob.dev/v1alpha1".into()),
+            kind: Some("DLJob".into()),
+            name: Some("bad".into()),
+            namespace: Some("ml".into()),
+            uid: Some("uid-bad".into()),
+            ..ObjectReference::default()
+        };
+        assert_eq!(unreadable.untold(), [(regarding.clone(), why.clone())]);
+        // News once, not at every event; once told, not to be told again
+        // for the same reason.
+        assert!(!unreadable.insert(bad.clone(), regarding.clone(), &why));
+        assert_eq!(unreadable.untold().len(), 1);
+        unreadable.told(&regarding, &why);
+        assert!(unreadable.untold().is_empty());
+        assert!(!unreadable.insert(bad.clone(), regarding.clone(), &why));
+        assert!(unreadable.untold().is_empty());
+        // A reason as long as the tenant makes it is kept (and told) cut.
+        let long = "x".repeat(10 * REASON_LIMIT);
+        assert!(unreadable.insert(bad.clone(), regarding.clone(), &long));
+        let kept = &unreadable.untold()[0].1;
+        assert!(kept.len() <= REASON_LIMIT && kept.ends_with('…'), "{kept}");
+        assert!(unreadable.insert(bad.clone(), regarding.clone(), &why));
+        unreadable.told(&regarding, &why);
         // Its deletion deletes it from the store, and it is no longer set aside.
         let deleted: Listed = serde_json::from_value(dljob("bad", "worker=0")).unwrap();
         assert!(matches!(deleted, Listed::Unreadable { .. }));
-        match readable(watcher::Event::Delete(deleted), &unreadable, &mut tell) {
+        match readable(watcher::Event::Delete(deleted), &unreadable) {
             Some(watcher::Event::Delete(j)) => {
                 assert_eq!(ObjectRef::from_obj(&j), bad);
             }
@@ -279,31 +357,34 @@ mod tests {
         readable(
             watcher::Event::Apply(listed("bad", "worker=0")),
             &unreadable,
-            &mut tell,
         );
         readable(
             watcher::Event::Apply(listed("gone", "worker=0")),
             &unreadable,
-            &mut tell,
         );
-        readable(watcher::Event::Init, &unreadable, &mut tell);
+        // Made again after its deletion, "bad" is to be told again.
+        let mut untold: Vec<String> = unreadable
+            .untold()
+            .into_iter()
+            .map(|(r, _)| r.name.unwrap())
+            .collect();
+        untold.sort();
+        assert_eq!(untold, ["bad", "gone"]);
+        let zero = unreadable.lock().jobs[&bad].why.clone();
+        assert_ne!(zero, why);
+        unreadable.told(&regarding, &zero);
+        readable(watcher::Event::Init, &unreadable);
         assert!(unreadable.contains(&bad));
         readable(
             watcher::Event::InitApply(listed("bad", "worker=0")),
             &unreadable,
-            &mut tell,
         );
-        readable(watcher::Event::InitDone, &unreadable, &mut tell);
+        readable(watcher::Event::InitDone, &unreadable);
         assert!(unreadable.contains(&bad));
         assert!(!unreadable.contains(&ObjectRef::new("gone").within("ml")));
-        // Told once per DLJob and reason: "bad" with the role twice, then
-        // (deleted and made again) with a count of 0, "gone" with it; the
-        // relist's "bad" again with the same reason is not news.
-        let names: Vec<&str> = said.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["bad", "bad", "gone"]);
-        assert_eq!(said[0].1, why);
-        assert_ne!(said[1].1, why);
-        assert_eq!(said[1].1, said[2].1);
+        // The relist's "bad", told with the same reason, is not told again;
+        // "gone" is gone, untold.
+        assert!(unreadable.untold().is_empty());
         // An object without readable metadata is not one: the decoding fails.
         assert!(serde_json::from_value::<Listed>(json!({"metadata": 3})).is_err());
     }

@@ -392,19 +392,11 @@ pub async fn run_controller(
     // each watch's queued error would add a full backoff in turn.
     let (dljob_store, writer) = reflector::store();
     let unreadable = stores.unreadable.clone();
-    // A DLJob that does not parse is told why on itself, not only in the
-    // log; a bounded queue between the watch and the Events.
-    let (told, mut untold) = tokio::sync::mpsc::channel(controller::UNTOLD_LIMIT);
     let dljobs = scope
         .watch::<listed::Listed>(client, &watcher::Config::default(), listed::gone)
         .filter_map(move |event| {
-            let mut tell = |job: &DLJob, why: &str| {
-                if told.try_send((job.object_ref(&()), why.to_owned())).is_err() {
-                    tracing::warn!(job = %job.name_any(), "too many DLJobs that do not parse waiting for their Event: this one is only logged");
-                }
-            };
             future::ready(match event {
-                Ok(e) => listed::readable(e, &unreadable, &mut tell).map(Ok),
+                Ok(e) => listed::readable(e, &unreadable).map(Ok),
                 Err(e) => Some(Err(e)),
             })
         })
@@ -430,11 +422,13 @@ pub async fn run_controller(
     let run = controller
         .run(controller::reconcile, controller::error_policy, ctx.clone())
         .for_each(|_| future::ready(()));
+    // A DLJob that does not parse is told why on itself, not only in the
+    // log (what is still to be told outlives a leader's term).
     let tell = {
         let ctx = ctx.clone();
         let stop = stopped(stop_rx.clone());
         async move {
-            let tell = controller::tell_unreadable(&ctx.recorder, &mut untold);
+            let tell = controller::tell_unreadable(&ctx.recorder, &ctx.stores.unreadable);
             futures::pin_mut!(tell, stop);
             future::select(tell, stop).await;
         }
