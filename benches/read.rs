@@ -12,9 +12,11 @@
 //!
 //! `typed` is a sizing prototype for moving the core off the JSON tree
 //! (issue 23's "read side"), not something dljob uses: it tells what that
-//! rewrite could save on the read before it is undertaken. It is checked to
-//! read the same labels, annotations, containers, env vars and volumes as
-//! the view before anything is measured.
+//! rewrite could save on the read before it is undertaken. Volumes are kept
+//! as raw JSON (the core compares them whole) with their names read from
+//! it. Before anything is measured, it is checked on every captured Pod
+//! CREATE review to read the same labels, annotations, containers, env vars
+//! (names and values), mounts and volumes as the view.
 //!
 //! `cargo bench --bench read` (criterion), or for instruction counts that do
 //! not depend on the machine's noise, per mode:
@@ -126,7 +128,7 @@ struct PodSpec<'a> {
     #[serde(borrow, default)]
     ephemeral_containers: Vec<Container<'a>>,
     #[serde(borrow, default)]
-    volumes: Vec<Volume<'a>>,
+    volumes: Vec<&'a RawValue>,
     #[serde(borrow, default)]
     hostname: Option<Str<'a>>,
     #[serde(borrow, default)]
@@ -135,6 +137,8 @@ struct PodSpec<'a> {
     scheduler_name: Option<Str<'a>>,
     #[serde(borrow, default)]
     scheduling_gates: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    scheduling_group: Option<&'a RawValue>,
     #[serde(borrow, default)]
     resource_claims: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -182,17 +186,35 @@ struct Mount<'a> {
     read_only: Option<bool>,
 }
 
-/// A volume's name; the rest kept raw for the reserved-name comparison.
+/// A volume's name, read from its raw JSON.
 #[derive(Deserialize)]
-struct Volume<'a> {
+struct Named<'a> {
     #[serde(borrow)]
     name: Str<'a>,
 }
 
-/// The DDP review, compact as the API server sends it.
-fn body() -> Vec<u8> {
-    let v: Value = serde_json::from_slice(&std::fs::read(REVIEW).expect("fixture")).unwrap();
+/// The typed read: the review, and each volume's name.
+fn read_typed(text: &str) -> (Review<'_>, Vec<Str<'_>>) {
+    let review: Review = serde_json::from_str(text).unwrap();
+    let volumes = review.request.object.as_ref().map_or_else(Vec::new, |o| {
+        o.spec
+            .volumes
+            .iter()
+            .map(|v| serde_json::from_str::<Named>(v.get()).unwrap().name)
+            .collect()
+    });
+    (review, volumes)
+}
+
+/// A captured review, compact as the API server sends it.
+fn compact(path: &str) -> Vec<u8> {
+    let v: Value = serde_json::from_slice(&std::fs::read(path).expect("fixture")).unwrap();
     serde_json::to_vec(&v).unwrap()
+}
+
+/// The DDP review.
+fn body() -> Vec<u8> {
+    compact(REVIEW)
 }
 
 fn scan(body: &[u8]) {
@@ -206,77 +228,97 @@ fn view(body: &[u8]) {
 
 fn typed(body: &[u8]) {
     let text = std::str::from_utf8(body).unwrap();
-    black_box(serde_json::from_str::<Review>(text).unwrap());
+    black_box(read_typed(text));
 }
 
-/// The typed read sees what the view's tree holds, for what it reads.
-fn check(body: &[u8]) {
+/// The typed read sees what the view's tree holds, for what it reads, on
+/// `body`; returns how many env vars it compared.
+fn check(body: &[u8]) -> usize {
     let text = std::str::from_utf8(body).unwrap();
-    let typed: Review = serde_json::from_str(text).unwrap();
+    let (typed, volumes) = read_typed(text);
     let view = ReviewView::parse(body).unwrap();
     let tree = view.request.unwrap().object.unwrap();
     let object = typed.request.object.unwrap();
+    let s = |x: &Str| x.0.to_string();
     let strings = |m: &BTreeMap<Str, Str>| -> Vec<(String, String)> {
-        m.iter()
-            .map(|(k, v)| (k.0.to_string(), v.0.to_string()))
-            .collect()
+        m.iter().map(|(k, v)| (s(k), s(v))).collect()
     };
     let tree_map = |which: &str| -> Vec<(String, String)> {
-        tree["metadata"][which]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
-            .collect()
+        tree["metadata"]
+            .get(which)
+            .and_then(Value::as_object)
+            .map_or_else(Vec::new, |m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                    .collect()
+            })
     };
     assert_eq!(strings(&object.metadata.labels), tree_map("labels"));
     assert_eq!(
         strings(&object.metadata.annotations),
         tree_map("annotations")
     );
-    let names = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["name"].as_str().unwrap().to_owned())
-            .collect()
+    let items = |v: &Value, key: &str| -> Vec<Value> {
+        v.get(key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
     };
+    let name = |v: &Value| v["name"].as_str().unwrap().to_owned();
     let spec = &tree["spec"];
-    let containers: Vec<String> = object
-        .spec
-        .containers
-        .iter()
-        .map(|c| c.name.0.to_string())
-        .collect();
-    assert_eq!(containers, names(&spec["containers"]));
-    let volumes: Vec<String> = object
-        .spec
-        .volumes
-        .iter()
-        .map(|v| v.name.0.to_string())
-        .collect();
-    assert_eq!(volumes, names(&spec["volumes"]));
-    let mounts: Vec<String> = object.spec.containers[0]
-        .volume_mounts
-        .iter()
-        .map(|m| m.name.0.to_string())
-        .collect();
-    assert_eq!(mounts, names(&spec["containers"][0]["volumeMounts"]));
-    let env: Vec<String> = object.spec.containers[0]
-        .env
-        .iter()
-        .map(|e| e.name.0.to_string())
-        .collect();
-    let tree_env = spec["containers"][0]
-        .get("env")
-        .map_or_else(Vec::new, names);
-    assert_eq!(env, tree_env);
-    assert!(!containers.is_empty() && !volumes.is_empty() && !mounts.is_empty());
+    let volume_names: Vec<String> = volumes.iter().map(s).collect();
+    assert_eq!(
+        volume_names,
+        items(spec, "volumes").iter().map(name).collect::<Vec<_>>()
+    );
+    let tree_containers = items(spec, "containers");
+    assert_eq!(object.spec.containers.len(), tree_containers.len());
+    let mut env_compared = 0;
+    for (c, t) in object.spec.containers.iter().zip(&tree_containers) {
+        assert_eq!(s(&c.name), name(t));
+        let mounts: Vec<String> = c.volume_mounts.iter().map(|m| s(&m.name)).collect();
+        assert_eq!(
+            mounts,
+            items(t, "volumeMounts")
+                .iter()
+                .map(name)
+                .collect::<Vec<_>>()
+        );
+        let env: Vec<(String, Option<String>)> = c
+            .env
+            .iter()
+            .map(|e| (s(&e.name), e.value.as_ref().map(s)))
+            .collect();
+        let tree_env: Vec<(String, Option<String>)> = items(t, "env")
+            .iter()
+            .map(|e| (name(e), e["value"].as_str().map(str::to_owned)))
+            .collect();
+        assert_eq!(env, tree_env);
+        env_compared += env.len();
+    }
+    assert!(!tree_containers.is_empty() && !volume_names.is_empty());
+    env_compared
+}
+
+/// [`check`] on every captured Pod CREATE review, env vars among them.
+fn check_all() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
+    let mut reviews = 0;
+    let mut env = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if file.starts_with("mutate-create-pod-") {
+            env += check(&compact(path.to_str().unwrap()));
+            reviews += 1;
+        }
+    }
+    assert!(reviews >= 8 && env > 0, "{reviews} reviews, {env} env vars");
 }
 
 fn bench_read(c: &mut Criterion) {
+    check_all();
     let b = body();
-    check(&b);
     let mut group = c.benchmark_group(format!("read the DDP review ({} B)", b.len()));
     group.bench_function("scan", |bn| bn.iter(|| scan(black_box(&b))));
     group.bench_function("view", |bn| bn.iter(|| view(black_box(&b))));
@@ -295,8 +337,8 @@ fn main() {
         Criterion::default().configure_from_args().final_summary();
         return;
     };
+    check_all();
     let b = body();
-    check(&b);
     let read: fn(&[u8]) = match std::env::var("DLJOB_READ").as_deref() {
         Ok("scan") => scan,
         Ok("view") => view,
