@@ -160,13 +160,12 @@ impl Unreadable {
 
     /// `regarding` was told `why` (unless it has since changed or gone).
     pub fn told(&self, regarding: &ObjectReference, why: &str) {
-        let mut marks = self.lock();
-        if let Some(m) = marks
-            .jobs
-            .values_mut()
-            .find(|m| m.regarding == *regarding && m.why == why)
-        {
-            m.told = true;
+        let job = ObjectRef::new(regarding.name.as_deref().unwrap_or_default())
+            .within(regarding.namespace.as_deref().unwrap_or_default());
+        if let Some(m) = self.lock().jobs.get_mut(&job) {
+            if m.regarding == *regarding && m.why == why {
+                m.told = true;
+            }
         }
     }
 
