@@ -509,6 +509,18 @@ fn event(reason: &'static str) -> Call {
     )
 }
 
+/// The DLJob `mnist` as an Event regards it.
+fn mnist_reference() -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("dljob.dev/v1alpha1".into()),
+        kind: Some("DLJob".into()),
+        namespace: Some(NS.into()),
+        name: Some("mnist".into()),
+        uid: Some("job-uid".into()),
+        ..Default::default()
+    }
+}
+
 fn events_uri() -> String {
     format!("/apis/events.k8s.io/v1/namespaces/{NS}/events?")
 }
@@ -3090,7 +3102,6 @@ async fn a_bare_pod_is_not_deleted_unless_its_manifest_was_saved() {
 #[tokio::test]
 async fn a_repeated_event_counts_in_the_first_ones_series() {
     use dljob::reconciler::status::JobEvent;
-    use k8s_openapi::api::core::v1::ObjectReference;
     use std::sync::Mutex;
 
     type Names = Arc<Mutex<Vec<String>>>;
@@ -3137,14 +3148,7 @@ async fn a_repeated_event_counts_in_the_first_ones_series() {
 
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let recorder = Recorder::new(Client::new(service, "default"), "dljob", "dljob-0");
-    let regarding = ObjectReference {
-        api_version: Some("dljob.dev/v1alpha1".into()),
-        kind: Some("DLJob".into()),
-        namespace: Some(NS.into()),
-        name: Some("mnist".into()),
-        uid: Some("job-uid".into()),
-        ..ObjectReference::default()
-    };
+    let regarding = mnist_reference();
     let running = JobEvent {
         warning: false,
         reason: "Running".into(),
@@ -3203,10 +3207,9 @@ async fn a_repeated_event_counts_in_the_first_ones_series() {
 #[tokio::test]
 async fn a_dljob_that_does_not_parse_is_told_why_on_itself() {
     use dljob::reconciler::listed::Unreadable;
-    use k8s_openapi::api::core::v1::ObjectReference;
     use kube::runtime::reflector::ObjectRef;
 
-    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let recorder = Recorder::new(Client::new(service, "default"), "dljob", "dljob-0");
     let why = "spec.replicas: role \"worker\" appears twice";
     let told = move |respond: Value| {
@@ -3229,21 +3232,8 @@ async fn a_dljob_that_does_not_parse_is_told_why_on_itself() {
     };
     let refused = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
         "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
-    let verifier = tokio::spawn(async move {
-        answer(&mut handle, vec![told(refused)]).await;
-        answer(&mut handle, vec![told(Value::Null)]).await;
-        if let Some((request, _)) = handle.next_request().await {
-            panic!("unexpected call {} {}", request.method(), request.uri());
-        }
-    });
-    let regarding = ObjectReference {
-        api_version: Some("dljob.dev/v1alpha1".into()),
-        kind: Some("DLJob".into()),
-        namespace: Some(NS.into()),
-        name: Some("mnist".into()),
-        uid: Some("job-uid".into()),
-        ..ObjectReference::default()
-    };
+    let verifier = tokio::spawn(verify(handle, vec![told(refused), told(Value::Null)]));
+    let regarding = mnist_reference();
     let unreadable = Unreadable::default();
     assert!(unreadable.insert(ObjectRef::new("mnist").within(NS), regarding, why));
     let tell = || {
