@@ -28,6 +28,9 @@ use kube::{Client, Resource};
 use serde_json::{json, Value};
 use tower_test::mock;
 
+mod apiserver;
+use apiserver::Server;
+
 type Handle = mock::Handle<Request<Body>, Response<Body>>;
 
 const NS: &str = "ml";
@@ -382,8 +385,14 @@ fn delete_pod(name: &'static str) -> Call {
 
 /// Serves `calls` in order, then asserts that no other call comes before
 /// every client is dropped.
-async fn verify(mut handle: Handle, calls: Vec<Call>) {
-    answer(&mut handle, calls).await;
+async fn verify(handle: Handle, calls: Vec<Call>) {
+    verify_on(handle, calls, Server::default()).await
+}
+
+/// [`verify`] on an API server that holds what `server` holds: every write
+/// is applied to it and checked as the real server checks it.
+async fn verify_on(mut handle: Handle, calls: Vec<Call>, mut server: Server) {
+    answer_on(&mut handle, calls, &mut server).await;
     if let Some((request, _)) = handle.next_request().await {
         panic!("unexpected call {} {}", request.method(), request.uri());
     }
@@ -391,6 +400,18 @@ async fn verify(mut handle: Handle, calls: Vec<Call>) {
 
 /// Answers `calls` in order, checking each request.
 async fn answer(handle: &mut Handle, calls: Vec<Call>) {
+    answer_on(handle, calls, &mut Server::default()).await
+}
+
+/// The API server that holds `job` (as the reconcile read it).
+fn holding(job: &DLJob) -> Server {
+    Server::holding([&serde_json::to_value(job).unwrap()])
+}
+
+/// [`answer`] on `server`: each write is applied to what it holds and the
+/// result checked against the schema the real API server applies
+/// (`tests/apiserver`), before the test's own check of the body.
+async fn answer_on(handle: &mut Handle, calls: Vec<Call>, server: &mut Server) {
     for expected in calls {
         let (request, send) = handle.next_request().await.unwrap_or_else(|| {
             panic!("expected {} {}, got no call", expected.method, expected.uri)
@@ -399,6 +420,12 @@ async fn answer(handle: &mut Handle, calls: Vec<Call>) {
             (request.method().as_str(), request.uri().to_string()),
             (expected.method, expected.uri.clone()),
         );
+        let content_type = request
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
         let bytes = request.into_body().collect_bytes().await.unwrap();
         let body: Value = if bytes.is_empty() {
             Value::Null
@@ -406,6 +433,8 @@ async fn answer(handle: &mut Handle, calls: Vec<Call>) {
             serde_json::from_slice(&bytes).unwrap()
         };
         (expected.check)(&body);
+        // What the server would refuse is refused, whatever the test answers.
+        server.write(expected.method, &expected.uri, &content_type, &body);
         let respond = if expected.respond.is_null() {
             body
         } else {
@@ -433,8 +462,9 @@ async fn reconcile_then(
     mut handle: Handle,
     calls: Vec<Call>,
 ) -> Handle {
+    let mut server = holding(&job);
     let verifier = tokio::spawn(async move {
-        answer(&mut handle, calls).await;
+        answer_on(&mut handle, calls, &mut server).await;
         handle
     });
     tokio::time::timeout(
@@ -470,7 +500,7 @@ async fn reconcile_with(
     handle: Handle,
     calls: Vec<Call>,
 ) -> (Result<(), controller::Error>, Arc<Metrics>) {
-    let verifier = tokio::spawn(verify(handle, calls));
+    let verifier = tokio::spawn(verify_on(handle, calls, holding(&job)));
     let metrics = ctx.metrics.clone();
     let result = tokio::time::timeout(
         Duration::from_secs(5),
@@ -968,35 +998,46 @@ async fn mpi_reconcile(created: Value, events: &[&'static str]) -> Value {
         job,
         ctx,
         handle,
-        vec![
-            call(
-                "POST",
-                format!("/api/v1/namespaces/{NS}/secrets?&fieldManager=dljob"),
-                |b| {
-                    assert_eq!(b["metadata"]["name"], "mnist-ssh");
-                    assert_eq!(b["metadata"]["ownerReferences"][0]["kind"], "DLJob");
-                    let data = b["stringData"].as_object().unwrap();
-                    assert_eq!(
-                        data.keys().collect::<Vec<_>>(),
-                        ["authorized_keys", "config", "id_ed25519", "id_ed25519.pub"]
-                    );
-                    assert!(data["config"]
-                        .as_str()
-                        .unwrap()
-                        .starts_with("Host mnist-launcher-0 mnist-launcher-0.mnist.ml.svc\n"));
-                },
-                created.clone(),
-            ),
-        ]
+        vec![call(
+            "POST",
+            format!("/api/v1/namespaces/{NS}/secrets?&fieldManager=dljob"),
+            |b| {
+                assert_eq!(b["metadata"]["name"], "mnist-ssh");
+                assert_eq!(b["metadata"]["ownerReferences"][0]["kind"], "DLJob");
+                let data = b["stringData"].as_object().unwrap();
+                assert_eq!(
+                    data.keys().collect::<Vec<_>>(),
+                    ["authorized_keys", "config", "id_ed25519", "id_ed25519.pub"]
+                );
+                assert!(data["config"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("Host mnist-launcher-0 mnist-launcher-0.mnist.ml.svc\n"));
+            },
+            created.clone(),
+        )]
         .into_iter()
-        // Created: recorded in the status at once (a merge patch), before
-        // anything else can fail.
+        // Created: recorded in the status at once, before anything else
+        // can fail — the status whole (a new DLJob has none, and the API
+        // server refuses a status without its phase).
         .chain((created["kind"] != "Status").then(|| {
             call(
                 "PATCH",
-                format!("/apis/dljob.dev/v1alpha1/namespaces/{NS}/dljobs/mnist/status?&fieldManager=dljob"),
-                |b| assert_eq!(b, &json!({"status": {"sshSecret": "mnist-ssh"}})),
-                with_status(&jj, &json!({"status": {"phase": "Pending", "sshSecret": "mnist-ssh"}})),
+                status_uri(),
+                |b| {
+                    assert_eq!(
+                        b,
+                        &json!({"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "status": {
+                            "phase": "Pending", "conditions": [], "replicas": {}, "active": "",
+                            "restarts": 0, "countedExits": {}, "pendingRecreates": [],
+                            "sshSecret": "mnist-ssh"
+                        }})
+                    )
+                },
+                with_status(
+                    &jj,
+                    &json!({"status": {"phase": "Pending", "sshSecret": "mnist-ssh"}}),
+                ),
             )
         }))
         .chain([call(
@@ -3260,4 +3301,68 @@ async fn a_dljob_that_does_not_parse_is_told_why_on_itself() {
         .await
         .expect("verifier timed out")
         .expect("verifier panicked");
+}
+
+// ---- the API server model refuses what the real one refuses ---------------
+
+/// The model of `tests/apiserver` is itself checked: each write below is
+/// one the real API server answers 422 (or prunes), as seen on 1.36.
+#[test]
+fn the_api_server_model_refuses_what_a_real_one_refuses() {
+    let job = serde_json::to_value(dljob("mpi", MPI)).unwrap();
+    let status = "/apis/dljob.dev/v1alpha1/namespaces/ml/dljobs/mnist/status";
+    let refused = |content_type: &'static str, body: Value| {
+        let job = job.clone();
+        std::panic::catch_unwind(move || {
+            Server::holding([&job]).write("PATCH", status, content_type, &body)
+        })
+        .is_err()
+    };
+    let merge = "application/merge-patch+json";
+    let apply = "application/apply-patch+yaml";
+    // A merge patch on a DLJob without a status: status.phase is required.
+    assert!(refused(
+        merge,
+        json!({"status": {"sshSecret": "mnist-ssh"}})
+    ));
+    // A phase the CRD's enum does not list.
+    assert!(refused(apply, json!({"status": {"phase": "Done"}})));
+    // A count below zero (format uint32).
+    assert!(refused(
+        apply,
+        json!({"status": {"phase": "Running", "restarts": -1}})
+    ));
+    // A field the schema does not declare (the server would prune it).
+    assert!(refused(
+        apply,
+        json!({"status": {"phase": "Running", "sshsecret": "x"}})
+    ));
+    // A condition without its required fields.
+    assert!(refused(
+        apply,
+        json!({"status": {"phase": "Running", "conditions": [{"type": "Created"}]}})
+    ));
+    // What dljob writes is accepted, and so is the merge onto a whole status.
+    assert!(!refused(
+        apply,
+        json!({"status": {"phase": "Pending", "sshSecret": "mnist-ssh"}})
+    ));
+    let mut with = job.clone();
+    with["status"] = json!({"phase": "Running"});
+    Server::holding([&with]).write(
+        "PATCH",
+        status,
+        merge,
+        &json!({"status": {"sshSecret": "x"}}),
+    );
+    // A built-in kind dljob creates whole: a Service port without its port.
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "mnist"},
+        "spec": {"ports": [{"name": "dljob"}]}});
+    assert!(std::panic::catch_unwind(|| Server::default().write(
+        "POST",
+        "/api/v1/namespaces/ml/services",
+        "application/json",
+        &service
+    ))
+    .is_err());
 }

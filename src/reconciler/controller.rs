@@ -516,10 +516,12 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
             Kept::Written if owned.keep == Keep::CreateOnce => {
                 // Recorded at once: a Secret of that name found later is the
                 // job's only if the status says so (dljob never reads it).
-                let record = json!({"status": {"sshSecret": owned.name()}});
-                Api::<DLJob>::namespaced(client.clone(), &namespace)
-                    .patch_status(&name, &Target::merge(), &Patch::Merge(&record))
-                    .await?;
+                // The status is written whole, as every status write is: a
+                // new DLJob has none yet, and a status without its phase is
+                // refused (status.phase: Required value).
+                let mut record = job.status.clone().unwrap_or_default();
+                record.ssh_secret = Some(owned.name().to_owned());
+                write_status(&Api::namespaced(client.clone(), &namespace), &name, &record).await?;
                 created_secret = Some(owned.name().to_owned());
             }
             Kept::NotServed => not_served.push(format!(
@@ -582,17 +584,7 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
 
     let jobs: Api<DLJob> = Api::namespaced(client.clone(), &namespace);
     if job.status.as_ref() != Some(&out.status) {
-        let body = json!({
-            "apiVersion": "dljob.dev/v1alpha1",
-            "kind": "DLJob",
-            "status": out.status,
-        });
-        jobs.patch_status(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
+        write_status(&jobs, &name, &out.status).await?;
     }
     for event in &out.events {
         if let Err(e) = ctx.recorder.publish(&job.object_ref(&()), event).await {
@@ -728,6 +720,18 @@ async fn record_saved(
     {
         r.saved = Some(saved);
     }
+    write_status(jobs, name, status).await?;
+    Ok(())
+}
+
+/// Writes a DLJob's status whole: server-side applied by dljob, its only
+/// manager, so that what is applied is what the status becomes (a field
+/// left out is removed) and what the API server checks is a whole status.
+async fn write_status(
+    jobs: &Api<DLJob>,
+    name: &str,
+    status: &crate::crd::DLJobStatus,
+) -> Result<(), kube::Error> {
     let body = json!({"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "status": status});
     jobs.patch_status(
         name,
