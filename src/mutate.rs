@@ -517,8 +517,11 @@ fn pod_patch(
         merge_volume(&mut edits, volume, warnings);
     }
     gang_marks(m, &mut edits, config, warnings);
+    // Not on a pod bound to its node: the API server refuses a gate there
+    // (member::parse warns).
     if config.launcher_gate()
         && m.framework.gated_role() == Some(m.role.as_str())
+        && member::pinned_node(Kind::Pod, pod).is_none()
         && !edits
             .items(List::SchedulingGates)
             .any(|g| g.name() == c::WORKERS_READY_GATE)

@@ -628,6 +628,36 @@ fn launchers_get_the_workers_ready_gate_and_workers_do_not() {
     );
 }
 
+/// A launcher bound to its node (`spec.nodeName`, as a user pinning it
+/// writes): the API server refuses a pod with both nodeName and a
+/// scheduling gate ("spec.nodeName: Forbidden: cannot be set until all
+/// schedulingGates have been cleared"), so dljob adds none and says why,
+/// both when the pod is admitted and when its Job's template is.
+#[test]
+fn a_launcher_bound_to_a_node_gets_no_gate_and_a_warning() {
+    let mut launcher = pod("hvd", "launcher", "mpi", "launcher=1,worker=2", json!({}));
+    launcher["spec"]["nodeName"] = json!("node-7");
+    let m = create(Kind::Pod, &launcher, &Config::default());
+    assert_eq!(m.object["spec"].get("schedulingGates"), None);
+    let expected = "the launcher sets spec.nodeName \"node-7\": the API server refuses a pod bound to a node that also has a scheduling gate, so dljob does not hold it back with dljob.dev/workers-ready until the workers run; it may start before their sshd listens (ssh retries ConnectionAttempts=10 times). Leave nodeName out and use a nodeSelector or node affinity to keep the wait";
+    assert_eq!(m.warnings, vec![expected]);
+    // The same launcher as an Indexed Job: said of its template.
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "hvd-launcher", "namespace": "ml",
+            "labels": {"dljob.dev/job": "hvd", "dljob.dev/role": "launcher"},
+            "annotations": {"dljob.dev/framework": "mpi", "dljob.dev/replicas": "launcher=1,worker=2"}},
+        "spec": {"completions": 1, "parallelism": 1, "completionMode": "Indexed",
+            "template": {"spec": {"nodeName": "node-7", "restartPolicy": "Never",
+                "containers": [{"name": "mpi", "image": "mpi"}]}}}
+    });
+    assert_eq!(create(Kind::Job, &job, &Config::default()).warnings, vec![expected]);
+    // A worker bound to a node is not held back anyway: no word.
+    let mut worker = pod("hvd", "worker", "mpi", "launcher=1,worker=2", json!({"dljob.dev/index": "0"}));
+    worker["spec"]["nodeName"] = json!("node-7");
+    assert!(create(Kind::Pod, &worker, &Config::default()).warnings.is_empty());
+}
+
 #[test]
 fn framework_container_is_chosen_by_annotation_default_container_name_then_first() {
     let mut p = pod("j", "worker", "jax", "worker=1", json!({}));

@@ -192,7 +192,39 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
     };
     slots_warning(&member, object, &mut warnings);
     container_warning(&member, object, &mut warnings);
+    pinned_launcher_warning(&member, object, config, &mut warnings);
     Ok(Some(Parsed { member, warnings }))
+}
+
+/// `spec.nodeName` of a pod, or of a workload's pod template: a pod bound
+/// to its node by its author, which no scheduler (and no scheduling gate)
+/// holds back.
+pub(crate) fn pinned_node(kind: Kind, object: &Value) -> Option<&str> {
+    at(object, kind.pod_path())
+        .and_then(|p| str_at(p, &["spec", "nodeName"]))
+        .filter(|n| !n.is_empty())
+}
+
+/// A member of the role dljob holds back until the other members run (the
+/// mpi launcher) that names its node: the API server refuses a pod with
+/// both `spec.nodeName` and a scheduling gate, so dljob adds no gate to it
+/// and says what that costs.
+fn pinned_launcher_warning(
+    m: &MemberSpec,
+    object: &Value,
+    config: &Config,
+    warnings: &mut Vec<String>,
+) {
+    if !config.launcher_gate() || m.framework.gated_role() != Some(m.role.as_str()) {
+        return;
+    }
+    if let Some(node) = pinned_node(m.kind, object) {
+        warnings.push(format!(
+            "the {} sets spec.nodeName \"{node}\": the API server refuses a pod bound to a node that also has a scheduling gate, so dljob does not hold it back with {} until the workers run; it may start before their sshd listens (ssh retries ConnectionAttempts=10 times). Leave nodeName out and use a nodeSelector or node affinity to keep the wait",
+            m.role,
+            c::WORKERS_READY_GATE
+        ));
+    }
 }
 fn check_job_name(job: &str, v: &mut Violations) {
     if !c::is_dns1035_label(job) || job.len() > c::MAX_JOB_NAME {
