@@ -285,8 +285,17 @@ pub struct MutateArgs {
     /// template, mutated again as admission does at pod creation (the env,
     /// hostname and hostfile each replica gets). Other documents are left
     /// out.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "owned")]
     pub pods: bool,
+    /// Print the objects the reconciler creates for each job of the
+    /// manifests instead: its DLJob, the headless Service, the gang
+    /// scheduler's PodGroup, the TensorBoard, and for mpi and chainer the
+    /// SSH Secret the pods mount (with a key made for this run; in the
+    /// cluster the reconciler makes the job's own). For review: their
+    /// owner references carry no uid (the API server gives the DLJob one),
+    /// so they are not for `kubectl apply`.
+    #[arg(long)]
+    pub owned: bool,
 }
 
 /// Adds `dljob.dev/job` and `dljob.dev/role` (also on a StatefulSet's pod

@@ -120,6 +120,21 @@ pub const SSH_VOLUME: &str = "dljob-ssh";
 pub const PORT_NAME: &str = "dljob";
 /// File mode of the SSH Secret's files (0600).
 pub const SSH_MODE: u32 = 0o600;
+/// The SSH Secret's private key.
+pub const SSH_PRIVATE_KEY: &str = "id_ed25519";
+/// The SSH Secret's public key.
+pub const SSH_PUBLIC_KEY: &str = "id_ed25519.pub";
+/// The SSH Secret's `authorized_keys`, the one file every sshd reads.
+pub const SSH_AUTHORIZED_KEYS: &str = "authorized_keys";
+/// The SSH Secret's ssh client `config`.
+pub const SSH_CONFIG: &str = "config";
+/// Every file of the SSH Secret, as the pods that run `ssh` mount them.
+pub const SSH_FILES: [&str; 4] = [
+    SSH_PRIVATE_KEY,
+    SSH_PUBLIC_KEY,
+    SSH_AUTHORIZED_KEYS,
+    SSH_CONFIG,
+];
 
 /// Longest job name: leaves room for `-<role>-<index>` in a 63-char DNS label.
 pub(crate) const MAX_JOB_NAME: usize = 40;

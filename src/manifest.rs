@@ -106,7 +106,7 @@ fn is_list(value: &Value) -> bool {
 }
 
 /// The objects of a document: the document itself, or a List's items.
-fn objects(value: &Value) -> Vec<&Value> {
+pub(crate) fn objects(value: &Value) -> Vec<&Value> {
     if is_list(value) {
         value["items"]
             .as_array()

@@ -469,8 +469,12 @@ fn pod_patch(
     );
     merge_port(&mut edits, fc, fc_name, m.spec.port, warnings);
     let mut wanted: Vec<Value> = Vec::with_capacity(4);
-    for (volume, mount) in volumes {
-        if merge_mount(&mut edits, fc, fc_name, mount, warnings) {
+    for (volume, mounts) in volumes {
+        let mut mounted = false;
+        for mount in mounts {
+            mounted |= merge_mount(&mut edits, fc, fc_name, mount, warnings);
+        }
+        if mounted {
             wanted.push(volume);
         }
     }
@@ -636,11 +640,20 @@ fn gang_marks(
 }
 
 /// The hostfile volume (where the framework's launcher reads one) and the
-/// SSH Secret's (where members use SSH), each with its mount in the
+/// SSH Secret's (where members use SSH), each with its mounts in the
 /// framework container. The Secret is whole (private key, client config)
 /// in the pods of the role that runs `mpirun`, and only its
 /// `authorized_keys` in the others, whose sshd needs nothing else.
-fn framework_volumes(m: &MemberSpec, hostfile: bool) -> Vec<(Value, Value)> {
+///
+/// The Secret's files are mounted one by one (`subPath`) into the SSH
+/// directory, never the volume as that directory: the kubelet makes a
+/// Secret volume's own directory world-writable (1777, 2777 with an
+/// fsGroup), and sshd's default `StrictModes yes` then refuses every key
+/// in it ("bad ownership or modes for directory"). Mounted by file, the
+/// directory is the image's own, or one the container runtime makes (root,
+/// 0755). The Secret is created once, so a file mount's missing updates
+/// cost nothing.
+fn framework_volumes(m: &MemberSpec, hostfile: bool) -> Vec<(Value, Vec<Value>)> {
     let mut volumes = Vec::with_capacity(2);
     if hostfile {
         volumes.push((
@@ -651,24 +664,29 @@ fn framework_volumes(m: &MemberSpec, hostfile: bool) -> Vec<(Value, Value)> {
                     "fieldRef": {"fieldPath": HOSTFILE_FIELD}
                 }]}
             }),
-            json!({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": true}),
+            vec![json!({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": true})],
         ));
     }
     if let Some(client) = m.framework.ssh_client_role() {
         let mut secret = json!({"secretName": ssh_secret_name(&m.job), "defaultMode": SSH_MODE});
-        if m.role != client {
-            secret["items"] = json!([{"key": SSH_AUTHORIZED_KEYS, "path": SSH_AUTHORIZED_KEYS}]);
-        }
-        volumes.push((
-            json!({"name": SSH_VOLUME, "secret": secret}),
-            json!({"name": SSH_VOLUME, "mountPath": m.ssh_path(), "readOnly": true}),
-        ));
+        let files: &[&str] = if m.role == client {
+            &c::SSH_FILES
+        } else {
+            secret["items"] =
+                json!([{"key": c::SSH_AUTHORIZED_KEYS, "path": c::SSH_AUTHORIZED_KEYS}]);
+            &[c::SSH_AUTHORIZED_KEYS]
+        };
+        let dir = m.ssh_path().trim_end_matches('/');
+        let mounts = files
+            .iter()
+            .map(|file| {
+                json!({"name": SSH_VOLUME, "mountPath": format!("{dir}/{file}"), "subPath": file, "readOnly": true})
+            })
+            .collect();
+        volumes.push((json!({"name": SSH_VOLUME, "secret": secret}), mounts));
     }
     volumes
 }
-
-/// The key of the SSH Secret every sshd reads.
-pub(crate) const SSH_AUTHORIZED_KEYS: &str = "authorized_keys";
 
 /// An accelerator's host directory as a volume: it must already exist on
 /// the node (`type: Directory`: never created by the kubelet).
@@ -715,8 +733,14 @@ fn reserved_volume_problems(
     // dljob's own: (volume, [(container index, mount)]).
     let mut ours: Vec<(Value, Vec<(usize, Value)>)> = Vec::new();
     if let Some(plan) = plan {
-        for (volume, mount) in framework_volumes(m, plan.hostfile.is_some()) {
-            ours.push((volume, vec![(plan.container, mount)]));
+        for (volume, mounts) in framework_volumes(m, plan.hostfile.is_some()) {
+            ours.push((
+                volume,
+                mounts
+                    .into_iter()
+                    .map(|mount| (plan.container, mount))
+                    .collect(),
+            ));
         }
     }
     for (i, container) in object::containers(spec).iter().enumerate() {

@@ -95,6 +95,8 @@ pub fn mutate(mutate_args: &MutateArgs) -> anyhow::Result<ExitCode> {
     let docs = read_documents(&args.file)?;
     let result = if mutate_args.pods {
         manifest::pods(&docs, Some(&args.namespace), &config)
+    } else if mutate_args.owned {
+        owned(&docs, Some(&args.namespace), &config)
     } else {
         manifest::mutate(&docs, Some(&args.namespace), &config)
     };
@@ -116,6 +118,70 @@ pub fn mutate(mutate_args: &MutateArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// `dljob mutate --owned`: per job (in the order its first member comes),
+/// the DLJob the reconciler creates from that member, then what
+/// [`crate::reconciler::resources::owned`] declares for it.
+fn owned(
+    docs: &[manifest::Document],
+    namespace: Option<&str>,
+    config: &Config,
+) -> Result<manifest::MutatedManifest, (String, crate::violation::Violations)> {
+    use crate::reconciler::resources;
+    let mut out = manifest::MutatedManifest::default();
+    let mut seen = std::collections::BTreeSet::new();
+    let members = docs
+        .iter()
+        .filter_map(|d| d.value.as_ref())
+        .flat_map(manifest::objects);
+    for value in members {
+        let Some(kind) = crate::object::Kind::of(value) else {
+            continue;
+        };
+        let parsed = crate::member::parse(kind, value, namespace, config)
+            .map_err(|v| (manifest::describe(value), v))?;
+        let Some(parsed) = parsed else { continue };
+        let m = parsed.member;
+        if !seen.insert((m.namespace.clone(), m.job.clone())) {
+            continue;
+        }
+        let volume = m
+            .spec
+            .tensorboard
+            .as_ref()
+            .and_then(|tb| crate::tensorboard::volume(kind, value, &tb.volume))
+            .cloned();
+        let mut job = resources::dljob_for(&m, volume.as_ref());
+        // Owner references need a uid, which only the API server gives.
+        job.metadata.uid = Some(String::new());
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let objects =
+            resources::owned(&job, config, now, None, resources::generate_key).map_err(|e| {
+                let mut v = crate::violation::Violations::default();
+                v.push(
+                    crate::violation::Rule::TooLarge,
+                    format!("generating the SSH key: {e}"),
+                );
+                (manifest::describe(value), v)
+            })?;
+        job.metadata.uid = None;
+        let mut all = vec![serde_json::to_value(&job).expect("a DLJob serialises")];
+        all.extend(
+            objects
+                .iter()
+                .map(|o| serde_json::to_value(&o.object).expect("an object serialises")),
+        );
+        for object in all {
+            if !out.yaml.is_empty() {
+                out.yaml.push_str("---\n");
+            }
+            out.yaml.push_str(
+                &serde_saphyr::to_string(&object).expect("a JSON value serialises to YAML"),
+            );
+        }
+    }
+    Ok(out)
 }
 
 /// `dljob validate`.

@@ -544,3 +544,81 @@ fn a_directory_reads_its_manifest_files_in_name_order() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `mutate --owned` prints what the reconciler creates for each job: the
+/// DLJob from its first member, the headless Service and, for mpi, the SSH
+/// Secret (its ssh config naming every host), owner references without a
+/// uid; a key made for the run, a different one each time.
+#[test]
+fn mutate_owned_prints_what_the_reconciler_creates() {
+    let run = dljob(
+        &[
+            "mutate",
+            "--owned",
+            "-n",
+            "ml",
+            "-f",
+            &example("horovod/job.yaml"),
+        ],
+        None,
+    );
+    assert!(run.success(), "{run:?}");
+    let docs: Vec<serde_json::Value> = run
+        .stdout
+        .split("\n---\n")
+        .map(|d| serde_saphyr::from_str(d).unwrap())
+        .collect();
+    let kinds: Vec<(&str, &str)> = docs
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("DLJob", "horovod"),
+            ("Service", "horovod"),
+            ("Secret", "horovod-ssh")
+        ]
+    );
+    assert_eq!(docs[0]["spec"]["replicas"], "launcher=1,worker=2");
+    assert_eq!(docs[1]["spec"]["clusterIP"], "None");
+    assert_eq!(docs[1]["metadata"]["ownerReferences"][0]["uid"], "");
+    let data = docs[2]["stringData"].as_object().unwrap();
+    assert_eq!(
+        data.keys().collect::<Vec<_>>(),
+        ["authorized_keys", "config", "id_ed25519", "id_ed25519.pub"]
+    );
+    assert!(data["config"]
+        .as_str()
+        .unwrap()
+        .contains("Host horovod-worker-1 horovod-worker-1.horovod.ml.svc\n"));
+    let again = dljob(
+        &[
+            "mutate",
+            "--owned",
+            "-n",
+            "ml",
+            "-f",
+            &example("horovod/job.yaml"),
+        ],
+        None,
+    );
+    assert_ne!(run.stdout, again.stdout, "a new key each run");
+    // Not with --pods.
+    let both = dljob(
+        &[
+            "mutate",
+            "--owned",
+            "--pods",
+            "-f",
+            &example("horovod/job.yaml"),
+        ],
+        None,
+    );
+    assert_eq!(both.code, Some(2), "{both:?}");
+}

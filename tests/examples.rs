@@ -608,11 +608,24 @@ fn chainermn_hostfile_lists_workers_then_master_with_gpu_slots() {
         "name": "dljob-ssh",
         "secret": {"secretName": "chainermn-ssh", "defaultMode": 0o600}
     })));
-    let mounts = &wired_container(&master)["volumeMounts"];
-    assert!(mounts
+    // File by file (subPath), so that the directory is not the Secret
+    // volume's world-writable one, which sshd's StrictModes refuses.
+    let mounts: Vec<&Value> = wired_container(&master)["volumeMounts"]
         .as_array()
         .unwrap()
-        .contains(&json!({"name": "dljob-ssh", "mountPath": "/root/.ssh", "readOnly": true})));
+        .iter()
+        .filter(|m| m["name"] == "dljob-ssh")
+        .collect();
+    let file = |f: &str| json!({"name": "dljob-ssh", "mountPath": format!("/root/.ssh/{f}"), "subPath": f, "readOnly": true});
+    assert_eq!(
+        mounts,
+        [
+            &file("id_ed25519"),
+            &file("id_ed25519.pub"),
+            &file("authorized_keys"),
+            &file("config")
+        ]
+    );
 }
 
 #[test]

@@ -531,7 +531,7 @@ fn mpi_worker_gets_ssh_secret_and_a_slots_warning_and_the_launcher_the_hostfile(
     );
     assert_eq!(
         m.object["spec"]["containers"][0]["volumeMounts"],
-        json!([{"name": "dljob-ssh", "mountPath": "/home/mpi/.ssh", "readOnly": true}])
+        json!([{"name": "dljob-ssh", "mountPath": "/home/mpi/.ssh/authorized_keys", "subPath": "authorized_keys", "readOnly": true}])
     );
     assert_eq!(env(&m.object, "K_MPI_JOB_ROLE").as_deref(), Some("worker"));
     assert_eq!(env(&m.object, "OMPI_MCA_orte_default_hostfile"), None);
@@ -651,11 +651,79 @@ fn a_launcher_bound_to_a_node_gets_no_gate_and_a_warning() {
             "template": {"spec": {"nodeName": "node-7", "restartPolicy": "Never",
                 "containers": [{"name": "mpi", "image": "mpi"}]}}}
     });
-    assert_eq!(create(Kind::Job, &job, &Config::default()).warnings, vec![expected]);
+    assert_eq!(
+        create(Kind::Job, &job, &Config::default()).warnings,
+        vec![expected]
+    );
     // A worker bound to a node is not held back anyway: no word.
-    let mut worker = pod("hvd", "worker", "mpi", "launcher=1,worker=2", json!({"dljob.dev/index": "0"}));
+    let mut worker = pod(
+        "hvd",
+        "worker",
+        "mpi",
+        "launcher=1,worker=2",
+        json!({"dljob.dev/index": "0"}),
+    );
     worker["spec"]["nodeName"] = json!("node-7");
-    assert!(create(Kind::Pod, &worker, &Config::default()).warnings.is_empty());
+    assert!(create(Kind::Pod, &worker, &Config::default())
+        .warnings
+        .is_empty());
+}
+
+/// The SSH Secret's files are root-owned and 0600 as the kubelet mounts
+/// them (0640 in the fsGroup with one): a non-root sshd or ssh needs the
+/// fsGroup and its own ~/.ssh, and root's ssh refuses a key its group can
+/// read. Each case is said, once, where the user writes the pod.
+#[test]
+fn ssh_members_are_told_what_their_user_cannot_read() {
+    const T: &str = "launcher=1,worker=2";
+    let worker = |security: Value, extra: Value| {
+        let mut annotations = json!({"dljob.dev/index": "0"});
+        for (k, v) in extra.as_object().unwrap() {
+            annotations[k] = v.clone();
+        }
+        let mut p = pod("hvd", "worker", "mpi", T, annotations);
+        p["spec"]["securityContext"] = security;
+        create(Kind::Pod, &p, &Config::default()).warnings
+    };
+    assert_eq!(
+        worker(json!({"runAsUser": 1000}), json!({})),
+        vec![
+            "the worker's framework container runs as uid 1000 and the pod sets no fsGroup: the SSH Secret's files are mounted root-owned and 0600, so sshd cannot read authorized_keys; set spec.securityContext.fsGroup to the user's group (e.g. 1000): the kubelet then makes them 0640 in that group, which sshd and ssh accept",
+            "the worker's framework container runs as uid 1000 but dljob.dev/ssh-path is /root/.ssh: ssh and sshd read the .ssh directory of the user they run as; set dljob.dev/ssh-path to that user's (e.g. /home/mpiuser/.ssh) on every member",
+        ]
+    );
+    // The fsGroup and the user's own .ssh: nothing to say.
+    let fine = worker(
+        json!({"runAsUser": 1000, "fsGroup": 1000}),
+        json!({"dljob.dev/ssh-path": "/home/mpiuser/.ssh"}),
+    );
+    assert!(fine.is_empty(), "{fine:?}");
+    // runAsNonRoot alone: the image's user, which dljob cannot see.
+    assert_eq!(
+        worker(json!({"runAsNonRoot": true}), json!({"dljob.dev/ssh-path": "/home/mpiuser/.ssh"})),
+        vec!["the worker's framework container runs as a non-root user (runAsNonRoot) and the pod sets no fsGroup: the SSH Secret's files are mounted root-owned and 0600, so sshd cannot read authorized_keys; set spec.securityContext.fsGroup to the user's group (e.g. 1000): the kubelet then makes them 0640 in that group, which sshd and ssh accept"]
+    );
+    // A root sshd reads a 0640 authorized_keys: no word for a worker.
+    assert!(worker(json!({"fsGroup": 1000}), json!({})).is_empty());
+    // Root's ssh with an fsGroup: the key would be 0640.
+    let mut launcher = pod("hvd", "launcher", "mpi", T, json!({}));
+    launcher["spec"]["securityContext"] = json!({"fsGroup": 1000});
+    assert_eq!(
+        create(Kind::Pod, &launcher, &Config::default()).warnings,
+        vec!["the launcher sets fsGroup 1000 and its framework container runs as root (unless its image's USER is another): the kubelet makes the SSH private key 0640 in group 1000, and root's ssh refuses a key its group can read (\"bad permissions\"); run the container as the non-root user the fsGroup is for (runAsUser), or leave fsGroup out"]
+    );
+    // The container's own runAsUser wins over the pod's.
+    launcher["spec"]["securityContext"] = json!({"fsGroup": 1000, "runAsUser": 0});
+    launcher["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 1000});
+    launcher["metadata"]["annotations"]["dljob.dev/ssh-path"] = json!("/home/mpiuser/.ssh");
+    let m = create(Kind::Pod, &launcher, &Config::default());
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    // Frameworks without SSH are not concerned.
+    let mut tf = pod("tf", "chief", "tensorflow", "chief=1,worker=1", json!({}));
+    tf["spec"]["securityContext"] = json!({"runAsUser": 1000});
+    assert!(create(Kind::Pod, &tf, &Config::default())
+        .warnings
+        .is_empty());
 }
 
 #[test]

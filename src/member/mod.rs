@@ -193,7 +193,68 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
     slots_warning(&member, object, &mut warnings);
     container_warning(&member, object, &mut warnings);
     pinned_launcher_warning(&member, object, config, &mut warnings);
+    ssh_user_warnings(&member, object, &mut warnings);
     Ok(Some(Parsed { member, warnings }))
+}
+
+/// mpi/chainer: whether the user the framework container runs as can use
+/// the SSH Secret's files as the kubelet mounts them — root-owned, 0600;
+/// with a pod `fsGroup`, 0640 in that group. sshd and ssh read them as the
+/// container's user: a non-root user needs the fsGroup to read them, and
+/// root's ssh refuses a private key its group can read ("bad
+/// permissions"). Said where the user writes the pod (or its template).
+fn ssh_user_warnings(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>) {
+    let Some(client) = m.framework.ssh_client_role() else {
+        return;
+    };
+    if m.owner != PodOwner::None {
+        return;
+    }
+    let Some(pod) = at(object, m.kind.pod_path()) else {
+        return;
+    };
+    let Some(i) = framework_container(m, pod) else {
+        return;
+    };
+    let pod_ctx = &pod["spec"]["securityContext"];
+    let ctx = &object::containers(&pod["spec"])[i]["securityContext"];
+    let setting = |key: &str| ctx.get(key).or_else(|| pod_ctx.get(key));
+    let uid = setting("runAsUser").and_then(Value::as_i64);
+    let non_root = setting("runAsNonRoot").and_then(Value::as_bool) == Some(true);
+    let fs_group = pod_ctx.get("fsGroup").and_then(Value::as_i64);
+    let reads = if m.role == client {
+        "ssh cannot read the key and its config"
+    } else {
+        "sshd cannot read authorized_keys"
+    };
+    let user = match uid {
+        Some(0) => None,
+        Some(n) => Some(format!("uid {n}")),
+        None if non_root => Some("a non-root user (runAsNonRoot)".to_owned()),
+        None => None,
+    };
+    if let Some(user) = &user {
+        if fs_group.is_none() {
+            warnings.push(format!(
+                "the {}'s framework container runs as {user} and the pod sets no fsGroup: the SSH Secret's files are mounted root-owned and 0600, so {reads}; set spec.securityContext.fsGroup to the user's group (e.g. 1000): the kubelet then makes them 0640 in that group, which sshd and ssh accept",
+                m.role
+            ));
+        }
+        if m.ssh_path() == DEFAULT_SSH_PATH {
+            warnings.push(format!(
+                "the {}'s framework container runs as {user} but {} is {DEFAULT_SSH_PATH}: ssh and sshd read the .ssh directory of the user they run as; set {} to that user's (e.g. /home/mpiuser/.ssh) on every member",
+                m.role,
+                c::SSH_PATH,
+                c::SSH_PATH
+            ));
+        }
+    } else if let (Some(group), true) = (fs_group, m.role == client) {
+        warnings.push(format!(
+            "the {} sets fsGroup {group} and its framework container runs as root{}: the kubelet makes the SSH private key 0640 in group {group}, and root's ssh refuses a key its group can read (\"bad permissions\"); run the container as the non-root user the fsGroup is for (runAsUser), or leave fsGroup out",
+            m.role,
+            if uid.is_none() { " (unless its image's USER is another)" } else { "" }
+        ));
+    }
 }
 
 /// `spec.nodeName` of a pod, or of a workload's pod template: a pod bound

@@ -283,8 +283,9 @@ pub(crate) fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> O
             let short = c::pod_hostname(name, role, index);
             let fqdn = view.host(role, index);
             out.push_str(&format!(
-                "Host {short} {fqdn}\n    HostName {fqdn}\n    Port {}\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    IdentityFile {ssh_path}/id_ed25519\n\n",
-                job.spec.port
+                "Host {short} {fqdn}\n    HostName {fqdn}\n    Port {}\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    IdentityFile {ssh_path}/{}\n\n",
+                job.spec.port,
+                c::SSH_PRIVATE_KEY
             ));
         }
     }
@@ -307,11 +308,11 @@ pub(crate) fn ssh_secret(
     let private = key.to_openssh(ssh_key::LineEnding::LF).ok()?.to_string();
     let public = key.public_key().to_openssh().ok()?;
     let string_data = BTreeMap::from([
-        ("id_ed25519".to_owned(), private),
-        ("id_ed25519.pub".to_owned(), format!("{public}\n")),
-        ("authorized_keys".to_owned(), format!("{public}\n")),
+        (c::SSH_PRIVATE_KEY.to_owned(), private),
+        (c::SSH_PUBLIC_KEY.to_owned(), format!("{public}\n")),
+        (c::SSH_AUTHORIZED_KEYS.to_owned(), format!("{public}\n")),
         (
-            "config".to_owned(),
+            c::SSH_CONFIG.to_owned(),
             ssh_config(job, ssh_path, cluster_domain)?,
         ),
     ]);

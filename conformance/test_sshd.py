@@ -1,0 +1,379 @@
+"""SSH conformance: Debian's real sshd and ssh (OpenSSH 9), with their
+default StrictModes, on the job's SSH Secret laid out exactly as the kubelet
+mounts it, under OpenMPI 4's real mpirun.
+
+test_mpi.py reaches workers through an ssh stand-in; here nothing stands in.
+For every pod that `dljob mutate --pods` prints, its sandbox (podsim) gets:
+
+* the Secret volume as the kubelet makes it (pkg/volume/secret and the
+  atomic writer): a tmpfs whose own directory stays mode 1777, the files
+  of the volume's `items` (all keys without items) written 0600
+  (`defaultMode`) into a `..<timestamp>` directory (0755), a `..data`
+  symlink to it and one symlink per file; with a pod `fsGroup`, everything
+  in that group, files g+r (0640) and directories setgid, as
+  SetVolumeOwnership leaves a read-only volume;
+* the pod's `dljob-ssh` volumeMounts applied as written: a mount with a
+  `subPath` binds that file (its symlinks resolved inside the volume, as the
+  kubelet does) over a file the runtime creates, its missing parent
+  directories made root-owned 0755 as runc makes them; a mount without one
+  binds the whole volume directory;
+* the container's user: root, or `mpiuser` (uid 1000, home /home/mpiuser
+  0755) with the fsGroup as its group, as `runAsUser` and `fsGroup` say.
+
+The workers run `sshd -De` as that user on their pod IP and the job's port
+(`dljob.dev/port`); the launcher runs its own mpirun command line with the
+real ssh (`/usr/bin/ssh`, which reads the Secret's `config` and key). The
+job's pods share one network namespace made for the test, so nothing
+listens on the machine's own addresses.
+
+What comes from the test, not from dljob: the host keys sshd needs (an
+image's), `UsePAM no` for a non-root sshd (PAM refuses a non-root sshd's
+logins; images that run sshd as a user configure it so), and
+OMPI_MCA_btl_tcp_if_include=lo as in test_mpi.py.
+
+The negative cases show the checks can fail, each as dljob's warning says:
+the Secret mounted as the directory (StrictModes refuses it), a non-root
+user without fsGroup (cannot read the files), root's ssh with an fsGroup
+(refuses a key its group can read).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import podsim  # noqa: E402
+from test_mpi import INSTALLS, RANK_PROGRAM, Run, libmpi, mpirun_command, reap  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+HOROVOD = REPO / "examples" / "horovod" / "job.yaml"
+SSHD = Path("/usr/sbin/sshd")
+SSH = Path("/usr/bin/ssh")
+RUN_TIMEOUT = 60
+# The kubelet's atomic writer names its data directory by the time.
+DATA_DIR = "..2026_11_26_00_00_00.000000001"
+
+# Runs inside a pod's sandbox (after podsim's /etc overlay and hostname):
+# lays the Secret volume out as the kubelet does, applies the pod's mounts of
+# it, makes the container's user, then execs the command.
+# $1 volume dir, $2 dir holding the volume's files, $3 fsGroup or "",
+# $4 file of "mountPath|subPath" lines, $5 uid ("0" or "1000"), $6 the
+# sshd host key to install ("" for none), $7 the pod's directory.
+KUBELET = r"""
+set -e
+vol=$1 files=$2 fsgroup=$3 mounts=$4 uid=$5 hostkey=$6 poddir=$7; shift 7
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mkdir -m 0755 /run/sshd
+mkdir -p "$vol"
+mount -t tmpfs tmpfs "$vol"
+mkdir "$vol/DATA_DIR"
+chmod 0755 "$vol/DATA_DIR"
+for f in "$files"/*; do
+    n=$(basename "$f")
+    install -m 0600 "$f" "$vol/DATA_DIR/$n"
+    ln -s "..data/$n" "$vol/$n"
+done
+ln -s DATA_DIR "$vol/..data"
+if [ -n "$fsgroup" ]; then
+    chgrp -h -R "$fsgroup" "$vol"
+    find "$vol/DATA_DIR" -type f -exec chmod g+r {} +
+    find "$vol" -type d -exec chmod g+sx {} +
+fi
+# Homes: root's (an overlay: what the pod writes there stays in the pod's
+# directory, and the machine's /root stays as it is), and mpiuser's as an
+# image makes it.
+ovl=$(mktemp -d "$poddir/root.XXXXXX")
+mkdir "$ovl/upper" "$ovl/work"
+mount -t overlay overlay -o "lowerdir=/root,upperdir=$ovl/upper,workdir=$ovl/work" /root
+chmod 0700 /root
+mount -t tmpfs tmpfs /home
+chmod 0755 /home
+if [ "$uid" != 0 ]; then
+    # The venv's python lives under /root (pyenv) on these machines: the
+    # user runs it as any user runs the image's python.
+    chmod 0755 /root
+    sed -i -e "/^[^:]*:[^:]*:$uid:/d" /etc/passwd
+    sed -i -e "/^[^:]*:[^:]*:$uid:/d" /etc/group
+    echo "mpiuser:x:$uid:$uid::/home/mpiuser:/bin/sh" >> /etc/passwd
+    echo "mpiuser:x:$uid:" >> /etc/group
+    mkdir -m 0755 /home/mpiuser
+    chown "$uid:$uid" /home/mpiuser
+fi
+while IFS='|' read -r path sub; do
+    [ -n "$path" ] || continue
+    if [ -n "$sub" ]; then
+        mkdir -p "$(dirname "$path")"
+        [ -e "$path" ] || touch "$path"
+        mount --bind "$vol/$sub" "$path"
+    else
+        mkdir -p "$path"
+        mount --bind "$vol" "$path"
+    fi
+done < "$mounts"
+if [ -n "$hostkey" ]; then
+    install -m 0600 -o "$uid" "$hostkey" /run/sshd/host_key
+fi
+exec "$@"
+""".replace("DATA_DIR", DATA_DIR)
+
+
+def require(path: Path, what: str) -> None:
+    if not (path.exists() and os.access(path, os.X_OK)):
+        msg = f"{what}: {path} is missing (conformance/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+def owned(manifest: Path) -> list[dict]:
+    """The objects `dljob mutate --owned` says the reconciler creates."""
+    out = subprocess.run([str(podsim.DLJOB), "mutate", "--owned", "-f", str(manifest)],
+                         check=True, capture_output=True, text=True, timeout=60)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def variant(tmp: Path, uid: int, fs_group: int | None, port: int, ssh_path: str | None) -> Path:
+    """examples/horovod with its pods run as `uid` (and `fs_group`), the job's
+    port and SSH path set on every member."""
+    docs = [d for d in yaml.safe_load_all(HOROVOD.read_text()) if d]
+    for d in docs:
+        ann = d["metadata"].setdefault("annotations", {})
+        ann["dljob.dev/port"] = str(port)
+        if ssh_path:
+            ann["dljob.dev/ssh-path"] = ssh_path
+        spec = d["spec"]["template"]["spec"]
+        ctx: dict = {}
+        if uid:
+            ctx["runAsUser"] = uid
+        if fs_group is not None:
+            ctx["fsGroup"] = fs_group
+        if ctx:
+            spec["securityContext"] = ctx
+    path = tmp / "job.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+class Cluster:
+    """The job's pods in one network namespace of their own, each with the
+    Secret mounted as the kubelet mounts it."""
+
+    def __init__(self, manifest: Path, tmp: Path):
+        self.job = podsim.Job.from_manifest(manifest)
+        self.tmp = tmp
+        secret = next(o for o in owned(manifest) if o["kind"] == "Secret")
+        self.secret = secret["stringData"]
+        self.holder = subprocess.Popen(["unshare", "--net", "sleep", "infinity"])
+        self.netns = f"/proc/{self.holder.pid}/ns/net"
+        for _ in range(50):  # until unshare has made the namespace
+            if os.readlink(self.netns) != os.readlink("/proc/self/ns/net"):
+                break
+            time.sleep(0.05)
+        subprocess.run(["nsenter", f"--net={self.netns}", "ip", "link", "set", "lo", "up"], check=True)
+        self.sshd: list[tuple[podsim.Pod, subprocess.Popen, Path]] = []
+
+    def close(self) -> None:
+        for _, proc, _ in self.sshd:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        self.job.stop()
+        reap(self.job)
+        self.holder.kill()
+        self.holder.wait(timeout=10)
+
+    def volume(self, pod: podsim.Pod) -> dict:
+        return next(v for v in pod.obj["spec"]["volumes"] if v["name"] == "dljob-ssh")
+
+    def mounts(self, pod: podsim.Pod) -> list[dict]:
+        return [m for m in pod.framework_container.get("volumeMounts", []) if m["name"] == "dljob-ssh"]
+
+    def security(self, pod: podsim.Pod) -> tuple[int, int | None]:
+        ctx = pod.obj["spec"].get("securityContext", {})
+        own = pod.framework_container.get("securityContext", {})
+        return own.get("runAsUser", ctx.get("runAsUser", 0)), ctx.get("fsGroup")
+
+    def enter(self, pod: podsim.Pod, mounts: list[dict] | None = None, hostkey: str = "") -> list[str]:
+        """argv prefix: into the job's network, the pod's sandbox, then the
+        kubelet's layout of the Secret and the pod's mounts of it."""
+        d = self.tmp / pod.hostname
+        files = d / "secret-files"
+        files.mkdir(parents=True, exist_ok=True)
+        items = self.volume(pod)["secret"].get("items")
+        keys = [i["key"] for i in items] if items else list(self.secret)
+        for k in keys:
+            (files / k).write_text(self.secret[k])
+        listing = d / "mounts"
+        listing.write_text("".join(f"{m['mountPath']}|{m.get('subPath', '')}\n"
+                                   for m in (self.mounts(pod) if mounts is None else mounts)))
+        uid, fs_group = self.security(pod)
+        return (["nsenter", f"--net={self.netns}"] + self.job.enter_argv(pod)
+                + ["sh", "-c", KUBELET, "kubelet", f"/run/dljob-secret-volume", str(files),
+                   "" if fs_group is None else str(fs_group), str(listing), str(uid), hostkey,
+                   str(d)])
+
+    def as_user(self, pod: podsim.Pod) -> list[str]:
+        uid, fs_group = self.security(pod)
+        if not uid:
+            return []
+        groups = str(fs_group) if fs_group is not None else str(uid)
+        return ["setpriv", f"--reuid={uid}", f"--regid={uid}", f"--groups={groups}"]
+
+    def start_sshd(self, pod: podsim.Pod, mounts: list[dict] | None = None) -> None:
+        d = self.tmp / pod.hostname
+        d.mkdir(parents=True, exist_ok=True)
+        key = d / "host_key"
+        if not key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        uid, _ = self.security(pod)
+        port = pod.obj["metadata"]["annotations"]["dljob.dev/port"]
+        argv = [str(SSHD), "-D", "-e", "-p", port, "-o", f"ListenAddress={pod.ip}",
+                "-h", "/run/sshd/host_key", "-o", "PidFile=none"]
+        if uid:
+            argv += ["-o", "UsePAM=no"]
+        log = d / "sshd.log"
+        proc = subprocess.Popen(self.enter(pod, mounts, str(key)) + self.as_user(pod) + argv,
+                                env=self.job.base_env(), cwd="/", stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        self.sshd.append((pod, proc, log))
+        deadline = time.monotonic() + 10
+        while "Server listening" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"sshd of {pod.name} did not start:\n{log.read_text()}")
+            time.sleep(0.05)
+
+    def sshd_logs(self) -> str:
+        return "\n".join(f"--- sshd of {p.name}\n{log.read_text()}" for p, _, log in self.sshd)
+
+    def mpirun(self, launcher: podsim.Pod, mounts: list[dict] | None = None) -> Run:
+        """The launcher's own mpirun command line (its program replaced by
+        the rank stand-in) with the real ssh, as the launcher's user."""
+        words = mpirun_command(launcher)
+        prog = next(i for i, w in enumerate(words) if i > 0 and Path(w).name.startswith("python"))
+        mpirun = INSTALLS["openmpi4"]
+        argv = [str(mpirun), *words[1:prog], sys.executable, "-c", RANK_PROGRAM, str(libmpi("openmpi4"))]
+        uid, _ = self.security(launcher)
+        home = "/home/mpiuser" if uid else "/root"
+        path = ":".join(p for p in self.job.base_env()["PATH"].split(":") if "conformance" not in p)
+        env = self.job.base_env() | launcher.env() | {
+            "PATH": path, "HOME": home, "TMPDIR": "/tmp", "OMPI_MCA_btl_tcp_if_include": "lo",
+        }
+        start = time.monotonic()
+        proc = subprocess.Popen(self.enter(launcher, mounts) + self.as_user(launcher) + argv,
+                                env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            pytest.fail(f"mpirun did not finish within {RUN_TIMEOUT}s\n{out}\n{self.sshd_logs()}")
+        return Run(proc.returncode, out + "\n" + self.sshd_logs(), [], time.monotonic() - start)
+
+
+@pytest.fixture
+def tools():
+    require(SSHD, "Debian's openssh-server")
+    require(SSH, "Debian's openssh-client")
+    require(INSTALLS["openmpi4"], "OpenMPI 4")
+    for tool in ("nsenter", "setpriv", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing")
+
+
+@pytest.fixture
+def cluster_of(tools):
+    made: list[Cluster] = []
+
+    def make(manifest: Path) -> Cluster:
+        c = Cluster(manifest, Path(tempfile.mkdtemp(prefix="dljob-sshd-", dir=os.environ.get("TMPDIR"))))
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+        shutil.rmtree(c.tmp, ignore_errors=True)
+
+
+def run_job(cluster: Cluster, mounts=None) -> tuple[Run, podsim.Pod, list[podsim.Pod]]:
+    launcher = cluster.job.pod("launcher")
+    workers = [cluster.job.pod("worker", i) for i in range(2)]
+    for w in workers:
+        cluster.start_sshd(w, mounts and mounts(w))
+    return cluster.mpirun(launcher, mounts and mounts(launcher)), launcher, workers
+
+
+def assert_two_ranks(run: Run, workers: list[podsim.Pod]) -> None:
+    assert run.rc == 0, run
+    assert run.placement() == {0: workers[0].hostname, 1: workers[1].hostname}, run
+    assert all((r["size"], r["sum"]) == (2, 1) for r in run.ranks), run
+
+
+def test_root_sshd_accepts_the_mounted_keys(cluster_of, tmp_path):
+    """examples/horovod as written: root, port 22, /root/.ssh. The workers'
+    sshd (StrictModes yes) accepts the launcher's key and mpirun puts one
+    rank on each worker."""
+    cluster = cluster_of(HOROVOD)
+    run, launcher, workers = run_job(cluster)
+    assert_two_ranks(run, workers)
+    assert "Accepted publickey for root" in run.output, run
+
+
+def test_non_root_sshd_with_fs_group_accepts_the_mounted_keys(cluster_of, tmp_path):
+    """The MPI operator's way: uid 1000, sshd on 2222, the keys in
+    /home/mpiuser/.ssh, the pod's fsGroup 1000 (files 0640 in that group)."""
+    cluster = cluster_of(variant(tmp_path, 1000, 1000, 2222, "/home/mpiuser/.ssh"))
+    run, launcher, workers = run_job(cluster)
+    assert_two_ranks(run, workers)
+    assert "Accepted publickey for mpiuser" in run.output, run
+
+
+def test_the_secret_mounted_as_the_directory_is_refused_by_sshd(cluster_of, tmp_path):
+    """Why dljob mounts file by file: the volume itself as /root/.ssh is a
+    world-writable directory, which sshd's StrictModes refuses."""
+    cluster = cluster_of(HOROVOD)
+    whole = lambda pod: [{"mountPath": "/root/.ssh"}]  # noqa: E731
+    run, _, _ = run_job(cluster, mounts=whole)
+    assert run.rc != 0, run
+    assert "bad ownership or modes for directory /root/.ssh" in run.output, run
+
+
+def test_non_root_without_fs_group_cannot_read_the_keys(cluster_of, tmp_path):
+    """What dljob's warning says: uid 1000 without an fsGroup cannot read the
+    root-owned 0600 files. ssh goes on without the config it cannot read,
+    so it dials port 22, where nothing listens (the non-root sshd is on
+    2222)."""
+    manifest = variant(tmp_path, 1000, None, 2222, "/home/mpiuser/.ssh")
+    warnings = subprocess.run([str(podsim.DLJOB), "validate", "-f", str(manifest)],
+                              capture_output=True, text=True, timeout=60).stderr
+    assert "runs as uid 1000 and the pod sets no fsGroup" in warnings, warnings
+    cluster = cluster_of(manifest)
+    run, _, _ = run_job(cluster)
+    assert run.rc != 0, run
+    assert "port 22: Connection refused" in run.output, run
+
+
+def test_root_ssh_refuses_a_key_its_fs_group_can_read(cluster_of, tmp_path):
+    """What dljob's warning says: root with an fsGroup gets a 0640 key,
+    which root's ssh will not use."""
+    manifest = variant(tmp_path, 0, 1000, 22, None)
+    warnings = subprocess.run([str(podsim.DLJOB), "validate", "-f", str(manifest)],
+                              capture_output=True, text=True, timeout=60).stderr
+    assert "root's ssh refuses a key its group can read" in warnings, warnings
+    cluster = cluster_of(manifest)
+    run, _, _ = run_job(cluster)
+    assert run.rc != 0, run
+    assert "bad permissions" in run.output, run
