@@ -41,8 +41,13 @@ def new_job(manifest: str | Path) -> podsim.Job:
     Paddle's launcher replaces "127.0.0.1" wherever it occurs in its master
     endpoint, so 127.0.0.107:36543 would become 127.0.0.10707:36543. No pod
     address in a cluster looks like that."""
+    return job_of_pods(podsim.mutate_pods(manifest))
+
+
+def job_of_pods(pods: list[dict]) -> podsim.Job:
+    """A job of these pods (as `dljob mutate --pods` prints them, perhaps
+    changed by the test), at fresh addresses as in new_job."""
     global _next_ip
-    pods = podsim.mutate_pods(manifest)
     assert len(pods) <= _IP_END - _IP_FIRST
     if _next_ip + len(pods) > _IP_END:
         _next_ip = _IP_FIRST

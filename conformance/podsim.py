@@ -8,11 +8,19 @@ and without touching it:
 * its own UTS namespace, with the hostname the pod gets (`spec.hostname`);
 * its own mount namespace with an overlay over /etc, holding
   - /etc/hosts as the kubelet writes it for a pod with hostname and subdomain
-    (`IP  host.sub.ns.svc.cluster.local  host`), plus one line for every other
-    pod of the job, as the job's headless Service gives them through DNS
-    (canonical name first, then the `host.sub.ns.svc` name dljob injects);
+    (`IP  host.sub.ns.svc.cluster.local  host`); once the job's names are
+    published, also one line for every pod of the job, as the job's
+    headless Service gives them through DNS (canonical name first, then the
+    `host.sub.ns.svc` name dljob injects). They are published
+    `NAMES_AFTER` seconds after the job's first pod starts, as they are in
+    a cluster: the reconciler makes the Service when it sees the pods, and
+    a pod's name resolves once it has an address. Until then a name dljob
+    injects does not resolve (the sandbox's resolver is a closed port on
+    127.0.0.1, so nothing leaves the machine);
   - /etc/dljob/hostfile, the downward-API projection of the pod's
     `dljob.dev/hostfile` annotation;
+* dljob's init container (`dljob-wait-for-names`), run as the kubelet runs
+  it, before the pod's program, in the pod's sandbox;
 * its own loopback address 127.0.0.N (the network namespace is shared, so
   every pod reaches every other pod's address), which the downward API's
   `status.podIP` resolves to;
@@ -29,10 +37,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +52,11 @@ REPO = Path(__file__).resolve().parent.parent
 DLJOB = Path(os.environ.get("DLJOB_BIN", REPO / "target" / "debug" / "dljob"))
 VENV_BIN = REPO / ".venv-conformance" / "bin"
 CLUSTER_DOMAIN = "cluster.local"
+# Seconds from a job's first pod start to its names resolving (seen on a
+# real cluster: pods created at :54, started at :55, the Service at :56).
+NAMES_AFTER = 2.0
+# The init container dljob adds to wait for the job's names.
+WAIT_FOR_NAMES = "dljob-wait-for-names"
 # The in-sandbox setup: private /etc overlay, hosts file, hostfile, hostname.
 # Arguments: hostname pod-dir hostsfile hostfile-or-empty, then argv. Every
 # entry gets its own overlay dirs: processes of one pod may run at once.
@@ -51,7 +66,10 @@ hn=$1 dir=$2 hosts=$3 hostfile=$4; shift 4
 ovl=$(mktemp -d "$dir/overlay.XXXXXX")
 mkdir "$ovl/upper" "$ovl/work"
 mount -t overlay overlay -o "lowerdir=/etc,upperdir=$ovl/upper,workdir=$ovl/work" /etc
-cp "$hosts" /etc/hosts
+touch /etc/hosts
+mount --bind "$hosts" /etc/hosts
+rm -f /etc/resolv.conf
+printf 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n' > /etc/resolv.conf
 if [ -n "$hostfile" ]; then mkdir -p /etc/dljob && cp "$hostfile" /etc/dljob/hostfile; fi
 hostname "$hn"
 exec "$@"
@@ -159,6 +177,9 @@ class Job:
         self.pods = [Pod(p, f"127.0.0.{first_ip + i}") for i, p in enumerate(pods)]
         self.tmp = Path(tempfile.mkdtemp(prefix="dljob-podsim-"))
         self.procs: list[subprocess.Popen] = []
+        self.published = False
+        self._lock = threading.RLock()
+        self._timer: threading.Timer | None = None
         self._write_state()
 
     @classmethod
@@ -181,19 +202,38 @@ class Job:
                 return p
         raise LookupError(f"no pod is called {host}")
 
-    def hosts_file(self, pod: Pod) -> str:
+    def hosts_file(self, pod: Pod, published: bool) -> str:
         lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        # The kubelet's line for the pod itself comes first, then the others
-        # as DNS returns them (canonical name first).
-        for p in [pod] + [q for q in self.pods if q is not pod]:
-            lines.append(f"{p.ip}\t{p.fqdn}\t{p.hostname}\t{p.svc_host}")
+        # The kubelet's line for the pod itself comes first; once published,
+        # every pod of the job as DNS returns them (canonical name first).
+        lines.append(f"{pod.ip}\t{pod.fqdn}\t{pod.hostname}")
+        if published:
+            for p in self.pods:
+                lines.append(f"{p.ip}\t{p.fqdn}\t{p.svc_host}")
         return "\n".join(lines) + "\n"
+
+    def publish_names(self) -> None:
+        """The job's names resolve from now on (its headless Service exists
+        and every pod has an address). Each pod's /etc/hosts is rewritten in
+        place: sandboxes see it through their bind mount."""
+        with self._lock:
+            self.published = True
+            for pod in self.pods:
+                (self._pod_dir(pod) / "hosts").write_text(self.hosts_file(pod, True))
+
+    def _publish_later(self) -> None:
+        with self._lock:
+            if self._timer is not None or self.published:
+                return
+            self._timer = threading.Timer(NAMES_AFTER, self.publish_names)
+            self._timer.daemon = True
+            self._timer.start()
 
     def _pod_dir(self, pod: Pod) -> Path:
         d = self.tmp / pod.hostname
         if not d.exists():
             d.mkdir(parents=True)
-            (d / "hosts").write_text(self.hosts_file(pod))
+            (d / "hosts").write_text(self.hosts_file(pod, self.published))
             if pod.hostfile is not None:
                 (d / "hostfile").write_text(pod.hostfile)
         return d
@@ -253,8 +293,9 @@ class Job:
         """Starts argv inside `pod`: the pod's resolved env over a minimal
         base, then `env`. stdout and stderr are captured together."""
         full = self.base_env() | pod.env() | (env or {})
+        self._publish_later()
         proc = subprocess.Popen(
-            self.enter_argv(pod) + list(argv),
+            self.enter_argv(pod) + self.init_argv(pod) + list(argv),
             env=full,
             cwd=str(cwd or self.tmp),
             stdout=subprocess.PIPE,
@@ -265,9 +306,23 @@ class Job:
         self.procs.append(proc)
         return proc
 
+    def init_argv(self, pod: Pod) -> list[str]:
+        """argv prefix that runs dljob's init container (its command as
+        written, in the pod's sandbox) and then the pod's program, as the
+        kubelet starts a pod's containers once its init containers exited 0."""
+        inits = [c for c in pod.obj["spec"].get("initContainers", []) if c["name"] == WAIT_FOR_NAMES]
+        if not inits:
+            return []
+        script = self._pod_dir(pod) / "init.sh"
+        script.write_text(shlex.join(list(inits[0].get("command", [])) + list(inits[0].get("args", []))) + "\n")
+        return ["sh", "-c", 'sh "$0" || exit $?; exec "$@"', str(script)]
+
     def stop(self) -> None:
         """Kills every process started here (whole process groups) and
         removes the sandbox directories."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
         for proc in self.procs:
             if proc.poll() is None:
                 try:

@@ -190,6 +190,9 @@ def run_mpi(job: podsim.Job, pod: podsim.Pod, name: str, drop: tuple[str, ...] =
             extra: dict[str, str] | None = None, np: int | None = None) -> Run:
     """Runs the pod's mpirun under install `name` with the pod's injected env,
     less the vars starting with any of `drop`, plus `extra`."""
+    # The launcher starts once its gate lifts: its workers run, and their
+    # names resolve.
+    job.publish_names()
     log = job.tmp / f"ssh-{time.monotonic_ns()}.log"
     pod_env = {k: v for k, v in pod.env().items() if not (drop and k.startswith(drop))}
     env = job.base_env() | pod_env | {

@@ -7,7 +7,9 @@ PET_MASTER_ADDR, PET_MASTER_PORT, PET_NPROC_PER_NODE).
 
 examples/pytorch-elastic (3 workers, elastic 2:4, 2 GPUs each): torchrun
 with c10d rendezvous from PET_NNODES=2:4, PET_RDZV_BACKEND, PET_RDZV_ENDPOINT,
-PET_RDZV_ID, PET_RDZV_CONF and PET_NPROC_PER_NODE=2.
+PET_RDZV_ID, PET_RDZV_CONF and PET_NPROC_PER_NODE=2; a worker process
+killed and restarted in place (PET_MAX_RESTARTS,
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE).
 """
 
 from __future__ import annotations
@@ -102,3 +104,66 @@ def test_elastic_torchrun_forms_one_world_of_every_node():
         assert sorted(seen) == list(range(world))
         hosts = [seen[i] for i in range(world)]
         assert all(r["hosts"] == hosts for o in out.values() for r in results(o))
+
+
+def test_elastic_worker_killed_is_restarted_in_place():
+    """kill -9 of one worker process: torchrun restarts the worker group in
+    place (PET_MAX_RESTARTS, from dljob.dev/backoff-limit) and every node
+    rendezvous again. With torch's default of sharing the first round's TCP
+    store across rounds the next round never forms (Gloo connectFullMesh:
+    Connection refused, pytorch issue 135712), so dljob injects
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1. Nothing completes the first round
+    (its all-reduce lost a rank); the second round's world holds every node,
+    the failed node's processes restarted."""
+    with new_job(ELASTIC) as job:
+        for pod in job.pods:
+            env = pod.env()
+            assert env["PET_MAX_RESTARTS"] == "3"
+            assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+        # Two rendezvous rounds, each closing 30 s after the minimum joined.
+        out = run(job, lambda p: [TORCHRUN, program("torch_restart.py")], timeout=300)
+        world = 3 * 2
+        reported = [r for o in out.values() for r in results(o)]
+        assert len(reported) == world, out
+        # The failed node's agent restarted its workers once (restart count
+        # 1), and so did any whose workers failed on the broken all-reduce
+        # before it saw the new round; the others restarted theirs for the
+        # round without counting it (a membership change is not a failure).
+        by_node: dict[str, set[int]] = {}
+        for r in reported:
+            by_node.setdefault(r["hostname"], set()).add(r["attempt"])
+        assert all(len(a) == 1 for a in by_node.values()), reported
+        assert {0, 1} >= {a for attempts in by_node.values() for a in attempts}, reported
+        assert any(attempts == {1} for attempts in by_node.values()), reported
+        assert sorted(r["rank"] for r in reported) == list(range(world)), reported
+        assert all(r["world"] == world and r["sum"] == world * (world + 1) / 2 for r in reported)
+
+
+def test_elastic_without_restarts_fails_the_node_at_once():
+    """The same kill with torchrun's own default of no restarts
+    (PET_MAX_RESTARTS=0): the node's agent gives up, so the check above
+    is not passed by a restart that would have happened anyway."""
+    with new_job(ELASTIC) as job:
+        try:
+            run(job, lambda p: [TORCHRUN, program("torch_restart.py")], timeout=300,
+                env_of=lambda p: {"PET_MAX_RESTARTS": "0"})
+        except AssertionError as e:
+            assert "exited 1" in str(e), e
+        else:
+            raise AssertionError("torchrun without restarts finished a job one of whose processes was killed")
+
+
+def test_elastic_restart_with_a_shared_store_never_forms_the_next_round():
+    """Why dljob sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: the same kill
+    with torch's default (the first round's store shared across rounds)
+    leaves every agent failing to connect to the previous attempt's ports
+    until torchrun gives up, about three minutes later. When a torch release
+    fixes this, this test fails and the variable can go."""
+    with new_job(ELASTIC) as job:
+        try:
+            run(job, lambda p: [TORCHRUN, program("torch_restart.py")], timeout=420,
+                env_of=lambda p: {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"})
+        except AssertionError as e:
+            assert "exited 1" in str(e) and "Connection refused" in str(e), e
+        else:
+            raise AssertionError("the restart re-rendezvoused with a shared store: torch fixed it")

@@ -172,6 +172,8 @@ class Cluster:
 
     def __init__(self, manifest: Path, tmp: Path):
         self.job = podsim.Job.from_manifest(manifest)
+        # The launcher's gate lifts once the workers run: names resolve.
+        self.job.publish_names()
         self.tmp = tmp
         secret = next(o for o in owned(manifest) if o["kind"] == "Secret")
         self.secret = secret["stringData"]

@@ -9,6 +9,11 @@ task (`sortby="task"`) for ranks to follow dljob's: by default it sorts by the
 workers' addresses. Task ids compare as strings, so dljob pads DMLC_TASK_ID to
 one width: with "10" before "2", the ranks of a job of more than 10 would not
 be its RANKs.
+
+The tracker resolves MASTER_ADDR once, at start, and the workers resolve it
+once to connect: neither retries. The pod simulator publishes the job's
+names only after its pods start, as a cluster does, so the job trains only
+because dljob's init container waits for them.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import podsim
 import re
 
-from harness import EXAMPLES, example_program, new_job, PYTHON, manifest, program, result, run
+from harness import EXAMPLES, example_program, job_of_pods, new_job, PYTHON, manifest, program, result, run
 
 XGB = EXAMPLES / "xgboost" / "job.yaml"
 
@@ -63,6 +68,8 @@ def check_training(job: podsim.Job, timeout: float) -> None:
     out = run(job, lambda p: [PYTHON, program("xgb_train.py")], timeout=timeout)
     models = set()
     for pod in job.pods:
+        # dljob's init container waited until the master's name resolved.
+        assert f"dljob: {master.svc_host} resolves (waited " in out[pod.hostname], out[pod.hostname]
         r = result(out[pod.hostname])
         assert r["world"] == world
         assert r["rank"] == int(pod.env()["RANK"]), f"{pod.hostname}: {r}"
@@ -101,3 +108,21 @@ def test_xgboost_reads_no_env_and_wants_an_int_port():
         r = result(out[pod.hostname])
         assert "Invalid type for: `DMLC_TRACKER_PORT`" in r["as_is"]
         assert r["bare"] == {"rank": 0, "world": 1, "distributed": False}
+
+
+def test_without_the_wait_for_names_the_tracker_fails_at_once():
+    """The race dljob's init container closes: the same pods without it
+    start before their names resolve, and the tracker's first lookup of
+    MASTER_ADDR fails (socket.gaierror), an exit 1 that would fail the job
+    permanently."""
+    pods = podsim.mutate_pods(XGB)
+    for p in pods:
+        inits = p["spec"].pop("initContainers")
+        assert [c["name"] for c in inits] == [podsim.WAIT_FOR_NAMES]
+    with job_of_pods(pods) as job:
+        try:
+            run(job, lambda p: [PYTHON, program("xgb_train.py")], timeout=60)
+        except AssertionError as e:
+            assert "exited 1" in str(e) and "gaierror" in str(e), e
+        else:
+            raise AssertionError("xgboost trained though its names did not resolve at start")

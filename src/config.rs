@@ -42,7 +42,18 @@ pub struct Config {
     /// a change takes a restart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<String>,
+    /// Seconds a member pod waits, before its framework starts, for its own
+    /// name and its coordinator's to resolve (an init container from the
+    /// framework container's image; see `mutate::wait_for_names`). Default
+    /// 600; 0 adds no such step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_names_seconds: Option<u32>,
 }
+
+/// How long a member waits for its names by default: long enough for a
+/// coordinator that waits for its node, bounded so that a job whose
+/// Service never comes still starts and says why.
+pub(crate) const DEFAULT_WAIT_FOR_NAMES_SECONDS: u32 = 600;
 
 /// TensorBoard's default image: an official TensorFlow one, pinned; 2.20 is the
 /// last whose image has the `tensorboard` command (TensorFlow 2.21 no
@@ -117,6 +128,12 @@ impl Config {
     /// `launcherGate`, true unless turned off.
     pub(crate) fn launcher_gate(&self) -> bool {
         self.launcher_gate.unwrap_or(true)
+    }
+
+    /// [`Config::wait_for_names_seconds`], defaulted.
+    pub(crate) fn wait_for_names_seconds(&self) -> u32 {
+        self.wait_for_names_seconds
+            .unwrap_or(DEFAULT_WAIT_FOR_NAMES_SECONDS)
     }
 
     /// Parses and checks a config document. An empty document is the default.

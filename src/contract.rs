@@ -31,6 +31,11 @@ pub(crate) const SLOTS: &str = "dljob.dev/slots";
 pub(crate) const ELASTIC: &str = "dljob.dev/elastic";
 /// Annotation (StatefulSet): keep the API server's `OrderedReady` start.
 pub(crate) const ORDERED_START: &str = "dljob.dev/ordered-start";
+/// Annotation: `"false"` keeps dljob's wait for the job's names out of the
+/// member's pods (an image without `sh`).
+pub(crate) const WAIT_FOR_NAMES: &str = "dljob.dev/wait-for-names";
+/// The init container that waits for a member's names to resolve.
+pub const WAIT_FOR_NAMES_CONTAINER: &str = "dljob-wait-for-names";
 /// Annotation (mpi/chainer): where the SSH Secret is mounted.
 pub(crate) const SSH_PATH: &str = "dljob.dev/ssh-path";
 /// The scheduling gate dljob puts on a launcher pod at admission and the
@@ -101,7 +106,13 @@ pub(crate) const JOB_WIDE_ANNOTATIONS: &[&str] = &[
 ];
 
 /// Annotations a user may set on a member that are not job-wide.
-pub(crate) const MEMBER_ANNOTATIONS: &[&str] = &[INDEX, CONTAINER, ORDERED_START, INDEX_OFFSET];
+pub(crate) const MEMBER_ANNOTATIONS: &[&str] = &[
+    INDEX,
+    CONTAINER,
+    ORDERED_START,
+    INDEX_OFFSET,
+    WAIT_FOR_NAMES,
+];
 
 /// Annotations dljob itself writes.
 pub(crate) const OWN_ANNOTATIONS: &[&str] = &[HOSTFILE, SCALED_FROM, FINISHED_RUN];

@@ -113,6 +113,7 @@ pub(crate) enum List {
     Mounts(usize),
     Volumes,
     SchedulingGates,
+    InitContainers,
 }
 
 impl List {
@@ -123,6 +124,7 @@ impl List {
             List::Mounts(i) => (Some(i), "volumeMounts"),
             List::Volumes => (None, "volumes"),
             List::SchedulingGates => (None, "schedulingGates"),
+            List::InitContainers => (None, "initContainers"),
         }
     }
 

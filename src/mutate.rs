@@ -183,9 +183,11 @@ fn mutate_workload(m: &MemberSpec, obj: &mut Value, op: Operation, warnings: &mu
                 set_missing_at(obj, tpl, "labels", key, v);
             }
         }
-        let propagated = c::JOB_WIDE_ANNOTATIONS
-            .iter()
-            .chain(&[c::CONTAINER, c::INDEX_OFFSET]);
+        let propagated = c::JOB_WIDE_ANNOTATIONS.iter().chain(&[
+            c::CONTAINER,
+            c::INDEX_OFFSET,
+            c::WAIT_FOR_NAMES,
+        ]);
         for key in propagated {
             if let Some(Value::String(v)) = own_annotations.get(*key) {
                 set_missing_at(obj, tpl, "annotations", key, v);
@@ -443,6 +445,7 @@ fn pod_patch(
             }
         }
     }
+    let index = plan.index;
     edits.set_spec("hostname", Value::String(plan.hostname));
     edits.set_spec("subdomain", Value::String(m.job.clone()));
 
@@ -535,7 +538,119 @@ fn pod_patch(
             Item::Json(json!({"name": c::WORKERS_READY_GATE})),
         );
     }
+    wait_for_names(m, pod, (index, fc), config, &mut edits, warnings);
     edits.into_patch()
+}
+
+/// The script of [`c::WAIT_FOR_NAMES_CONTAINER`], run by the image's `sh`:
+/// `$1` the seconds to wait at most, `$2` and `$3` the job's namespace and
+/// Service, then the names. `getent hosts`
+/// resolves as the framework's own lookups do (the pod's /etc/hosts, then
+/// the cluster's DNS).
+const WAIT_FOR_NAMES_SCRIPT: &str = r#"limit=$1 namespace=$2 service=$3; shift 3
+if ! command -v getent >/dev/null 2>&1; then
+  echo "dljob: this image has no getent, so its pod does not wait for $*; set dljob.dev/wait-for-names: \"false\" to drop this step" >&2
+  exit 0
+fi
+waited=0
+for name in "$@"; do
+  until getent hosts "$name" >/dev/null 2>&1; do
+    if [ "$waited" -ge "$limit" ]; then
+      echo "dljob: $name does not resolve after ${limit}s; the framework starts anyway and may fail to reach it. The job's headless Service publishes the name once that pod has an address: is the Service there (kubectl get service -n $namespace $service), is dljob's reconciler running, is that pod scheduled?" >&2
+      exit 0
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  echo "dljob: $name resolves (waited ${waited}s)"
+done
+"#;
+
+/// Members start only once their names resolve: an init container, from
+/// the framework container's own image (already pulled, no registry of
+/// dljob's), waits until the pod's own name and its coordinator's resolve.
+/// The job's headless Service, which publishes them, is made by the
+/// reconciler when it first sees the job's pods, and a name resolves only
+/// once its pod has an address: a framework that resolves its peers once at
+/// start (XGBoost's tracker) would otherwise fail at once, permanently.
+///
+/// Not for frameworks that reach their workers over SSH (the launcher waits
+/// for its workers behind a scheduling gate; sshd resolves nothing), nor
+/// with `dljob.dev/wait-for-names: "false"` or `waitForNamesSeconds: 0`.
+/// The init container takes the framework container's CPU and memory and
+/// its securityContext, so that quotas, LimitRanges and Pod Security judge
+/// it as they judge that container; a pod's requests are the larger of its
+/// init containers' and the sum of its containers', so this adds none.
+fn wait_for_names(
+    m: &MemberSpec,
+    pod: &Value,
+    (index, fc): (u32, usize),
+    config: &Config,
+    edits: &mut PodEdits<'_>,
+    warnings: &mut Vec<String>,
+) {
+    let seconds = config.wait_for_names_seconds();
+    if seconds == 0 || !m.wait_for_names || m.framework.uses_ssh() {
+        return;
+    }
+    let job = m.job_view(config);
+    let mut names = vec![job.host(&m.role, index)];
+    if let Some((role, index)) = m.framework.coordinator(&m.spec.replicas) {
+        let coordinator = job.host(role, index);
+        if coordinator != names[0] {
+            names.push(coordinator);
+        }
+    }
+    let framework = &object::containers(&pod["spec"])[fc];
+    let Some(image) = framework.get("image").and_then(Value::as_str) else {
+        return;
+    };
+    let mut command = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        WAIT_FOR_NAMES_SCRIPT.to_owned(),
+        c::WAIT_FOR_NAMES_CONTAINER.to_owned(),
+        seconds.to_string(),
+        m.namespace.clone(),
+        m.job.clone(),
+    ];
+    command.extend(names);
+    let mut container = json!({
+        "name": c::WAIT_FOR_NAMES_CONTAINER,
+        "image": image,
+        "command": command,
+    });
+    if let Some(v) = framework.get("securityContext") {
+        container["securityContext"] = v.clone();
+    }
+    let mut resources = serde_json::Map::new();
+    for which in ["requests", "limits"] {
+        let kept: serde_json::Map<String, Value> = ["cpu", "memory"]
+            .iter()
+            .filter_map(|r| {
+                let v = framework.get("resources")?.get(which)?.get(*r)?;
+                Some(((*r).to_owned(), v.clone()))
+            })
+            .collect();
+        if !kept.is_empty() {
+            resources.insert(which.to_owned(), Value::Object(kept));
+        }
+    }
+    if !resources.is_empty() {
+        container["resources"] = Value::Object(resources);
+    }
+    let existing = edits
+        .items(List::InitContainers)
+        .find(|c| c.name() == c::WAIT_FOR_NAMES_CONTAINER)
+        .map(|c| c.to_value());
+    match existing {
+        None => edits.append(List::InitContainers, Item::Json(container)),
+        Some(theirs) if object::contains(&theirs, &container) => {}
+        Some(_) => warnings.push(format!(
+            "init container \"{}\" is the user's and kept; dljob's would wait for the job's names before the framework starts",
+            c::WAIT_FOR_NAMES_CONTAINER
+        )),
+    }
 }
 
 /// The job-wide keys whose default comes from the webhook's config

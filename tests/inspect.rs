@@ -853,6 +853,28 @@ Events:
     );
 }
 
+/// A finished job whose coordinator's pod the clean-pod policy deleted:
+/// the status still says who exited how, and describe says the pod went.
+#[tokio::test]
+async fn describe_says_a_finished_jobs_coordinator_pod_was_deleted() {
+    let dljob = fixture("dljob-succeeded.json")["items"][0].clone();
+    let (text, _) = describe_with(describe_routes(
+        Answer::Json(200, dljob),
+        vec![worker(1), worker(0)],
+        events_fixture(),
+    ))
+    .await;
+    let text = text.unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Coordinator:"))
+        .unwrap();
+    assert_eq!(
+        line,
+        "Coordinator:  chief-0 (pod tf-ps-chief, since deleted) exited 0 (Completed)"
+    );
+}
+
 #[tokio::test]
 async fn describe_without_a_dljob_says_who_creates_it_and_lists_the_pods() {
     let (text, seen) = describe_with(describe_routes(

@@ -726,6 +726,145 @@ fn ssh_members_are_told_what_their_user_cannot_read() {
         .is_empty());
 }
 
+/// Every member waits, before its framework starts, for its own name and
+/// its coordinator's to resolve: an init container from the framework
+/// container's image with its CPU, memory and securityContext. Not for the
+/// SSH frameworks, nor when the member or the config says not to.
+#[test]
+fn members_wait_for_their_names_in_an_init_container() {
+    const T: &str = "master=1,worker=2";
+    let mut worker = pod(
+        "xg",
+        "worker",
+        "xgboost",
+        T,
+        json!({"dljob.dev/index": "1"}),
+    );
+    worker["spec"]["containers"][0]["resources"] = json!({
+        "requests": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"},
+        "limits": {"memory": "4Gi", "nvidia.com/gpu": "1"}
+    });
+    worker["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 1000});
+    worker["spec"]["initContainers"] = json!([{"name": "fetch", "image": "busybox"}]);
+    let m = create(Kind::Pod, &worker, &Config::default());
+    let inits = m.object["spec"]["initContainers"].as_array().unwrap();
+    assert_eq!(inits[0]["name"], "fetch", "the user's own come first");
+    let wait = &inits[1];
+    assert_eq!(wait["name"], "dljob-wait-for-names");
+    assert_eq!(wait["image"], "img");
+    let command: Vec<&str> = wait["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(command[..2], ["sh", "-c"]);
+    assert!(
+        command[2].contains("getent hosts \"$name\""),
+        "{}",
+        command[2]
+    );
+    assert_eq!(
+        command[3..],
+        [
+            "dljob-wait-for-names",
+            "600",
+            "ml",
+            "xg",
+            "xg-worker-1.xg.ml.svc",
+            "xg-master-0.xg.ml.svc"
+        ]
+    );
+    assert_eq!(
+        wait["resources"],
+        json!({"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}})
+    );
+    assert_eq!(wait["securityContext"], json!({"runAsUser": 1000}));
+    assert_idempotent(Kind::Pod, &m.object, &Config::default());
+
+    // The coordinator waits for its own name only; the config sets the bound.
+    let master = pod("xg", "master", "xgboost", T, json!({}));
+    let cfg = Config::from_yaml("waitForNamesSeconds: 30\n").unwrap();
+    let m = create(Kind::Pod, &master, &cfg);
+    assert_eq!(
+        m.object["spec"]["initContainers"][0]["command"]
+            .as_array()
+            .unwrap()[4..],
+        [
+            json!("30"),
+            json!("ml"),
+            json!("xg"),
+            json!("xg-master-0.xg.ml.svc")
+        ]
+    );
+
+    // Not where the member, the config or the framework says not to.
+    let off = pod(
+        "xg",
+        "master",
+        "xgboost",
+        T,
+        json!({"dljob.dev/wait-for-names": "false"}),
+    );
+    assert_eq!(
+        create(Kind::Pod, &off, &Config::default()).object["spec"].get("initContainers"),
+        None
+    );
+    let none = Config::from_yaml("waitForNamesSeconds: 0\n").unwrap();
+    assert_eq!(
+        create(Kind::Pod, &master, &none).object["spec"].get("initContainers"),
+        None
+    );
+    let launcher = pod("hvd", "launcher", "mpi", "launcher=1,worker=2", json!({}));
+    assert_eq!(
+        create(Kind::Pod, &launcher, &Config::default()).object["spec"].get("initContainers"),
+        None
+    );
+    let bad = pod(
+        "xg",
+        "master",
+        "xgboost",
+        T,
+        json!({"dljob.dev/wait-for-names": "no"}),
+    );
+    assert_eq!(
+        refused(&bad).to_string(),
+        "dljob.dev/wait-for-names \"no\" must be \"true\" or \"false\""
+    );
+
+    // An init container of that name the user wrote is theirs.
+    let mut theirs = master.clone();
+    theirs["spec"]["initContainers"] = json!([{"name": "dljob-wait-for-names", "image": "mine"}]);
+    let m = create(Kind::Pod, &theirs, &Config::default());
+    assert_eq!(
+        m.object["spec"]["initContainers"],
+        json!([{"name": "dljob-wait-for-names", "image": "mine"}])
+    );
+    assert_eq!(
+        m.warnings,
+        vec!["init container \"dljob-wait-for-names\" is the user's and kept; dljob's would wait for the job's names before the framework starts"]
+    );
+}
+
+/// `dljob.dev/wait-for-names` on a workload reaches its pod template, and
+/// so its pods.
+#[test]
+fn a_workloads_wait_for_names_reaches_its_pods() {
+    let sts = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "xg-worker", "namespace": "ml",
+            "labels": {"dljob.dev/job": "xg", "dljob.dev/role": "worker"},
+            "annotations": {"dljob.dev/framework": "xgboost", "dljob.dev/replicas": "master=1,worker=2",
+                "dljob.dev/wait-for-names": "false"}},
+        "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "xgboost", "image": "img"}]}}}
+    });
+    let m = create(Kind::StatefulSet, &sts, &Config::default());
+    assert_eq!(
+        m.object["spec"]["template"]["metadata"]["annotations"]["dljob.dev/wait-for-names"],
+        "false"
+    );
+}
+
 #[test]
 fn framework_container_is_chosen_by_annotation_default_container_name_then_first() {
     let mut p = pod("j", "worker", "jax", "worker=1", json!({}));

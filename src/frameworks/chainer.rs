@@ -65,6 +65,7 @@ mod tests {
             port: 22,
             slots: &crate::contract::Slots::uniform(4),
             elastic: None,
+            backoff_limit: 3,
         };
         let hf = by_name("chainer").unwrap().hostfile(
             &job,

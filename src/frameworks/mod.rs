@@ -98,6 +98,9 @@ pub struct Job<'a> {
     /// Hostfile slots per host.
     pub slots: &'a Slots,
     pub elastic: Option<Elastic>,
+    /// `dljob.dev/backoff-limit`: the retries the job allows. An elastic
+    /// launcher restarts its workers in place up to this many times.
+    pub backoff_limit: u32,
 }
 
 /// The member being wired, as the frameworks see it.
@@ -483,6 +486,7 @@ pub(crate) mod test_support {
             port: 1,
             slots: &ONE_SLOT,
             elastic: None,
+            backoff_limit: 3,
         }
     }
 
@@ -515,6 +519,7 @@ pub(crate) mod test_support {
             port: f.default_port(),
             slots: &crate::contract::Slots::uniform(1),
             elastic,
+            backoff_limit: 3,
         };
         let mut env = Env::new();
         f.env(&job, &Member { role, index, gpus }, &mut env);
@@ -564,6 +569,7 @@ mod tests {
             port: 1,
             slots: &crate::contract::Slots::uniform(1),
             elastic: None,
+            backoff_limit: 3,
         };
         let mut env = Env::new();
         generic_env(

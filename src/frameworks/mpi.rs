@@ -133,6 +133,7 @@ mod tests {
             port: 22,
             slots: &crate::contract::Slots::uniform(slots),
             elastic: None,
+            backoff_limit: 3,
         };
         by_name("mpi").unwrap().hostfile(
             &job,
@@ -180,6 +181,7 @@ mod tests {
             port: 22,
             slots: &slots,
             elastic: None,
+            backoff_limit: 3,
         };
         let launcher = Member {
             role: "launcher",

@@ -53,6 +53,16 @@ impl Framework for PyTorch {
                 set(env, "PET_RDZV_BACKEND", "c10d");
                 set(env, "PET_RDZV_ENDPOINT", format!("{master}:{port}"));
                 set(env, "PET_RDZV_ID", job.name);
+                // A worker process that fails is restarted in place by
+                // torchrun (not by dljob, which sees no exit): as many
+                // times as the job allows retries (torchrun's default, 0,
+                // fails the node at once).
+                set(env, "PET_MAX_RESTARTS", job.backoff_limit.to_string());
+                // torch (2.4 and later) keeps the first round's TCP store
+                // across rounds by default, and a round after an in-place
+                // restart then fails ("Gloo connectFullMesh … Connection
+                // refused", pytorch issue 135712): each round gets its own.
+                set(env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1");
                 // torch decides who hosts the c10d store by comparing the
                 // endpoint with the machine's hostname and canonical FQDN;
                 // `j-worker-0.j.ns.svc` is neither (`j-worker-0`,
@@ -125,6 +135,8 @@ mod tests {
         );
         assert_eq!(get(&env, "PET_RDZV_ID"), Some("j"));
         assert_eq!(get(&env, "PET_RDZV_CONF"), Some("is_host=false"));
+        assert_eq!(get(&env, "PET_MAX_RESTARTS"), Some("3"));
+        assert_eq!(get(&env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"), Some("1"));
         assert_eq!(get(&env, "RANK"), None);
         assert_eq!(get(&env, "PET_NODE_RANK"), None);
     }

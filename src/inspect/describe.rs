@@ -120,7 +120,10 @@ pub fn render(o: &Observed, now: Timestamp) -> String {
             field(&mut out, "DLJob", NO_DLJOB);
             None
         }
-        Some(dljob) => summary(&mut out, dljob, o.tensorboard.as_ref(), now),
+        Some(dljob) => {
+            let gone = |pod: &str| !o.pods.iter().any(|p| p.name_any() == pod);
+            summary(&mut out, dljob, o.tensorboard.as_ref(), &gone, now)
+        }
     };
     out.push('\n');
     pods(&mut out, &o.pods, topology);
@@ -134,6 +137,7 @@ fn summary(
     out: &mut String,
     dljob: &DLJob,
     tensorboard: Option<&Result<Option<Deployment>, String>>,
+    gone: &dyn Fn(&str) -> bool,
     now: Timestamp,
 ) -> Option<Topology> {
     let spec = &dljob.spec;
@@ -173,7 +177,8 @@ fn summary(
         );
     }
     if let Some(c) = &status.coordinator {
-        field(out, "Coordinator", &coordinator(c));
+        let finished = status.phase.is_finished();
+        field(out, "Coordinator", &coordinator(c, finished, gone));
     }
     out.push('\n');
     conditions(out, &status.conditions, now);
@@ -184,13 +189,19 @@ fn summary(
     topology
 }
 
-/// `chief-0 (pod tf-ps-chief) exited 0 (Completed)`.
-fn coordinator(c: &CoordinatorStatus) -> String {
+/// `chief-0 (pod tf-ps-chief) exited 0 (Completed)`; of a finished job
+/// whose coordinator's pod was removed since, `(pod tf-ps-chief, since
+/// deleted)`.
+fn coordinator(c: &CoordinatorStatus, finished: bool, gone: &dyn Fn(&str) -> bool) -> String {
     let mut s = c.replica.clone();
     match &c.pod {
+        Some(p) if finished && gone(p) => {
+            let _ = write!(s, " (pod {p}, since deleted)");
+        }
         Some(p) => {
             let _ = write!(s, " (pod {p})");
         }
+        None if finished => s.push_str(", no pod when the job finished"),
         None => s.push_str(", no pod yet"),
     }
     match c.exit_code {

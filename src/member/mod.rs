@@ -19,7 +19,7 @@ pub use self::container::{framework_container, pick_container, ContainerChoice, 
 pub use self::index::pod_owner;
 use self::index::{index_offset, owner_name, pod_index};
 use self::keys::Meta;
-use self::spec::{check_gang, job_spec, ordered_start, pod_requests};
+use self::spec::{check_gang, job_spec, ordered_start, pod_requests, wait_for_names};
 use self::topology::{check_topology, topology, workload_size};
 use crate::violation::{Rule, Violations};
 
@@ -73,6 +73,8 @@ pub struct MemberSpec {
     pub container: Option<String>,
     /// `dljob.dev/ordered-start`.
     pub ordered_start: bool,
+    /// `dljob.dev/wait-for-names` (default true).
+    pub wait_for_names: bool,
     /// `dljob.dev/index-offset`: a workload (or its pod) that is one of
     /// several sets of its role, covering indexes `offset..offset + size`.
     pub index_offset: Option<u32>,
@@ -148,6 +150,7 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
         check_gang(kind, &meta, spec, &mut v);
     }
     let ordered_start = ordered_start(&meta, &mut v);
+    let wait_for_names = wait_for_names(&meta, &mut v);
     let container = container(kind, object, &meta, &mut v);
 
     if !v.is_empty() {
@@ -185,6 +188,7 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
         size,
         container,
         ordered_start,
+        wait_for_names,
         index_offset,
         pod_requests,
         finished_run: object::meta_str(object, &[], "annotations", c::FINISHED_RUN)
@@ -360,6 +364,7 @@ impl MemberSpec {
             port: self.spec.port,
             slots: &self.spec.slots,
             elastic: self.spec.elastic,
+            backoff_limit: self.spec.policies.backoff_limit,
         }
     }
 

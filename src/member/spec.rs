@@ -242,6 +242,24 @@ pub(super) fn ordered_start(meta: &Meta<'_>, v: &mut Violations) -> bool {
     }
 }
 
+/// `dljob.dev/wait-for-names`: `"true"` (the default) or `"false"`.
+pub(super) fn wait_for_names(meta: &Meta<'_>, v: &mut Violations) -> bool {
+    match meta.annotation(c::WAIT_FOR_NAMES) {
+        None | Some("true") => true,
+        Some("false") => false,
+        Some(other) => {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{other}\" must be \"true\" or \"false\"",
+                    c::WAIT_FOR_NAMES
+                ),
+            );
+            true
+        }
+    }
+}
+
 /// What one pod of a workload (its template) or a plain pod requests:
 /// every container's requests, else its limits (the API server makes
 /// requests of limits where only those are set).

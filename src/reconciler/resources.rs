@@ -276,6 +276,7 @@ pub(crate) fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> O
         port: job.spec.port,
         slots: &job.spec.slots,
         elastic: job.spec.elastic,
+        backoff_limit: job.spec.policies.backoff_limit,
     };
     let mut out = String::new();
     for (role, count) in topology.roles() {

@@ -3,15 +3,41 @@
 
 use super::*;
 
-/// The clean-pod policy on a finished job; every action is skipped once done.
+/// How long after the job finished a Job member's suspension waits for a
+/// pod whose framework container exited 0 to be marked Succeeded by its
+/// kubelet: suspending a Job deletes its pods that are not yet, and a
+/// deleted pod's log is gone.
+pub(super) const SETTLE: Duration = Duration::from_secs(30);
+/// How soon to look again while a suspension waits.
+const SETTLE_POLL: Duration = Duration::from_secs(2);
+
+/// What the clean-up did besides its actions.
+#[derive(Default)]
+pub(super) struct CleanUp {
+    /// Jobs left to complete on their own: every index's pod succeeded.
+    pub(super) left_to_complete: Vec<String>,
+    /// When to look again: a suspension waits for a pod to settle.
+    pub(super) again: Option<Duration>,
+}
+
+/// The clean-pod policy on a finished job; every action is skipped once
+/// done. `since` is how long ago the job finished.
+///
+/// A Job member is suspended to stop what still runs, but not when every
+/// index's pod has already succeeded (the Job completes by itself, and its
+/// pods and their logs stay), and not yet while a pod whose framework
+/// container exited 0 is still Running to its kubelet (for at most
+/// [`SETTLE`]): suspending deletes such a pod, and its log with it.
 pub(super) fn clean_up(
     policy: CleanPodPolicy,
     pods: &[&ObservedPod],
     observed: &Observed,
+    since: Duration,
     actions: &mut Vec<Action>,
-) {
+) -> CleanUp {
+    let mut out = CleanUp::default();
     if policy == CleanPodPolicy::None {
-        return;
+        return out;
     }
     for w in &observed.workloads {
         match w {
@@ -29,11 +55,33 @@ pub(super) fn clean_up(
                 name,
                 uid,
                 suspended,
+                role,
+                completions,
+                offset,
                 ..
-            } if !suspended => actions.push(Action::SuspendJob {
-                name: name.clone(),
-                uid: uid.clone(),
-            }),
+            } if !suspended => {
+                let first = offset.unwrap_or(0);
+                let of_job: Vec<&&ObservedPod> = pods
+                    .iter()
+                    .filter(|p| p.owner == PodOwner::Job && &p.role == role)
+                    .filter(|p| {
+                        p.index >= first && completions.is_some_and(|n| p.index - first < n)
+                    })
+                    .collect();
+                let done = completions.is_some_and(|n| {
+                    (first..first + n).all(|i| of_job.iter().any(|p| p.index == i && p.succeeded()))
+                });
+                if done {
+                    out.left_to_complete.push(uid.clone());
+                } else if since < SETTLE && of_job.iter().any(|p| p.settling()) {
+                    out.again = Some(SETTLE_POLL);
+                } else {
+                    actions.push(Action::SuspendJob {
+                        name: name.clone(),
+                        uid: uid.clone(),
+                    });
+                }
+            }
             _ => {}
         }
     }
@@ -50,6 +98,7 @@ pub(super) fn clean_up(
             });
         }
     }
+    out
 }
 
 /// Marks what is left of a finished run once the clean-pod policy has run
@@ -61,6 +110,7 @@ pub(super) fn mark_finished(
     policy: CleanPodPolicy,
     pods: &[&ObservedPod],
     observed: &Observed,
+    left_to_complete: &[String],
     actions: &mut Vec<Action>,
 ) {
     let deleted: Vec<&str> = actions
@@ -84,31 +134,32 @@ pub(super) fn mark_finished(
             });
         }
     }
-    if !stopping {
-        for w in &observed.workloads {
-            let (kind, name, uid, marked, live) = match w {
-                Workload::StatefulSet {
-                    name,
-                    uid,
-                    marked,
-                    replicas,
-                    ..
-                } => (MemberKind::StatefulSet, name, uid, *marked, *replicas > 0),
-                Workload::Job {
-                    name,
-                    uid,
-                    marked,
-                    suspended,
-                    ..
-                } => (MemberKind::Job, name, uid, *marked, !suspended),
-            };
-            if live && !marked {
-                marks.push(Action::MarkFinished {
-                    kind,
-                    name: name.clone(),
-                    uid: uid.clone(),
-                });
-            }
+    for w in &observed.workloads {
+        // Stopped (or being stopped) by the policy: not live. A Job left to
+        // complete on its own is live, and marked.
+        let (kind, name, uid, marked, live) = match w {
+            Workload::StatefulSet {
+                name,
+                uid,
+                marked,
+                replicas,
+                ..
+            } => (MemberKind::StatefulSet, name, uid, *marked, *replicas > 0),
+            Workload::Job {
+                name,
+                uid,
+                marked,
+                suspended,
+                ..
+            } => (MemberKind::Job, name, uid, *marked, !suspended),
+        };
+        let left = kind == MemberKind::Job && left_to_complete.contains(uid);
+        if live && !marked && (!stopping || left) {
+            marks.push(Action::MarkFinished {
+                kind,
+                name: name.clone(),
+                uid: uid.clone(),
+            });
         }
     }
     actions.extend(marks);

@@ -261,6 +261,29 @@ impl ObservedPod {
 
     /// The framework container stopped and nothing will restart it: the
     /// pod must be deleted to run again.
+    /// Its framework container exited 0 for good (its pod Succeeded, or
+    /// a policy that does not restart it).
+    pub(super) fn succeeded(&self) -> bool {
+        self.phase == "Succeeded" || (self.settled_exit() == Some(0))
+    }
+
+    /// Its framework container exited 0 for good, yet the kubelet has not
+    /// marked the pod finished (yet, or never while another container runs).
+    pub(super) fn settling(&self) -> bool {
+        self.settled_exit() == Some(0) && self.phase != "Succeeded" && self.phase != "Failed"
+    }
+
+    /// The framework container's exit code when its pod's policy does not
+    /// restart it.
+    fn settled_exit(&self) -> Option<i32> {
+        match self.container.as_ref().map(|c| &c.state) {
+            Some(ContainerState::Terminated(e)) if self.restart_policy != PodRestart::Always => {
+                e.code
+            }
+            _ => None,
+        }
+    }
+
     pub fn finished(&self) -> bool {
         if self.phase == "Succeeded" || self.phase == "Failed" {
             return true;
@@ -307,7 +330,13 @@ pub fn next(
     let mut pods: Vec<&ObservedPod> = observed.pods.iter().filter(|p| !p.deleting).collect();
     pods.sort_by(|a, b| a.name.cmp(&b.name));
     let mut roles = role_counts(plan, &prev, &pods);
-    let coordinator = coordinator(plan, &pods, &mut status);
+    // A finished job's coordinator is what it was when the job finished:
+    // its pod may be cleaned up since.
+    let coordinator = if prev.phase.is_finished() {
+        None
+    } else {
+        coordinator(plan, &pods, &mut status)
+    };
 
     let mut lost = Vec::new();
     let (verdict, mut actions, new_restarts) = if prev.phase.is_finished() {
@@ -443,21 +472,34 @@ fn finish(
 ) -> Option<Duration> {
     status.pending_recreates.clear();
     status.job_restart = None;
-    clean_up(plan.policies.clean_pod, pods, observed, actions);
-    mark_finished(plan.policies.clean_pod, pods, observed, actions);
+    let since = status
+        .completion_time
+        .as_ref()
+        .and_then(|t| now.duration_since(t.0).try_into().ok())
+        .unwrap_or_default();
+    let cleaned = clean_up(plan.policies.clean_pod, pods, observed, since, actions);
+    mark_finished(
+        plan.policies.clean_pod,
+        pods,
+        observed,
+        &cleaned.left_to_complete,
+        actions,
+    );
     actions.extend(
         observed
             .saved
             .iter()
             .map(|t| Action::DeleteSaved { saved: t.clone() }),
     );
-    let ttl = plan.policies.ttl_seconds_after_finished?;
-    let done = status.completion_time.as_ref()?;
-    let left = remaining(done.0, ttl, now);
-    if left.is_none() {
-        actions.push(Action::DeleteDLJob);
-    }
-    left
+    let ttl = plan.policies.ttl_seconds_after_finished.and_then(|ttl| {
+        let done = status.completion_time.as_ref()?;
+        let left = remaining(done.0, ttl, now);
+        if left.is_none() {
+            actions.push(Action::DeleteDLJob);
+        }
+        left
+    });
+    [ttl, cleaned.again].into_iter().flatten().min()
 }
 
 /// The phase's Event when the phase changed (or on the first status), and

@@ -994,7 +994,7 @@ fn coordinator_missing_or_not_started_keeps_the_job_pending() {
 }
 
 #[test]
-fn statefulset_ordinals_are_counted_per_role_and_jobs_are_suspended() {
+fn statefulset_ordinals_are_counted_per_role_and_a_done_job_completes_by_itself() {
     let p = plan("tensorflow", "chief=1,ps=2,worker=2");
     let obs = Observed {
         saved: vec![],
@@ -1039,10 +1039,6 @@ fn statefulset_ordinals_are_counted_per_role_and_jobs_are_suspended() {
     assert_eq!(
         out.actions,
         vec![
-            Action::SuspendJob {
-                name: "chief".into(),
-                uid: format!("uid-{}", "chief"),
-            },
             Action::ScaleStatefulSetToZero {
                 name: "ps".into(),
                 uid: format!("uid-{}", "ps"),
@@ -1053,11 +1049,112 @@ fn statefulset_ordinals_are_counted_per_role_and_jobs_are_suspended() {
                 uid: format!("uid-{}", "worker"),
                 from: 2
             },
-            // The chief's finished pod stays (its Job is suspended);
-            // the sets' pods go with them.
+            // The chief's Job has every index succeeded: it completes by
+            // itself, not suspended, and it and its pod (with its log)
+            // stay, marked; the sets' pods go with them.
             mark("chief-0"),
+            Action::MarkFinished {
+                kind: MemberKind::Job,
+                name: "chief".into(),
+                uid: "uid-chief".into(),
+            },
         ]
     );
+}
+
+/// A worker Job at the job's end: worker 0's framework container exited 0
+/// but its kubelet still says Running, worker 1 still runs. Suspending now
+/// would delete worker 0's pod and its log: the suspension waits (looking
+/// again in 2 s) until the pod is Succeeded, for at most 30 s after the
+/// job finished; then it is suspended anyway (a container may keep the pod
+/// Running).
+#[test]
+fn a_jobs_suspension_waits_for_a_finished_pod_to_settle() {
+    let p = plan("pytorch", "master=1,worker=2");
+    let mut settling = pod(
+        "worker",
+        0,
+        PodOwner::Job,
+        ContainerState::Terminated(exit(0, "Completed", "w0")),
+    );
+    settling.phase = "Running".into();
+    let obs = |worker0: ObservedPod| Observed {
+        saved: vec![],
+        pods: vec![
+            pod(
+                "master",
+                0,
+                PodOwner::None,
+                ContainerState::Terminated(exit(0, "Completed", "m")),
+            ),
+            worker0,
+            pod("worker", 1, PodOwner::Job, ContainerState::Running),
+        ],
+        workloads: vec![Workload::Job {
+            name: "worker".into(),
+            uid: "uid-worker".into(),
+            marked: false,
+            role: "worker".into(),
+            suspended: false,
+            completions: Some(2),
+            parallelism: 2,
+            offset: None,
+        }],
+    };
+    let suspend = Action::SuspendJob {
+        name: "worker".into(),
+        uid: "uid-worker".into(),
+    };
+    let first = next(&p, &obs(settling.clone()), None, None, t(0));
+    assert_eq!(first.status.phase, Phase::Succeeded);
+    assert!(!first.actions.contains(&suspend), "{:?}", first.actions);
+    assert_eq!(first.requeue_after, Some(Duration::from_secs(2)));
+    // Still settling 10 s later: still waiting.
+    let later = next(&p, &obs(settling.clone()), Some(&first.status), None, t(10));
+    assert!(!later.actions.contains(&suspend), "{:?}", later.actions);
+    // Succeeded: suspended at once; the Job controller keeps a Succeeded pod.
+    let mut settled = settling.clone();
+    settled.phase = "Succeeded".into();
+    let done = next(&p, &obs(settled), Some(&first.status), None, t(12));
+    assert!(done.actions.contains(&suspend), "{:?}", done.actions);
+    assert!(
+        done.actions.contains(&mark("worker-0")),
+        "{:?}",
+        done.actions
+    );
+    // Never settling: suspended once 30 s have passed.
+    let late = next(&p, &obs(settling), Some(&first.status), None, t(30));
+    assert!(late.actions.contains(&suspend), "{:?}", late.actions);
+}
+
+/// Once the job finished, the status keeps its coordinator as it ended:
+/// the clean-up may delete the pod, and the status still says who exited
+/// how.
+#[test]
+fn a_finished_jobs_coordinator_outlives_its_pod() {
+    let p = plan("pytorch", "master=1,worker=1");
+    let with_pods = Observed {
+        saved: vec![],
+        pods: vec![
+            pod(
+                "master",
+                0,
+                PodOwner::None,
+                ContainerState::Terminated(exit(1, "Error", "m")),
+            ),
+            pod("worker", 0, PodOwner::None, ContainerState::Running),
+        ],
+        workloads: vec![],
+    };
+    let failed = next(&p, &with_pods, None, None, t(0));
+    assert_eq!(failed.status.phase, Phase::Failed);
+    let coordinator = failed.status.coordinator.clone().unwrap();
+    assert_eq!(
+        (coordinator.pod.as_deref(), coordinator.exit_code),
+        (Some("master-0"), Some(1))
+    );
+    let cleaned = next(&p, &Observed::default(), Some(&failed.status), None, t(5));
+    assert_eq!(cleaned.status.coordinator, Some(coordinator));
 }
 
 #[test]
