@@ -864,13 +864,18 @@ async fn a_job_scope_retry_deletes_every_member() {
     assert_eq!(metrics.restarts.get(), 1);
 }
 
+/// The chief (an Indexed Job) exits 0: the job succeeded. The ps
+/// StatefulSet is scaled to 0, the worker Job (its pod still running) is
+/// suspended; the chief's Job, every index of it succeeded, completes by
+/// itself: it and its pod stay, with the pod's log, marked as this run's.
 #[tokio::test]
-async fn coordinator_success_stops_statefulsets_and_suspends_jobs() {
-    const TF: &str = "chief=1,worker=2";
+async fn coordinator_success_stops_statefulsets_and_suspends_running_jobs() {
+    const TF: &str = "chief=1,ps=2,worker=1";
     let mut job = dljob("tensorflow", TF);
     job.status = Some(Default::default());
-    let sts = statefulset("mnist", "tensorflow", TF, "worker", 2);
+    let sts = statefulset("mnist", "tensorflow", TF, "ps", 2);
     let chief = indexed_job("mnist", "tensorflow", TF, "chief");
+    let worker = indexed_job("mnist", "tensorflow", TF, "worker");
     let (ctx, handle) = context(
         World {
             pods: vec![
@@ -883,33 +888,19 @@ async fn coordinator_success_stops_statefulsets_and_suspends_jobs() {
                     0,
                     terminated(0, "Completed"),
                 ),
-                owned_pod(
-                    "StatefulSet",
-                    "worker",
-                    "tensorflow",
-                    TF,
-                    "worker",
-                    0,
-                    running(),
-                ),
-                owned_pod(
-                    "StatefulSet",
-                    "worker",
-                    "tensorflow",
-                    TF,
-                    "worker",
-                    1,
-                    running(),
-                ),
+                owned_pod("StatefulSet", "ps", "tensorflow", TF, "ps", 0, running()),
+                owned_pod("StatefulSet", "ps", "tensorflow", TF, "ps", 1, running()),
+                owned_pod("Job", "worker", "tensorflow", TF, "worker", 0, running()),
             ],
             statefulsets: vec![sts.clone()],
-            jobs: vec![chief.clone()],
+            jobs: vec![chief.clone(), worker.clone()],
             services: vec![served(23456)],
         },
         vec![],
     );
     let jj = job.clone();
     let sts_json = serde_json::to_value(&sts).unwrap();
+    let marked = |uid: &str| json!({"metadata": {"uid": uid, "annotations": {"dljob.dev/finished-run": "job-uid"}}});
     reconcile_expecting(
         job,
         ctx,
@@ -936,12 +927,12 @@ async fn coordinator_success_stops_statefulsets_and_suspends_jobs() {
             // kept beside.
             call(
                 "PATCH",
-                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/worker?&fieldManager=dljob"),
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/ps?&fieldManager=dljob"),
                 |b| {
                     assert_eq!(
                         b,
                         &json!({
-                            "metadata": {"uid": "uid-sts-worker", "annotations": {"dljob.dev/scaled-from": "2"}},
+                            "metadata": {"uid": "uid-sts-ps", "annotations": {"dljob.dev/scaled-from": "2"}},
                             "spec": {"replicas": 0}
                         })
                     )
@@ -950,17 +941,23 @@ async fn coordinator_success_stops_statefulsets_and_suspends_jobs() {
             ),
             call(
                 "PATCH",
-                format!("/apis/batch/v1/namespaces/{NS}/jobs/chief?&fieldManager=dljob"),
-                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-job-chief"}, "spec": {"suspend": true}})),
-                serde_json::to_value(&chief).unwrap(),
+                format!("/apis/batch/v1/namespaces/{NS}/jobs/worker?&fieldManager=dljob"),
+                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-job-worker"}, "spec": {"suspend": true}})),
+                serde_json::to_value(&worker).unwrap(),
             ),
-            // The chief's finished pod stays: marked as this run's, so that a
-            // later run of the job never counts its exit.
+            // The chief's finished pod stays, and so does its Job: marked
+            // as this run's, so that a later run never counts them.
             call(
                 "PATCH",
                 format!("/api/v1/namespaces/{NS}/pods/chief-0?&fieldManager=dljob"),
-                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-chief-0", "annotations": {"dljob.dev/finished-run": "job-uid"}}})),
+                move |b| assert_eq!(b, &marked("uid-chief-0")),
                 Value::Null,
+            ),
+            call(
+                "PATCH",
+                format!("/apis/batch/v1/namespaces/{NS}/jobs/chief?&fieldManager=dljob"),
+                move |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-job-chief", "annotations": {"dljob.dev/finished-run": "job-uid"}}})),
+                serde_json::to_value(&chief).unwrap(),
             ),
         ],
     )
