@@ -78,9 +78,13 @@ exec "$@"
 
 def mutate_pods(manifest: str | Path, namespace: str | None = None) -> list[dict]:
     """The pods `dljob mutate --pods` prints for a manifest."""
-    argv = [str(DLJOB), "mutate", "--pods", "-f", str(manifest)]
-    if namespace:
-        argv += ["-n", namespace]
+    return mutate_pods_with(manifest, ["-n", namespace] if namespace else [])
+
+
+def mutate_pods_with(manifest: str | Path, extra: list[str]) -> list[dict]:
+    """The pods `dljob mutate --pods` prints for a manifest, with more
+    arguments (`--config FILE`)."""
+    argv = [str(DLJOB), "mutate", "--pods", "-f", str(manifest), *extra]
     out = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
@@ -289,10 +293,13 @@ class Job:
         }
 
     def start(self, pod: Pod, argv: list[str], env: dict[str, str] | None = None,
-              cwd: str | Path | None = None) -> subprocess.Popen:
+              cwd: str | Path | None = None,
+              image_env: dict[str, str] | None = None) -> subprocess.Popen:
         """Starts argv inside `pod`: the pod's resolved env over a minimal
-        base, then `env`. stdout and stderr are captured together."""
-        full = self.base_env() | pod.env() | (env or {})
+        base, then `env`. `image_env` is the image's own ENV, which the
+        pod's env replaces name by name, as a container runtime does.
+        stdout and stderr are captured together."""
+        full = self.base_env() | (image_env or {}) | pod.env() | (env or {})
         self._publish_later()
         proc = subprocess.Popen(
             self.enter_argv(pod) + self.init_argv(pod) + list(argv),

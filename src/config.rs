@@ -115,6 +115,18 @@ pub struct EnvPair {
     pub value: String,
 }
 
+/// Said of an env var `name` of [`IMAGE_ENV`] that `what` sets.
+pub(crate) fn image_env_warning(name: &str, what: &str) -> String {
+    let why = if name == "LD_LIBRARY_PATH" {
+        " The driver libraries need no LD_LIBRARY_PATH in CUDA images, whose /etc/ld.so.conf lists /usr/local/nvidia/lib64: mount them there and leave the env out."
+    } else {
+        ""
+    };
+    format!(
+        "{what} sets {name}: in every container it is injected into, that value replaces the image's own {name} (its ENV) whole, and dljob cannot see what the image had (Kubernetes expands $({name}) only from the container's earlier env entries, not the image's).{why}"
+    )
+}
+
 /// Why a config file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -124,7 +136,44 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// Env vars that images commonly set in their own `ENV` (CUDA, Python and
+/// distribution images, and images derived from them). A pod's env var
+/// replaces the image's value of the same name whole, and Kubernetes
+/// expands `$(NAME)` only from the container's earlier env entries, never
+/// from the image's: a config that sets one of these takes away what the
+/// image had, which dljob cannot see.
+pub(crate) const IMAGE_ENV: &[&str] = &[
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "LIBRARY_PATH",
+    "PYTHONPATH",
+    "CUDA_HOME",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "HOME",
+];
+
 impl Config {
+    /// What the config does that may not be meant, one sentence each: an
+    /// accelerator env var that replaces an image's own ([`IMAGE_ENV`]).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (resource, acc) in &self.accelerators {
+            for e in acc
+                .env
+                .iter()
+                .filter(|e| IMAGE_ENV.contains(&e.name.as_str()))
+            {
+                out.push(image_env_warning(
+                    &e.name,
+                    &format!("accelerators.{resource}.env"),
+                ));
+            }
+        }
+        out
+    }
+
     /// `launcherGate`, true unless turned off.
     pub(crate) fn launcher_gate(&self) -> bool {
         self.launcher_gate.unwrap_or(true)

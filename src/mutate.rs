@@ -482,11 +482,18 @@ fn pod_patch(
         }
     }
     // Accelerators: every container requesting a configured resource.
+    let mut replaced_image_env: Vec<&str> = Vec::new();
     for (i, container) in containers.iter().enumerate() {
         let name = object::name_of(container);
         for (resource, acc) in &config.accelerators {
             if !object::requests_resource(container, resource) {
                 continue;
+            }
+            for e in &acc.env {
+                let image_env = crate::config::IMAGE_ENV.contains(&e.name.as_str());
+                if image_env && !replaced_image_env.contains(&e.name.as_str()) {
+                    replaced_image_env.push(&e.name);
+                }
             }
             merge_env(
                 &mut edits,
@@ -502,6 +509,21 @@ fn pod_patch(
                     wanted.push(host_volume(hv));
                 }
             }
+        }
+    }
+    // Said once per pod, when dljob injects it (not where the user set the
+    // var, nor again on a re-invocation).
+    for env in replaced_image_env {
+        let injected = (0..containers.len()).any(|i| {
+            edits
+                .items(List::Env(i))
+                .any(|e| matches!(e, Seen::Pending(_)) && e.name() == env)
+        });
+        if injected {
+            warnings.push(crate::config::image_env_warning(
+                env,
+                "the webhook's config (accelerators)",
+            ));
         }
     }
     // Said when dljob adds them, not again on a re-invocation.

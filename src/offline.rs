@@ -88,10 +88,23 @@ pub(crate) fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     }
 }
 
+/// [`load_config`], saying on standard error what the config itself does
+/// that may not be meant ([`Config::warnings`]).
+fn load_config_warning(path: Option<&Path>) -> anyhow::Result<Config> {
+    let config = load_config(path)?;
+    if let Some(p) = path {
+        let mut stderr = std::io::stderr().lock();
+        for w in config.warnings() {
+            writeln!(stderr, "Warning: config {}: {w}", p.display())?;
+        }
+    }
+    Ok(config)
+}
+
 /// `dljob mutate`.
 pub fn mutate(mutate_args: &MutateArgs) -> anyhow::Result<ExitCode> {
     let args = &mutate_args.manifest;
-    let config = load_config(args.config.as_deref())?;
+    let config = load_config_warning(args.config.as_deref())?;
     let docs = read_documents(&args.file)?;
     let result = if mutate_args.pods {
         manifest::pods(&docs, Some(&args.namespace), &config)
@@ -186,7 +199,7 @@ fn owned(
 
 /// `dljob validate`.
 pub fn validate(args: &ManifestArgs) -> anyhow::Result<ExitCode> {
-    let config = load_config(args.config.as_deref())?;
+    let config = load_config_warning(args.config.as_deref())?;
     let docs = read_documents(&args.file)?;
     let (problems, warnings) = manifest::validate(&docs, Some(&args.namespace), &config);
     let mut stderr = std::io::stderr().lock();

@@ -193,7 +193,13 @@ spec:
 ";
     let with = dljob(&["mutate", "--config", &config, "-f", "-"], Some(gpu_pod));
     assert!(with.success(), "{with:?}");
-    assert!(with.stdout.contains("- name: LD_LIBRARY_PATH"), "{with:?}");
+    // The shipped config mounts the libraries where CUDA images' ld.so.conf
+    // looks, and leaves the image's own LD_LIBRARY_PATH alone.
+    assert!(
+        with.stdout.contains("mountPath: /usr/local/nvidia/lib64"),
+        "{with:?}"
+    );
+    assert!(!with.stdout.contains("LD_LIBRARY_PATH"), "{with:?}");
     assert!(
         with.stdout
             .contains("path: /home/kubernetes/bin/nvidia/lib64"),
@@ -621,4 +627,38 @@ fn mutate_owned_prints_what_the_reconciler_creates() {
         None,
     );
     assert_eq!(both.code, Some(2), "{both:?}");
+}
+
+/// A config that sets an env var images set themselves: `validate
+/// --config` says so of the config itself, on standard error, and still
+/// passes the manifests.
+#[test]
+fn validate_config_says_an_accelerator_env_replaces_the_images_own() {
+    let dir = std::env::temp_dir().join(format!("dljob-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "accelerators:\n  nvidia.com/gpu:\n    env:\n    - {name: LD_LIBRARY_PATH, value: /usr/local/nvidia/lib64}\n    - {name: NCCL_DEBUG, value: INFO}\n",
+    )
+    .unwrap();
+    let run = dljob(
+        &[
+            "validate",
+            "--config",
+            config.to_str().unwrap(),
+            "-f",
+            &example("mxnet-linear/job.yaml"),
+        ],
+        None,
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(run.success(), "{run:?}");
+    assert_eq!(
+        run.stderr.lines().filter(|l| l.contains("replaces the image's own")).collect::<Vec<_>>(),
+        [format!(
+            "Warning: config {}: accelerators.nvidia.com/gpu.env sets LD_LIBRARY_PATH: in every container it is injected into, that value replaces the image's own LD_LIBRARY_PATH (its ENV) whole, and dljob cannot see what the image had (Kubernetes expands $(LD_LIBRARY_PATH) only from the container's earlier env entries, not the image's). The driver libraries need no LD_LIBRARY_PATH in CUDA images, whose /etc/ld.so.conf lists /usr/local/nvidia/lib64: mount them there and leave the env out.",
+            config.display()
+        )]
+    );
 }

@@ -478,11 +478,30 @@ fn accelerator_config_applies_to_every_container_requesting_the_resource() {
             &json!({"name": "nvidia-libraries", "hostPath": {"path": "/home/kubernetes/bin/nvidia/lib64", "type": "Directory"}})
         ]
     );
-    // The pod now needs Pod Security's privileged level: said once, when
-    // the volume is added.
+    // The image's own LD_LIBRARY_PATH is replaced: said once for the pod,
+    // however many containers get it. The pod now needs Pod Security's
+    // privileged level: said once, when the volume is added.
     assert_eq!(
         m.warnings,
-        vec!["dljob mounts the node's /home/kubernetes/bin/nvidia/lib64 (read-only hostPath, the accelerators of the webhook's config): Pod Security admits this pod only where the namespace's level is privileged, not baseline or restricted"]
+        vec![
+            "the webhook's config (accelerators) sets LD_LIBRARY_PATH: in every container it is injected into, that value replaces the image's own LD_LIBRARY_PATH (its ENV) whole, and dljob cannot see what the image had (Kubernetes expands $(LD_LIBRARY_PATH) only from the container's earlier env entries, not the image's). The driver libraries need no LD_LIBRARY_PATH in CUDA images, whose /etc/ld.so.conf lists /usr/local/nvidia/lib64: mount them there and leave the env out.",
+            "dljob mounts the node's /home/kubernetes/bin/nvidia/lib64 (read-only hostPath, the accelerators of the webhook's config): Pod Security admits this pod only where the namespace's level is privileged, not baseline or restricted",
+        ]
+    );
+    // Where the user set it in every GPU container, dljob injects none and
+    // says only that the user's value is kept.
+    let mut own = p.clone();
+    for i in [0, 2] {
+        own["spec"]["containers"][i]["env"] =
+            json!([{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64:/opt/lib"}]);
+    }
+    let kept = create(Kind::Pod, &own, &cfg);
+    assert!(
+        kept.warnings
+            .iter()
+            .all(|w| !w.contains("replaces the image's own")),
+        "{:?}",
+        kept.warnings
     );
     // A zero count is no request, however it is written.
     for zero in ["0", "0m", "0.0", "0k"] {

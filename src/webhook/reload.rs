@@ -76,6 +76,7 @@ pub fn watch_config(
     };
     let bytes = std::fs::read(&path).map_err(|e| ConfigLoadError::Read(path.clone(), e))?;
     let config = parse(&bytes).map_err(|e| ConfigLoadError::Invalid(path.clone(), e))?;
+    warn_of(&path, &config);
     let (tx, rx) = watch::channel(config);
     let mut files = WatchedFiles::new(vec![path.clone()], vec![bytes]);
     let task = tokio::spawn(async move {
@@ -90,6 +91,7 @@ pub fn watch_config(
             match parse(&contents.remove(0)) {
                 Ok(new) => {
                     tracing::info!(path = %path.display(), "config reloaded");
+                    warn_of(&path, &new);
                     tx.send_replace(new);
                 }
                 Err(e) => tracing::error!(
@@ -101,6 +103,13 @@ pub fn watch_config(
         }
     });
     Ok((rx, task))
+}
+
+/// Logs what the config does that may not be meant ([`Config::warnings`]).
+fn warn_of(path: &std::path::Path, config: &Config) {
+    for warning in config.warnings() {
+        tracing::warn!(path = %path.display(), "{warning}");
+    }
 }
 
 fn parse(bytes: &[u8]) -> Result<Config, String> {
