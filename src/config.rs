@@ -118,7 +118,7 @@ pub struct EnvPair {
 /// Said of an env var `name` of [`IMAGE_ENV`] that `what` sets.
 pub(crate) fn image_env_warning(name: &str, what: &str) -> String {
     let why = if name == "LD_LIBRARY_PATH" {
-        " The driver libraries need no LD_LIBRARY_PATH in CUDA images, whose /etc/ld.so.conf lists /usr/local/nvidia/lib64: mount them there and leave the env out."
+        " CUDA images' own ENV LD_LIBRARY_PATH already lists /usr/local/nvidia/lib64: mount the driver libraries there and leave the env out."
     } else {
         ""
     };

@@ -157,6 +157,29 @@ pub(crate) const MAX_JOB_NAME: usize = 40;
 /// actually break a pod are checked separately (`limits`).
 pub const MAX_REPLICAS: u32 = 10_000;
 
+/// Most roles a job may declare. Frameworks have at most four; a generic
+/// job names its own. Admission does work per role (its hosts, its env
+/// var), and a pod any tenant may create could otherwise declare ten
+/// thousand roles and cost a second of the webhook's CPU per review.
+pub const MAX_ROLES: usize = 32;
+
+/// Longest piece of a user's value that a message quotes: a refusal or a
+/// warning names what is wrong, and an annotation value can be 256 KiB.
+pub(crate) const MAX_QUOTED: usize = 64;
+
+/// `text`, or its first [`MAX_QUOTED`] bytes (at a character boundary) and
+/// `…` with how long it was: for quoting a user's value in a message.
+pub(crate) fn quoted(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MAX_QUOTED {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = MAX_QUOTED;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len()))
+}
+
 /// The job's topology: roles with their replica counts, in declared order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Topology {
@@ -182,6 +205,8 @@ pub enum TopologyError {
     BadRole { entry: String, role: String },
     #[error("{REPLICAS} declares {total} replicas in all; at most {MAX_REPLICAS} are supported")]
     TooMany { total: u64 },
+    #[error("{REPLICAS} declares {count} roles; a job has at most {MAX_ROLES}")]
+    TooManyRoles { count: usize },
 }
 
 impl Topology {
@@ -191,40 +216,43 @@ impl Topology {
         if text.is_empty() {
             return Err(TopologyError::Empty);
         }
-        let mut roles: Vec<(String, u32)> = Vec::new();
+        let count = text.split(',').count();
+        if count > MAX_ROLES {
+            return Err(TopologyError::TooManyRoles { count });
+        }
+        let mut roles: Vec<(String, u32)> = Vec::with_capacity(count);
         let mut total: u64 = 0;
         for raw in text.split(',') {
             let entry = raw.trim();
+            let quote = |s: &str| quoted(s).into_owned();
             let Some((role, count)) = entry.split_once('=') else {
                 return Err(TopologyError::MissingEquals {
-                    entry: entry.to_owned(),
+                    entry: quote(entry),
                 });
             };
             let (role, count) = (role.trim(), count.trim());
             if role.is_empty() {
                 return Err(TopologyError::EmptyRole {
-                    entry: entry.to_owned(),
+                    entry: quote(entry),
                 });
             }
             if !is_dns1035_label(role) {
                 return Err(TopologyError::BadRole {
-                    entry: entry.to_owned(),
-                    role: role.to_owned(),
+                    entry: quote(entry),
+                    role: quote(role),
                 });
             }
             let n: u32 = count.parse().map_err(|_| TopologyError::NotANumber {
-                entry: entry.to_owned(),
-                count: count.to_owned(),
+                entry: quote(entry),
+                count: quote(count),
             })?;
             if n == 0 {
                 return Err(TopologyError::Zero {
-                    entry: entry.to_owned(),
+                    entry: quote(entry),
                 });
             }
             if roles.iter().any(|(r, _)| r == role) {
-                return Err(TopologyError::Duplicate {
-                    role: role.to_owned(),
-                });
+                return Err(TopologyError::Duplicate { role: quote(role) });
             }
             roles.push((role.to_owned(), n));
             total += u64::from(n);

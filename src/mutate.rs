@@ -105,6 +105,11 @@ pub fn mutate_patch_with_old(
             // Workloads are rare and small next to pods: edit a copy and diff.
             let mut out = object.clone();
             mutate_workload(&member, &mut out, operation, &mut warnings);
+            // Its pods are created by its controller, whose warnings nobody
+            // reads: said here, where the user applies the workload.
+            if operation == Operation::Create {
+                warnings.extend(template_image_env(kind, object, config));
+            }
             if let (Operation::Update, Some(old)) = (operation, old) {
                 keep_resolved(&member, &mut out, old);
             }
@@ -574,16 +579,23 @@ if ! command -v getent >/dev/null 2>&1; then
   echo "dljob: this image has no getent, so its pod does not wait for $*; set dljob.dev/wait-for-names: \"false\" to drop this step" >&2
   exit 0
 fi
+start=$(date +%s 2>/dev/null || echo 0)
 waited=0
+pause=1
 for name in "$@"; do
   until getent hosts "$name" >/dev/null 2>&1; do
+    now=$(date +%s 2>/dev/null || echo 0)
+    if [ "$start" -gt 0 ] && [ "$now" -gt 0 ]; then waited=$((now - start)); fi
     if [ "$waited" -ge "$limit" ]; then
-      echo "dljob: $name does not resolve after ${limit}s; the framework starts anyway and may fail to reach it. The job's headless Service publishes the name once that pod has an address: is the Service there (kubectl get service -n $namespace $service), is dljob's reconciler running, is that pod scheduled?" >&2
+      echo "dljob: $name does not resolve after ${waited}s; the framework starts anyway and may fail to reach it. The job's headless Service publishes the name once that pod has an address: is the Service there (kubectl get service -n $namespace $service), is dljob's reconciler running, is that pod scheduled?" >&2
       exit 0
     fi
-    sleep 1
-    waited=$((waited + 1))
+    sleep "$pause"
+    if [ "$start" -eq 0 ] || [ "$now" -eq 0 ]; then waited=$((waited + pause)); fi
+    if [ "$pause" -lt 5 ]; then pause=$((pause + 1)); fi
   done
+  now=$(date +%s 2>/dev/null || echo 0)
+  if [ "$start" -gt 0 ] && [ "$now" -gt 0 ]; then waited=$((now - start)); fi
   echo "dljob: $name resolves (waited ${waited}s)"
 done
 "#;
@@ -612,7 +624,7 @@ fn wait_for_names(
     warnings: &mut Vec<String>,
 ) {
     let seconds = config.wait_for_names_seconds();
-    if seconds == 0 || !m.wait_for_names || m.framework.uses_ssh() {
+    if seconds == 0 || !m.wait_for_names || m.framework.uses_ssh() || runs_windows(pod) {
         return;
     }
     let job = m.job_view(config);
@@ -645,14 +657,18 @@ fn wait_for_names(
     if let Some(v) = framework.get("securityContext") {
         container["securityContext"] = v.clone();
     }
+    // Every resource but devices (extended resources): a LimitRange that
+    // bounds one (ephemeral-storage, hugepages) judges this container too.
     let mut resources = serde_json::Map::new();
     for which in ["requests", "limits"] {
-        let kept: serde_json::Map<String, Value> = ["cpu", "memory"]
-            .iter()
-            .filter_map(|r| {
-                let v = framework.get("resources")?.get(which)?.get(*r)?;
-                Some(((*r).to_owned(), v.clone()))
-            })
+        let kept: serde_json::Map<String, Value> = framework
+            .get("resources")
+            .and_then(|r| r.get(which))
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(r, _)| !object::is_extended_resource(r))
+            .map(|(r, v)| (r.clone(), v.clone()))
             .collect();
         if !kept.is_empty() {
             resources.insert(which.to_owned(), Value::Object(kept));
@@ -665,14 +681,59 @@ fn wait_for_names(
         .items(List::InitContainers)
         .find(|c| c.name() == c::WAIT_FOR_NAMES_CONTAINER)
         .map(|c| c.to_value());
+    // dljob's own from an earlier invocation is known by its script's
+    // name ($0), even where another webhook changed its resources since.
+    let ours = |c: &Value| {
+        c["command"].get(3).and_then(Value::as_str) == Some(c::WAIT_FOR_NAMES_CONTAINER)
+    };
     match existing {
         None => edits.append(List::InitContainers, Item::Json(container)),
-        Some(theirs) if object::contains(&theirs, &container) => {}
+        Some(theirs) if ours(&theirs) || object::contains(&theirs, &container) => {}
         Some(_) => warnings.push(format!(
             "init container \"{}\" is the user's and kept; dljob's would wait for the job's names before the framework starts",
             c::WAIT_FOR_NAMES_CONTAINER
         )),
     }
+}
+
+/// The accelerator env vars of [`crate::config::IMAGE_ENV`] that a
+/// workload's pods will get, said once each: where a container of its pod
+/// template requests the resource and does not set the var itself.
+fn template_image_env(kind: Kind, object: &Value, config: &Config) -> Vec<String> {
+    let Some(spec) = object::at(object, kind.pod_path()).and_then(|p| p.get("spec")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<&str> = Vec::new();
+    for container in object::containers(spec) {
+        let own = |name: &str| {
+            container["env"]
+                .as_array()
+                .is_some_and(|env| env.iter().any(|e| object::name_of(e) == name))
+        };
+        for (resource, acc) in &config.accelerators {
+            if !object::requests_resource(container, resource) {
+                continue;
+            }
+            for e in &acc.env {
+                let name = e.name.as_str();
+                if crate::config::IMAGE_ENV.contains(&name) && !own(name) && !names.contains(&name)
+                {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| crate::config::image_env_warning(name, "the webhook's config (accelerators)"))
+        .collect()
+}
+
+/// A Windows pod (`spec.os.name`, or the node selector
+/// `kubernetes.io/os`): no `sh` to wait with.
+fn runs_windows(pod: &Value) -> bool {
+    object::str_at(pod, &["spec", "os", "name"]) == Some("windows")
+        || object::str_at(pod, &["spec", "nodeSelector", "kubernetes.io/os"]) == Some("windows")
 }
 
 /// The job-wide keys whose default comes from the webhook's config

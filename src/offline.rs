@@ -135,49 +135,69 @@ pub fn mutate(mutate_args: &MutateArgs) -> anyhow::Result<ExitCode> {
 
 /// `dljob mutate --owned`: per job (in the order its first member comes),
 /// the DLJob the reconciler creates from that member, then what
-/// [`crate::reconciler::resources::owned`] declares for it.
+/// [`crate::reconciler::resources::owned`] declares for it (a PodGroup's
+/// `minResources` from the job's members in the manifests).
 fn owned(
     docs: &[manifest::Document],
     namespace: Option<&str>,
     config: &Config,
 ) -> Result<manifest::MutatedManifest, (String, crate::violation::Violations)> {
     use crate::reconciler::resources;
-    let mut out = manifest::MutatedManifest::default();
-    let mut seen = std::collections::BTreeSet::new();
-    let members = docs
+    let mut jobs: Vec<(crate::member::MemberSpec, Option<serde_json::Value>)> = Vec::new();
+    let mut members: Vec<crate::member::MemberSpec> = Vec::new();
+    let values = docs
         .iter()
         .filter_map(|d| d.value.as_ref())
         .flat_map(manifest::objects);
-    for value in members {
+    for value in values {
         let Some(kind) = crate::object::Kind::of(value) else {
             continue;
         };
         let parsed = crate::member::parse(kind, value, namespace, config)
             .map_err(|v| (manifest::describe(value), v))?;
-        let Some(parsed) = parsed else { continue };
-        let m = parsed.member;
-        if !seen.insert((m.namespace.clone(), m.job.clone())) {
+        let Some(m) = parsed.map(|p| p.member) else {
             continue;
+        };
+        let first = !jobs
+            .iter()
+            .any(|(j, _)| (&j.namespace, &j.job) == (&m.namespace, &m.job));
+        if first {
+            let volume = m
+                .spec
+                .tensorboard
+                .as_ref()
+                .and_then(|tb| crate::tensorboard::volume(kind, value, &tb.volume))
+                .cloned();
+            jobs.push((m.clone(), volume));
         }
-        let volume = m
-            .spec
-            .tensorboard
-            .as_ref()
-            .and_then(|tb| crate::tensorboard::volume(kind, value, &tb.volume))
-            .cloned();
+        members.push(m);
+    }
+    let mut out = manifest::MutatedManifest::default();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    for (m, volume) in jobs {
         let mut job = resources::dljob_for(&m, volume.as_ref());
+        let min_resources = job
+            .spec
+            .scheduler()
+            .filter(|s| s.wants_min_resources())
+            .and_then(|_| {
+                let of_job = members
+                    .iter()
+                    .filter(|o| (&o.namespace, &o.job) == (&m.namespace, &m.job));
+                resources::min_resources(&job.spec, of_job)
+            });
         // Owner references need a uid, which only the API server gives.
         job.metadata.uid = Some(String::new());
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let objects =
-            resources::owned(&job, config, now, None, resources::generate_key).map_err(|e| {
-                let mut v = crate::violation::Violations::default();
-                v.push(
-                    crate::violation::Rule::TooLarge,
-                    format!("generating the SSH key: {e}"),
-                );
-                (manifest::describe(value), v)
-            })?;
+        // A key the system's random source cannot make is not the
+        // manifests' fault: no SSH Secret then, and a word on stderr.
+        let objects = match resources::owned(&job, config, now, min_resources.clone(), resources::generate_key) {
+            Ok(objects) => objects,
+            Err(e) => {
+                out.warnings.push(format!("no SSH Secret shown: generating its key failed: {e}"));
+                resources::owned(&job, config, now, min_resources, || Err(e))
+                    .unwrap_or_default()
+            }
+        };
         job.metadata.uid = None;
         let mut all = vec![serde_json::to_value(&job).expect("a DLJob serialises")];
         all.extend(

@@ -193,8 +193,8 @@ spec:
 ";
     let with = dljob(&["mutate", "--config", &config, "-f", "-"], Some(gpu_pod));
     assert!(with.success(), "{with:?}");
-    // The shipped config mounts the libraries where CUDA images' ld.so.conf
-    // looks, and leaves the image's own LD_LIBRARY_PATH alone.
+    // The shipped config mounts the libraries where CUDA images' own ENV
+    // LD_LIBRARY_PATH looks, and leaves the image's own LD_LIBRARY_PATH alone.
     assert!(
         with.stdout.contains("mountPath: /usr/local/nvidia/lib64"),
         "{with:?}"
@@ -657,7 +657,7 @@ fn validate_config_says_an_accelerator_env_replaces_the_images_own() {
     assert_eq!(
         run.stderr.lines().filter(|l| l.contains("replaces the image's own")).collect::<Vec<_>>(),
         [format!(
-            "Warning: config {}: accelerators.nvidia.com/gpu.env sets LD_LIBRARY_PATH: in every container it is injected into, that value replaces the image's own LD_LIBRARY_PATH (its ENV) whole, and dljob cannot see what the image had (Kubernetes expands $(LD_LIBRARY_PATH) only from the container's earlier env entries, not the image's). The driver libraries need no LD_LIBRARY_PATH in CUDA images, whose /etc/ld.so.conf lists /usr/local/nvidia/lib64: mount them there and leave the env out.",
+            "Warning: config {}: accelerators.nvidia.com/gpu.env sets LD_LIBRARY_PATH: in every container it is injected into, that value replaces the image's own LD_LIBRARY_PATH (its ENV) whole, and dljob cannot see what the image had (Kubernetes expands $(LD_LIBRARY_PATH) only from the container's earlier env entries, not the image's). CUDA images' own ENV LD_LIBRARY_PATH already lists /usr/local/nvidia/lib64: mount the driver libraries there and leave the env out.",
             config.display()
         )]
     );

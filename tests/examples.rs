@@ -635,8 +635,8 @@ fn cifar10_gpu_worker_gets_the_nvidia_libraries() {
     assert_eq!(worker["spec"]["hostname"], "cifar10-worker-1");
     assert_eq!(env(&worker, "DMLC_WORKER_ID").as_deref(), Some("1"));
     assert_eq!(env(&worker, "DMLC_NUM_WORKER").as_deref(), Some("2"));
-    // Found through CUDA images' ld.so.conf: the image's own
-    // LD_LIBRARY_PATH is left as it is.
+    // Found through CUDA images' own ENV LD_LIBRARY_PATH, which is left
+    // as it is.
     assert_eq!(env(&worker, "LD_LIBRARY_PATH"), None);
     let volumes = worker["spec"]["volumes"].as_array().expect("volumes");
     assert!(

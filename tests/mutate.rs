@@ -484,9 +484,28 @@ fn accelerator_config_applies_to_every_container_requesting_the_resource() {
     assert_eq!(
         m.warnings,
         vec![
-            "the webhook's config (accelerators) sets LD_LIBRARY_PATH: in every container it is injected into, that value replaces the image's own LD_LIBRARY_PATH (its ENV) whole, and dljob cannot see what the image had (Kubernetes expands $(LD_LIBRARY_PATH) only from the container's earlier env entries, not the image's). The driver libraries need no LD_LIBRARY_PATH in CUDA images, whose /etc/ld.so.conf lists /usr/local/nvidia/lib64: mount them there and leave the env out.",
+            "the webhook's config (accelerators) sets LD_LIBRARY_PATH: in every container it is injected into, that value replaces the image's own LD_LIBRARY_PATH (its ENV) whole, and dljob cannot see what the image had (Kubernetes expands $(LD_LIBRARY_PATH) only from the container's earlier env entries, not the image's). CUDA images' own ENV LD_LIBRARY_PATH already lists /usr/local/nvidia/lib64: mount the driver libraries there and leave the env out.",
             "dljob mounts the node's /home/kubernetes/bin/nvidia/lib64 (read-only hostPath, the accelerators of the webhook's config): Pod Security admits this pod only where the namespace's level is privileged, not baseline or restricted",
         ]
+    );
+    // A workload's pods are created by its controller: said when the
+    // workload itself is applied, once.
+    let sts = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "cifar-worker", "namespace": "ml",
+            "labels": {"dljob.dev/job": "cifar", "dljob.dev/role": "worker"},
+            "annotations": {"dljob.dev/framework": "mxnet", "dljob.dev/replicas": "scheduler=1,server=1,worker=1"}},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": p["spec"]["containers"].clone()}}}
+    });
+    let w = create(Kind::StatefulSet, &sts, &cfg);
+    assert_eq!(
+        w.warnings
+            .iter()
+            .filter(|w| w.contains("replaces the image's own LD_LIBRARY_PATH"))
+            .count(),
+        1,
+        "{:?}",
+        w.warnings
     );
     // Where the user set it in every GPU container, dljob injects none and
     // says only that the user's value is kept.
@@ -760,8 +779,8 @@ fn members_wait_for_their_names_in_an_init_container() {
         json!({"dljob.dev/index": "1"}),
     );
     worker["spec"]["containers"][0]["resources"] = json!({
-        "requests": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"},
-        "limits": {"memory": "4Gi", "nvidia.com/gpu": "1"}
+        "requests": {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "1Gi", "nvidia.com/gpu": "1"},
+        "limits": {"memory": "4Gi", "ephemeral-storage": "2Gi", "nvidia.com/gpu": "1"}
     });
     worker["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 1000});
     worker["spec"]["initContainers"] = json!([{"name": "fetch", "image": "busybox"}]);
@@ -796,10 +815,16 @@ fn members_wait_for_their_names_in_an_init_container() {
     );
     assert_eq!(
         wait["resources"],
-        json!({"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}})
+        json!({"requests": {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "1Gi"}, "limits": {"memory": "4Gi", "ephemeral-storage": "2Gi"}})
     );
     assert_eq!(wait["securityContext"], json!({"runAsUser": 1000}));
     assert_idempotent(Kind::Pod, &m.object, &Config::default());
+    // Another webhook changed dljob's init container since: still dljob's.
+    let mut changed = m.object.clone();
+    changed["spec"]["initContainers"][1]["resources"] = json!({"requests": {"cpu": "100m"}});
+    assert!(create(Kind::Pod, &changed, &Config::default())
+        .warnings
+        .is_empty());
 
     // The coordinator waits for its own name only; the config sets the bound.
     let master = pod("xg", "master", "xgboost", T, json!({}));
@@ -839,6 +864,20 @@ fn members_wait_for_their_names_in_an_init_container() {
         create(Kind::Pod, &launcher, &Config::default()).object["spec"].get("initContainers"),
         None
     );
+    for windows in [
+        json!({"os": {"name": "windows"}}),
+        json!({"nodeSelector": {"kubernetes.io/os": "windows"}}),
+    ] {
+        let mut w = master.clone();
+        for (k, v) in windows.as_object().unwrap() {
+            w["spec"][k] = v.clone();
+        }
+        assert_eq!(
+            create(Kind::Pod, &w, &Config::default()).object["spec"].get("initContainers"),
+            None,
+            "{windows}"
+        );
+    }
     let bad = pod(
         "xg",
         "master",

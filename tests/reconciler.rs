@@ -174,6 +174,12 @@ fn dljob(framework: &str, replicas: &str) -> DLJob {
     j
 }
 
+/// `pod` as its kubelet shows it once its containers all exited 0.
+fn succeeded(mut pod: Pod) -> Pod {
+    pod.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    pod
+}
+
 fn running() -> Value {
     json!({"running": {"startedAt": "2023-11-14T22:00:00Z"}})
 }
@@ -879,7 +885,7 @@ async fn coordinator_success_stops_statefulsets_and_suspends_running_jobs() {
     let (ctx, handle) = context(
         World {
             pods: vec![
-                owned_pod(
+                succeeded(owned_pod(
                     "Job",
                     "chief",
                     "tensorflow",
@@ -887,7 +893,7 @@ async fn coordinator_success_stops_statefulsets_and_suspends_running_jobs() {
                     "chief",
                     0,
                     terminated(0, "Completed"),
-                ),
+                )),
                 owned_pod("StatefulSet", "ps", "tensorflow", TF, "ps", 0, running()),
                 owned_pod("StatefulSet", "ps", "tensorflow", TF, "ps", 1, running()),
                 owned_pod("Job", "worker", "tensorflow", TF, "worker", 0, running()),
@@ -984,7 +990,9 @@ fn mpi_world() -> World {
 /// One reconcile of a new mpi job whose Secret create is answered with
 /// `created` (a Secret, or a 409 Status), then the Events `events` (by
 /// reason); returns the status it wrote.
-async fn mpi_reconcile(created: Value, events: &[&'static str]) -> Value {
+/// After a 409 the reconciler reads the DLJob: the API server answers it
+/// with `held` as its status.
+async fn mpi_reconcile(created: Value, held: Value, events: &[&'static str]) -> Value {
     let mut job = dljob("mpi", MPI);
     job.spec.port = 22;
     let (ctx, handle) = context(mpi_world(), vec![]);
@@ -1037,6 +1045,16 @@ async fn mpi_reconcile(created: Value, events: &[&'static str]) -> Value {
                 ),
             )
         }))
+        // Already there: whose is it? The DLJob as the API server holds it
+        // now says (the cache may not show the last status write yet).
+        .chain((created["kind"] == "Status").then(|| {
+            call(
+                "GET",
+                format!("/apis/dljob.dev/v1alpha1/namespaces/{NS}/dljobs/mnist"),
+                |b| assert!(b.is_null()),
+                with_status(&jj, &json!({"status": held})),
+            )
+        }))
         .chain([call(
             "PATCH",
             status_uri(),
@@ -1056,7 +1074,7 @@ async fn mpi_reconcile(created: Value, events: &[&'static str]) -> Value {
 
 #[tokio::test]
 async fn mpi_job_gets_an_ssh_secret_once() {
-    let status = mpi_reconcile(Value::Null, &["Pending"]).await;
+    let status = mpi_reconcile(Value::Null, Value::Null, &["Pending"]).await;
     assert_eq!(status["sshSecret"], "mnist-ssh");
     // The next reconcile reads the recorded Secret from the status: no
     // Secret call (the reconciler cannot list or get Secrets), no call at all.
@@ -1140,7 +1158,12 @@ async fn the_launcher_gate_is_removed_once_the_worker_runs() {
 async fn an_ssh_secret_that_already_exists_is_reported_not_taken() {
     let conflict = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
         "message": "secrets \"mnist-ssh\" already exists", "reason": "AlreadyExists", "code": 409});
-    let status = mpi_reconcile(conflict, &["Pending", "OwnershipConflict"]).await;
+    let status = mpi_reconcile(
+        conflict.clone(),
+        json!({"phase": "Pending"}),
+        &["Pending", "OwnershipConflict"],
+    )
+    .await;
     assert_eq!(status.get("sshSecret"), None);
     let condition = status["conditions"]
         .as_array()
@@ -1153,6 +1176,31 @@ async fn an_ssh_secret_that_already_exists_is_reported_not_taken() {
     assert_eq!(
         condition["message"],
         "Secret/mnist-ssh exists and was not created by dljob for this DLJob (dljob never reads Secrets, so it cannot tell whose it is); the job's pods would mount it: delete it (dljob then creates the job's own) or rename the job"
+    );
+}
+
+/// The job's own Secret, created by an earlier reconcile whose status
+/// write the cache does not show yet: the create answers 409, the DLJob as
+/// the API server holds it records the Secret, so it is the job's — no
+/// conflict, and the status written keeps the record.
+#[tokio::test]
+async fn an_ssh_secret_recorded_since_the_cache_was_filled_is_the_jobs() {
+    let conflict = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "secrets \"mnist-ssh\" already exists", "reason": "AlreadyExists", "code": 409});
+    let status = mpi_reconcile(
+        conflict,
+        json!({"phase": "Pending", "sshSecret": "mnist-ssh"}),
+        &["Pending"],
+    )
+    .await;
+    assert_eq!(status["sshSecret"], "mnist-ssh");
+    assert!(
+        !status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "OwnershipConflict"),
+        "{status}"
     );
 }
 
@@ -3308,12 +3356,20 @@ async fn a_dljob_that_does_not_parse_is_told_why_on_itself() {
 fn the_api_server_model_refuses_what_a_real_one_refuses() {
     let job = serde_json::to_value(dljob("mpi", MPI)).unwrap();
     let status = "/apis/dljob.dev/v1alpha1/namespaces/ml/dljobs/mnist/status";
+    // Refused: the model panics saying the API server would refuse it (not
+    // for any other reason).
     let refused = |content_type: &'static str, body: Value| {
         let job = job.clone();
-        std::panic::catch_unwind(move || {
+        match std::panic::catch_unwind(move || {
             Server::holding([&job]).write("PATCH", status, content_type, &body)
-        })
-        .is_err()
+        }) {
+            Ok(()) => false,
+            Err(e) => {
+                let message = e.downcast_ref::<String>().cloned().unwrap_or_default();
+                assert!(message.contains("the API server would refuse"), "{message}");
+                true
+            }
+        }
     };
     let merge = "application/merge-patch+json";
     let apply = "application/apply-patch+yaml";

@@ -308,7 +308,11 @@ fn policy_values_are_checked() {
         ("dljob.dev/port", "70000", "dljob.dev/port \"70000\" is not a port number (1-65535)"),
         ("dljob.dev/slots", "0", "dljob.dev/slots \"0\" is not a slot count (1-1024)"),
         ("dljob.dev/ordered-start", "yes", "dljob.dev/ordered-start \"yes\" must be \"true\" or \"false\""),
-        ("dljob.dev/ssh-path", "ssh", "dljob.dev/ssh-path \"ssh\" must be an absolute directory path, e.g. /root/.ssh"),
+        ("dljob.dev/ssh-path", "ssh", "dljob.dev/ssh-path \"ssh\" must be a clean absolute directory path of letters, digits, '.', '_' and '-' (no '..', at most 255 bytes), e.g. /home/mpiuser/.ssh"),
+        // A newline would start a directive of its own in the ssh config.
+        ("dljob.dev/ssh-path", "/root/.ssh\n    ProxyCommand sh -c x", "dljob.dev/ssh-path \"/root/.ssh\\n    ProxyCommand sh -c x\" must be a clean absolute directory path of letters, digits, '.', '_' and '-' (no '..', at most 255 bytes), e.g. /home/mpiuser/.ssh"),
+        ("dljob.dev/ssh-path", "/root/../etc", "dljob.dev/ssh-path \"/root/../etc\" must be a clean absolute directory path of letters, digits, '.', '_' and '-' (no '..', at most 255 bytes), e.g. /home/mpiuser/.ssh"),
+        ("dljob.dev/ssh-path", "/home/%u/.ssh", "dljob.dev/ssh-path \"/home/%u/.ssh\" must be a clean absolute directory path of letters, digits, '.', '_' and '-' (no '..', at most 255 bytes), e.g. /home/mpiuser/.ssh"),
     ];
     for (key, bad, message) in cases {
         assert_eq!(

@@ -1239,9 +1239,10 @@ async fn idle_connections_are_closed_at_their_deadlines() {
     .await
 }
 
-/// Request bodies share one budget of bytes in flight: while a stalled
-/// client holds all of it (its declared length), another request waits —
-/// answered only once the stalled one times out and gives its room back.
+/// Request bodies share one budget of bytes in flight, taken as the bytes
+/// arrive: while a stalled client holds all of it (bytes it sent), another
+/// request waits — answered only once the stalled one times out and gives
+/// its room back.
 #[tokio::test]
 async fn request_bodies_share_a_budget_of_bytes_in_flight() {
     bounded(async {
@@ -1252,13 +1253,14 @@ async fn request_bodies_share_a_budget_of_bytes_in_flight() {
             s.max_body_bytes_in_flight = 200_000;
         })
         .await;
-        // Holds the whole budget: 200 000 bytes declared, ten sent.
+        // Holds the whole budget: 200 000 bytes declared, 199 990 sent.
         let mut hog = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
         hog.write_all(
-            b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 200000\r\n\r\n{\"apiVersi",
+            b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 200000\r\n\r\n",
         )
         .await
         .unwrap();
+        hog.write_all(&vec![b' '; 199_990]).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
         let review = captured("mutate-create-pod-resnet-chief.json");
@@ -1273,6 +1275,45 @@ async fn request_bodies_share_a_budget_of_bytes_in_flight() {
         let mut out = Vec::new();
         let _ = hog.read_to_end(&mut out).await;
         assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 408"));
+    })
+    .await
+}
+
+/// A declared length is not room taken: clients that each declare the
+/// whole budget and send a byte hold a byte each, and a review is answered
+/// while they wait (before any of them times out).
+#[tokio::test]
+async fn a_declared_length_holds_no_budget_until_its_bytes_come() {
+    bounded(async {
+        let timeout = Duration::from_secs(5);
+        let s = start(|s| {
+            s.read_timeout = timeout;
+            s.max_body_bytes = 200_000;
+            s.max_body_bytes_in_flight = 200_000;
+        })
+        .await;
+        let mut hogs = Vec::new();
+        for _ in 0..4 {
+            let mut hog = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
+            hog.write_all(
+                b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 200000\r\n\r\n{",
+            )
+            .await
+            .unwrap();
+            hogs.push(hog);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+        let review = captured("mutate-create-pod-resnet-chief.json");
+        let asked = std::time::Instant::now();
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_allowed(&resp, &uid(&review));
+        assert!(
+            asked.elapsed() < timeout / 2,
+            "answered after {:?}: the declared lengths held the budget",
+            asked.elapsed()
+        );
+        drop(hogs);
     })
     .await
 }

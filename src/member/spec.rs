@@ -206,17 +206,34 @@ pub(super) fn elastic(
     Some(e)
 }
 
-/// `dljob.dev/ssh-path`, without a trailing '/'.
+/// `dljob.dev/ssh-path`, without a trailing '/'. A clean absolute path of
+/// plain names (letters, digits, `.`, `_`, `-`; no `.` or `..`, at most 255
+/// bytes): it becomes mount paths and a line of the ssh client's config,
+/// where a newline or `%` would be read as more than a path.
 pub(super) fn ssh_path(meta: &Meta<'_>, v: &mut Violations) -> String {
+    let clean = |p: &str| {
+        let path = p.trim_end_matches('/');
+        p.len() <= 255
+            && path.starts_with('/')
+            && path[1..].split('/').all(|part| {
+                !part.is_empty()
+                    && part != "."
+                    && part != ".."
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            })
+    };
     match meta.annotation(c::SSH_PATH) {
         None => DEFAULT_SSH_PATH.to_owned(),
-        Some(p) if p.starts_with('/') && p.len() > 1 => p.trim_end_matches('/').to_owned(),
+        Some(p) if clean(p) => p.trim_end_matches('/').to_owned(),
         Some(p) => {
             v.push(
                 Rule::InvalidValue,
                 format!(
-                    "{} \"{p}\" must be an absolute directory path, e.g. /root/.ssh",
-                    c::SSH_PATH
+                    "{} \"{}\" must be a clean absolute directory path of letters, digits, '.', '_' and '-' (no '..', at most 255 bytes), e.g. /home/mpiuser/.ssh",
+                    c::SSH_PATH,
+                    c::quoted(p).escape_debug()
                 ),
             );
             DEFAULT_SSH_PATH.to_owned()

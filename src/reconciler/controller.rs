@@ -534,6 +534,16 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
                 not_served.push(format!("{} was refused: {message}", owned.describe()))
             }
             Kept::Dropped(message) => not_served.push(message),
+            // The job's own Secret, recorded by an earlier reconcile whose
+            // status write this one's cached DLJob does not show yet: read
+            // the DLJob itself before calling the Secret foreign (and before
+            // writing a status without the record).
+            Kept::Foreign(_)
+                if owned.keep == Keep::CreateOnce
+                    && recorded(client, &namespace, &name, owned.name()).await? =>
+            {
+                created_secret = Some(owned.name().to_owned());
+            }
             Kept::Foreign(why) => {
                 tracing::warn!(job = %name, %namespace, "{why}");
                 foreign.push(why);
@@ -702,6 +712,23 @@ pub fn observe_members(ctx: &Context, namespace: &str, job: &str, uid: &str) -> 
     });
     observed.workloads = workloads.into_iter().map(|(_, w)| w).collect();
     observed
+}
+
+/// Whether the DLJob `name`, as the API server holds it now, records
+/// `secret` as its SSH Secret.
+async fn recorded(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    secret: &str,
+) -> Result<bool, kube::Error> {
+    let now = Api::<DLJob>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await?;
+    Ok(now
+        .and_then(|j| j.status)
+        .and_then(|s| s.ssh_secret)
+        .is_some_and(|s| s == secret))
 }
 
 /// Records in the status the PodTemplate bare pod `pod_uid` was saved in,

@@ -168,6 +168,30 @@ impl Decision {
     }
 }
 
+/// Longest `request.uid` answered (it is echoed): the API server's is a
+/// UUID of 36 characters.
+pub const MAX_UID: usize = 128;
+/// Longest denial message sent (and logged): a refusal quotes the user's
+/// values, which a client sending reviews itself can make megabytes long.
+pub const MAX_MESSAGE: usize = 4096;
+/// Most warnings sent, and the longest each may be; the API server itself
+/// keeps at most 4 KiB of a webhook's warnings.
+pub const MAX_WARNINGS: usize = 16;
+pub const MAX_WARNING: usize = 1024;
+
+/// `text` cut to at most `max` bytes at a character boundary, with `…`.
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max - '…'.len_utf8();
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
 /// Answers one POSTed body for `endpoint`.
 pub fn review(endpoint: Endpoint, body: &[u8], config: &Config, peers: &dyn PeerSource) -> Answer {
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -194,6 +218,12 @@ pub fn review(endpoint: Endpoint, body: &[u8], config: &Config, peers: &dyn Peer
         );
     };
     let uid = match wire::string(request.uid) {
+        Some(uid) if uid.len() > MAX_UID => {
+            return Answer::BadRequest(format!(
+                "request.uid is {} bytes: the API server sends a UUID (36), and dljob echoes at most {MAX_UID}",
+                uid.len()
+            ))
+        }
         Some(uid) if !uid.is_empty() => uid,
         _ => {
             return Answer::BadRequest(
@@ -205,7 +235,8 @@ pub fn review(endpoint: Endpoint, body: &[u8], config: &Config, peers: &dyn Peer
         uid: uid.clone().into_owned(),
         ..Summary::default()
     };
-    let decision = decide(endpoint, &review, request, config, peers, &mut summary);
+    let mut decision = decide(endpoint, &review, request, config, peers, &mut summary);
+    bound(&mut decision, &mut summary);
     Answer::Review {
         body: response(&uid, &decision),
         summary: Box::new(Summary {
@@ -218,6 +249,32 @@ pub fn review(endpoint: Endpoint, body: &[u8], config: &Config, peers: &dyn Peer
         }),
     }
 }
+
+/// What a review says back, bounded: the denial message, the warnings,
+/// and the names and kinds the log line and the metrics quote.
+fn bound(decision: &mut Decision, summary: &mut Summary) {
+    if let Some(d) = &mut decision.denial {
+        d.message = cut(std::mem::take(&mut d.message), MAX_MESSAGE);
+    }
+    decision.warnings.truncate(MAX_WARNINGS);
+    for w in &mut decision.warnings {
+        *w = cut(std::mem::take(w), MAX_WARNING);
+    }
+    for field in [
+        &mut summary.kind,
+        &mut summary.operation,
+        &mut summary.name,
+        &mut summary.namespace,
+    ] {
+        if field.len() > MAX_NAME {
+            *field = crate::contract::quoted(field).into_owned();
+        }
+    }
+}
+
+/// Longest name a log line quotes whole (Kubernetes' longest, a DNS
+/// subdomain).
+const MAX_NAME: usize = 253;
 
 fn decide(
     endpoint: Endpoint,

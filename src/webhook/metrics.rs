@@ -109,6 +109,20 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 15))
 }
 
+/// The kinds the webhook configurations send, and those dljob handles.
+const KINDS: &[&str] = &["Pod", "StatefulSet", "Job", ""];
+/// The operations of admission.k8s.io/v1.
+const OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE", "CONNECT", ""];
+
+/// `value` when it is one of `known`, else `other`.
+fn known<'a>(value: &'a str, known: &[&str]) -> &'a str {
+    if known.contains(&value) {
+        value
+    } else {
+        "other"
+    }
+}
+
 impl Metrics {
     /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
@@ -175,12 +189,15 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one answered review. Its kind and operation are labels only
+    /// when they are ones the API server sends (else `other`): a client
+    /// that sends reviews itself must not grow the family without bound.
     pub fn observe_review(&self, endpoint: Endpoint, s: &Summary, latency: Duration) {
         self.reviews
             .get_or_create(&ReviewLabels {
                 endpoint: endpoint.as_str(),
-                kind: s.kind.clone(),
-                operation: s.operation.clone(),
+                kind: known(&s.kind, KINDS).to_owned(),
+                operation: known(&s.operation, OPERATIONS).to_owned(),
                 allowed: if s.allowed { "true" } else { "false" },
             })
             .inc();

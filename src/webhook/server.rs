@@ -350,7 +350,7 @@ async fn review(
     body: Body,
 ) -> Response {
     let start = Instant::now();
-    let (bytes, _room) = match read_body(headers, body, s).await {
+    let (bytes, mut room) = match read_body(headers, body, s).await {
         Ok(b) => b,
         Err(why) => {
             let mut response = reject(endpoint, s, why, start);
@@ -368,21 +368,81 @@ async fn review(
         let config = s.inputs.config.borrow();
         admission::review(endpoint, &bytes, &config, s.inputs.peers.as_ref())
     };
+    drop(bytes);
     match answer {
         Answer::Review { body, summary } => {
             let latency = start.elapsed();
             s.metrics.observe_review(endpoint, &summary, latency);
             log_review(endpoint, &summary, latency, s.log_reviews);
+            // The answer's bytes are held against the body budget, as the
+            // request's were, until they are written: a client that never
+            // reads cannot make dljob keep answers beyond it.
+            let len = body.len();
+            if len < room.num_permits() {
+                drop(room.split(room.num_permits() - len));
+            } else if len > room.num_permits() {
+                let more = u32::try_from(len - room.num_permits()).unwrap_or(u32::MAX);
+                let wait = s.body_budget.clone().acquire_many_owned(more);
+                match tokio::time::timeout(s.read_timeout, wait).await {
+                    Ok(Ok(permit)) => room.merge(permit),
+                    _ => return reject(endpoint, s, BodyError::Busy, start),
+                }
+            }
             (
                 [(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),
                 )],
-                body,
+                Body::new(HeldBody {
+                    bytes: Bytes::from(body),
+                    at: 0,
+                    _room: room,
+                }),
             )
                 .into_response()
         }
         Answer::BadRequest(message) => reject(endpoint, s, BodyError::BadRequest(message), start),
+    }
+}
+
+/// An answer's bytes, given to hyper in pieces of [`ANSWER_CHUNK`] and
+/// held against the body budget until hyper has taken the last one: hyper
+/// asks for the next piece only once it has room to write it, so a client
+/// that does not read keeps at most a piece and hyper's buffer beyond what
+/// the budget counts.
+struct HeldBody {
+    bytes: Bytes,
+    at: usize,
+    _room: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// The size of the pieces of an answer.
+const ANSWER_CHUNK: usize = 64 * 1024;
+
+impl http_body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if this.at >= this.bytes.len() {
+            return std::task::Poll::Ready(None);
+        }
+        let end = (this.at + ANSWER_CHUNK).min(this.bytes.len());
+        let piece = this.bytes.slice(this.at..end);
+        this.at = end;
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.at >= self.bytes.len()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact((self.bytes.len() - self.at) as u64)
     }
 }
 
@@ -443,14 +503,9 @@ async fn read_body(
         let mut buf = Vec::new();
         let mut len = 0;
         let mut too_large = declared.is_some_and(|n| n > limit as u64);
-        // The declared length is held at once (the buffer is sized for it);
-        // a body of unknown length, chunk by chunk.
-        let mut held = room(if too_large {
-            0
-        } else {
-            declared.map_or(0, |n| n as usize)
-        })
-        .await?;
+        // Room is taken as bytes arrive, never for a declared length: a
+        // client that declares 3 MiB and sends one byte holds one byte.
+        let mut held = room(0).await?;
         let mut stream = body.into_data_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| BodyError::Read(e.to_string()))?;
@@ -470,7 +525,7 @@ async fn read_body(
                 continue;
             }
             if let Some(f) = first.take() {
-                buf.reserve(declared.map_or(0, |n| n as usize).max(len));
+                buf.reserve(len);
                 buf.extend_from_slice(&f);
             }
             buf.extend_from_slice(&chunk);
@@ -525,11 +580,57 @@ fn reject(endpoint: Endpoint, s: &AppState, why: BodyError, start: Instant) -> R
 /// denials and reviews with warnings at INFO; the others at DEBUG (at 16 000
 /// reviews/s an INFO line each would be ~100 MB of logs a minute and a third
 /// of the CPU), or at INFO with `--log-reviews`.
+/// Review lines logged at INFO a second, at most.
+const LOG_LINES_PER_SECOND: u64 = 20;
+
+/// The review log's rate limit: lines in the current second, and those
+/// suppressed since the last line logged.
+struct LogLimit {
+    second: std::sync::atomic::AtomicU64,
+    lines: std::sync::atomic::AtomicU64,
+    suppressed: std::sync::atomic::AtomicU64,
+}
+
+static REVIEW_LOG: LogLimit = LogLimit {
+    second: std::sync::atomic::AtomicU64::new(0),
+    lines: std::sync::atomic::AtomicU64::new(0),
+    suppressed: std::sync::atomic::AtomicU64::new(0),
+};
+
+impl LogLimit {
+    /// Whether a line may be logged at `now`: with how many were
+    /// suppressed before it, or None (counted as suppressed).
+    fn admit(&self, now: std::time::SystemTime) -> Option<u64> {
+        let second = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if self.second.swap(second, Ordering::Relaxed) != second {
+            self.lines.store(0, Ordering::Relaxed);
+        }
+        if self.lines.fetch_add(1, Ordering::Relaxed) < LOG_LINES_PER_SECOND {
+            Some(self.suppressed.swap(0, Ordering::Relaxed))
+        } else {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
 fn log_review(endpoint: Endpoint, s: &Summary, latency: Duration, every: bool) {
     let notable = every || !s.allowed || s.warnings > 0;
     if !notable && !tracing::enabled!(tracing::Level::DEBUG) {
         return;
     }
+    // Any client can make refusals: at most LOG_LINES_PER_SECOND lines a
+    // second, the rest counted and said with the next line logged.
+    let suppressed = if notable {
+        match REVIEW_LOG.admit(std::time::SystemTime::now()) {
+            Some(n) => n,
+            None => return,
+        }
+    } else {
+        0
+    };
     let object = if s.namespace.is_empty() {
         s.name.clone()
     } else {
@@ -553,6 +654,7 @@ fn log_review(endpoint: Endpoint, s: &Summary, latency: Duration, every: bool) {
                 latency_ms,
                 denial = s.message.as_deref(),
                 rule = s.rule,
+                suppressed_before = suppressed,
                 "review"
             )
         };

@@ -68,8 +68,15 @@ pub(super) fn clean_up(
                         p.index >= first && completions.is_some_and(|n| p.index - first < n)
                     })
                     .collect();
+                // Succeeded pods only: one whose framework exited 0 but that
+                // another container keeps Running would keep the Job (and
+                // what it holds) forever; it settles, or is stopped.
                 let done = completions.is_some_and(|n| {
-                    (first..first + n).all(|i| of_job.iter().any(|p| p.index == i && p.succeeded()))
+                    (first..first + n).all(|i| {
+                        of_job
+                            .iter()
+                            .any(|p| p.index == i && p.phase == "Succeeded")
+                    })
                 });
                 if done {
                     out.left_to_complete.push(uid.clone());

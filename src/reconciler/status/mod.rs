@@ -259,31 +259,21 @@ impl ObservedPod {
         })
     }
 
+    /// Its framework container exited 0 for good (a policy that does not
+    /// restart it), yet the kubelet has not marked the pod finished (yet,
+    /// or never while another container runs).
+    pub(super) fn settling(&self) -> bool {
+        let exited_0 = match self.container.as_ref().map(|c| &c.state) {
+            Some(ContainerState::Terminated(e)) => {
+                self.restart_policy != PodRestart::Always && e.code == Some(0)
+            }
+            _ => false,
+        };
+        exited_0 && self.phase != "Succeeded" && self.phase != "Failed"
+    }
+
     /// The framework container stopped and nothing will restart it: the
     /// pod must be deleted to run again.
-    /// Its framework container exited 0 for good (its pod Succeeded, or
-    /// a policy that does not restart it).
-    pub(super) fn succeeded(&self) -> bool {
-        self.phase == "Succeeded" || (self.settled_exit() == Some(0))
-    }
-
-    /// Its framework container exited 0 for good, yet the kubelet has not
-    /// marked the pod finished (yet, or never while another container runs).
-    pub(super) fn settling(&self) -> bool {
-        self.settled_exit() == Some(0) && self.phase != "Succeeded" && self.phase != "Failed"
-    }
-
-    /// The framework container's exit code when its pod's policy does not
-    /// restart it.
-    fn settled_exit(&self) -> Option<i32> {
-        match self.container.as_ref().map(|c| &c.state) {
-            Some(ContainerState::Terminated(e)) if self.restart_policy != PodRestart::Always => {
-                e.code
-            }
-            _ => None,
-        }
-    }
-
     pub fn finished(&self) -> bool {
         if self.phase == "Succeeded" || self.phase == "Failed" {
             return true;
@@ -476,7 +466,8 @@ fn finish(
         .completion_time
         .as_ref()
         .and_then(|t| now.duration_since(t.0).try_into().ok())
-        .unwrap_or_default();
+        // No completion time, or one ahead of this clock: waited enough.
+        .unwrap_or(finish::SETTLE);
     let cleaned = clean_up(plan.policies.clean_pod, pods, observed, since, actions);
     mark_finished(
         plan.policies.clean_pod,

@@ -1123,7 +1123,31 @@ fn a_jobs_suspension_waits_for_a_finished_pod_to_settle() {
         done.actions
     );
     // Never settling: suspended once 30 s have passed.
-    let late = next(&p, &obs(settling), Some(&first.status), None, t(30));
+    let late = next(&p, &obs(settling.clone()), Some(&first.status), None, t(30));
+    assert!(late.actions.contains(&suspend), "{:?}", late.actions);
+    // Every index's framework exited 0 but a sidecar keeps both pods
+    // Running: the Job is not left to complete (it never would), it waits
+    // 30 s like any other, then is suspended.
+    let mut sidecar = settling.clone();
+    sidecar.index = 1;
+    sidecar.name = "worker-1".into();
+    sidecar.uid = "uid-worker-1".into();
+    let mut both = obs(settling);
+    both.pods[2] = sidecar;
+    let early = next(&p, &both, Some(&first.status), None, t(5));
+    assert!(!early.actions.contains(&suspend), "{:?}", early.actions);
+    assert!(
+        !early.actions.iter().any(|a| matches!(
+            a,
+            Action::MarkFinished {
+                kind: MemberKind::Job,
+                ..
+            }
+        )),
+        "{:?}",
+        early.actions
+    );
+    let late = next(&p, &both, Some(&first.status), None, t(31));
     assert!(late.actions.contains(&suspend), "{:?}", late.actions);
 }
 
