@@ -854,6 +854,31 @@ impl fmt::Display for CleanPodPolicy {
 }
 
 #[cfg(test)]
+mod bounds {
+    use super::*;
+
+    /// A topology of more roles than any job has is refused before any
+    /// work per role, and what a refusal quotes of an entry is bounded.
+    #[test]
+    fn roles_are_capped_and_quoted_entries_bounded() {
+        let many: Vec<String> = (0..=MAX_ROLES).map(|i| format!("r{i}=1")).collect();
+        assert_eq!(
+            Topology::parse(&many.join(",")),
+            Err(TopologyError::TooManyRoles { count: 33 })
+        );
+        let at_most: Vec<String> = (0..MAX_ROLES).map(|i| format!("r{i}=1")).collect();
+        assert_eq!(
+            Topology::parse(&at_most.join(",")).unwrap().roles().count(),
+            32
+        );
+        let long = format!("worker={}", "9".repeat(100_000));
+        let err = Topology::parse(&long).unwrap_err().to_string();
+        assert!(err.len() < 300, "{}", err.len());
+        assert!(err.contains("… (100007 bytes)"), "{err}");
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -190,12 +190,19 @@ fn owned(
         job.metadata.uid = Some(String::new());
         // A key the system's random source cannot make is not the
         // manifests' fault: no SSH Secret then, and a word on stderr.
-        let objects = match resources::owned(&job, config, now, min_resources.clone(), resources::generate_key) {
+        let objects = match resources::owned(
+            &job,
+            config,
+            now,
+            min_resources.clone(),
+            resources::generate_key,
+        ) {
             Ok(objects) => objects,
             Err(e) => {
-                out.warnings.push(format!("no SSH Secret shown: generating its key failed: {e}"));
-                resources::owned(&job, config, now, min_resources, || Err(e))
-                    .unwrap_or_default()
+                out.warnings.push(format!(
+                    "no SSH Secret shown: generating its key failed: {e}"
+                ));
+                resources::owned(&job, config, now, min_resources, || Err(e)).unwrap_or_default()
             }
         };
         job.metadata.uid = None;

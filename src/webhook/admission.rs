@@ -464,6 +464,51 @@ mod tests {
         })
     }
 
+    /// What a client sending reviews itself controls is bounded in what
+    /// dljob says back and logs: the uid it echoes, the denial message
+    /// that quotes the object, the names and kinds of the log line.
+    #[test]
+    fn what_a_review_makes_dljob_say_is_bounded() {
+        // A uid longer than any API server's is not echoed.
+        let mut r = pod_review("CREATE", jax_pod("0"));
+        r["request"]["uid"] = json!("u".repeat(MAX_UID + 1));
+        match answer(Endpoint::Mutate, &r.to_string()) {
+            Answer::BadRequest(m) => assert_eq!(
+                m,
+                "request.uid is 129 bytes: the API server sends a UUID (36), and dljob echoes at most 128"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // A 100 KB framework name is refused in a message of at most 4 KiB.
+        let mut pod = jax_pod("0");
+        pod["metadata"]["annotations"]["dljob.dev/framework"] = json!("x".repeat(100_000));
+        pod["metadata"]["name"] = json!("n".repeat(10_000));
+        let (response, summary) = reviewed(Endpoint::Mutate, pod_review("CREATE", pod));
+        assert_eq!(response["allowed"], false);
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(
+            message.len() <= MAX_MESSAGE && message.ends_with('…'),
+            "{}",
+            message.len()
+        );
+        assert_eq!(summary.message.as_deref(), Some(message));
+        assert!(
+            summary.name.len() < 200 && summary.name.ends_with("(10000 bytes)"),
+            "{}",
+            summary.name
+        );
+        // A kind and an operation of a megabyte are cut in the summary.
+        let mut r = pod_review("X".repeat(1_000_000).as_str(), jax_pod("0"));
+        r["request"]["kind"]["kind"] = json!("K".repeat(1_000_000));
+        let (response, summary) = reviewed(Endpoint::Mutate, r);
+        assert_eq!(
+            response["allowed"], false,
+            "an unknown operation is refused"
+        );
+        assert!(response["status"]["message"].as_str().unwrap().len() <= MAX_MESSAGE);
+        assert!(summary.kind.len() < 200 && summary.operation.len() < 200);
+    }
+
     #[test]
     fn bodies_that_are_not_reviews_are_bad_requests() {
         for body in [

@@ -238,3 +238,52 @@ impl Metrics {
             .inc();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A review's kind and operation are labels only when the API server
+    /// could send them: 150 reviews of distinct made-up kinds are one
+    /// series, `other`, not 150.
+    #[test]
+    fn review_labels_are_bounded_to_known_kinds_and_operations() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        for i in 0..150 {
+            let s = Summary {
+                kind: format!("Kind{i}"),
+                operation: format!("OP{i}"),
+                allowed: true,
+                ..Summary::default()
+            };
+            metrics.observe_review(Endpoint::Mutate, &s, Duration::from_millis(1));
+        }
+        let pod = Summary {
+            kind: "Pod".into(),
+            operation: "CREATE".into(),
+            allowed: true,
+            ..Summary::default()
+        };
+        metrics.observe_review(Endpoint::Mutate, &pod, Duration::from_millis(1));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("dljob_webhook_reviews_total{"))
+            .collect();
+        assert_eq!(series.len(), 2, "{series:#?}");
+        assert!(
+            series.iter().any(|l| l.contains("kind=\"other\"")
+                && l.contains("operation=\"other\"")
+                && l.ends_with(" 150")),
+            "{series:#?}"
+        );
+        assert!(
+            series
+                .iter()
+                .any(|l| l.contains("kind=\"Pod\"") && l.contains("operation=\"CREATE\"")),
+            "{series:#?}"
+        );
+    }
+}

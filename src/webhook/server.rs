@@ -665,3 +665,60 @@ fn log_review(endpoint: Endpoint, s: &Summary, latency: Duration, every: bool) {
         line!(debug);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    /// An answer's bytes stay counted in the budget until hyper has taken
+    /// the last piece (a client that does not read holds them), and are
+    /// given in pieces of 64 KiB.
+    #[tokio::test]
+    async fn an_answer_holds_its_room_until_its_last_piece_is_taken() {
+        let budget = Arc::new(tokio::sync::Semaphore::new(1_000_000));
+        let len = 200_000;
+        let room = budget.clone().acquire_many_owned(len as u32).await.unwrap();
+        let mut body = HeldBody {
+            bytes: Bytes::from(vec![b'x'; len]),
+            at: 0,
+            _room: room,
+        };
+        let mut pieces = Vec::new();
+        while let Some(frame) = body.frame().await {
+            pieces.push(frame.unwrap().into_data().unwrap().len());
+            if !http_body::Body::is_end_stream(&body) {
+                assert_eq!(budget.available_permits(), 1_000_000 - len);
+            }
+        }
+        assert_eq!(pieces, [65_536, 65_536, 65_536, 3_392]);
+        assert_eq!(
+            budget.available_permits(),
+            1_000_000 - len,
+            "until the body goes"
+        );
+        drop(body);
+        assert_eq!(budget.available_permits(), 1_000_000);
+    }
+
+    /// Review log lines: at most 20 a second, the rest counted and said
+    /// with the next line logged.
+    #[test]
+    fn review_lines_are_rate_limited_and_the_rest_counted() {
+        let limit = LogLimit {
+            second: std::sync::atomic::AtomicU64::new(0),
+            lines: std::sync::atomic::AtomicU64::new(0),
+            suppressed: std::sync::atomic::AtomicU64::new(0),
+        };
+        let t = |s: u64| std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s);
+        let first: Vec<Option<u64>> = (0..25).map(|_| limit.admit(t(0))).collect();
+        assert_eq!(first.iter().filter(|a| a.is_some()).count(), 20);
+        assert_eq!(first[20..], [None; 5]);
+        assert_eq!(
+            limit.admit(t(1)),
+            Some(5),
+            "the next second says 5 were left out"
+        );
+        assert_eq!(limit.admit(t(1)), Some(0));
+    }
+}
