@@ -310,6 +310,12 @@ def cluster_of(tools):
         shutil.rmtree(c.tmp, ignore_errors=True)
 
 
+def validate_warnings(manifest: Path) -> str:
+    """What `dljob validate` says of a manifest on standard error."""
+    return subprocess.run([str(podsim.DLJOB), "validate", "-f", str(manifest)],
+                          capture_output=True, text=True, timeout=60).stderr
+
+
 def run_job(cluster: Cluster, mounts=None) -> tuple[Run, podsim.Pod, list[podsim.Pod]]:
     launcher = cluster.job.pod("launcher")
     workers = [cluster.job.pod("worker", i) for i in range(2)]
@@ -359,8 +365,7 @@ def test_non_root_without_fs_group_cannot_read_the_keys(cluster_of, tmp_path):
     so it dials port 22, where nothing listens (the non-root sshd is on
     2222)."""
     manifest = variant(tmp_path, 1000, None, 2222, "/home/mpiuser/.ssh")
-    warnings = subprocess.run([str(podsim.DLJOB), "validate", "-f", str(manifest)],
-                              capture_output=True, text=True, timeout=60).stderr
+    warnings = validate_warnings(manifest)
     assert "runs as uid 1000 and the pod sets no fsGroup" in warnings, warnings
     cluster = cluster_of(manifest)
     run, _, _ = run_job(cluster)
@@ -372,8 +377,7 @@ def test_root_ssh_refuses_a_key_its_fs_group_can_read(cluster_of, tmp_path):
     """What dljob's warning says: root with an fsGroup gets a 0640 key,
     which root's ssh will not use."""
     manifest = variant(tmp_path, 0, 1000, 22, None)
-    warnings = subprocess.run([str(podsim.DLJOB), "validate", "-f", str(manifest)],
-                              capture_output=True, text=True, timeout=60).stderr
+    warnings = validate_warnings(manifest)
     assert "root's ssh refuses a key its group can read" in warnings, warnings
     cluster = cluster_of(manifest)
     run, _, _ = run_job(cluster)

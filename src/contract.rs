@@ -167,17 +167,27 @@ pub const MAX_ROLES: usize = 32;
 /// warning names what is wrong, and an annotation value can be 256 KiB.
 pub(crate) const MAX_QUOTED: usize = 64;
 
-/// `text`, or its first [`MAX_QUOTED`] bytes (at a character boundary) and
-/// `…` with how long it was: for quoting a user's value in a message.
-pub(crate) fn quoted(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.len() <= MAX_QUOTED {
-        return std::borrow::Cow::Borrowed(text);
+/// `text` in at most `limit` bytes: whole, or cut on a character boundary
+/// and ended with "…".
+pub fn cut(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= limit {
+        return text.into();
     }
-    let mut end = MAX_QUOTED;
+    const ELLIPSIS: &str = "…";
+    let mut end = limit.saturating_sub(ELLIPSIS.len());
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    std::borrow::Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len()))
+    format!("{}{ELLIPSIS}", &text[..end]).into()
+}
+
+/// `text`, or its first [`MAX_QUOTED`] bytes [`cut`] with how long it
+/// was: for quoting a user's value in a message.
+pub(crate) fn quoted(text: &str) -> std::borrow::Cow<'_, str> {
+    match cut(text, MAX_QUOTED) {
+        std::borrow::Cow::Owned(short) => format!("{short} ({} bytes)", text.len()).into(),
+        whole => whole,
+    }
 }
 
 /// The job's topology: roles with their replica counts, in declared order.

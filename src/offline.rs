@@ -189,7 +189,8 @@ fn owned(
         // Owner references need a uid, which only the API server gives.
         job.metadata.uid = Some(String::new());
         // A key the system's random source cannot make is not the
-        // manifests' fault: no SSH Secret then, and a word on stderr.
+        // manifests' fault: the rest is shown, with a word on stderr (as
+        // if the Secret were recorded already, so no key is drawn).
         let objects = match resources::owned(
             &job,
             config,
@@ -202,7 +203,19 @@ fn owned(
                 out.warnings.push(format!(
                     "no SSH Secret shown: generating its key failed: {e}"
                 ));
-                resources::owned(&job, config, now, min_resources, || Err(e)).unwrap_or_default()
+                let mut recorded = job.clone();
+                recorded.status = Some(crate::crd::DLJobStatus {
+                    ssh_secret: Some(crate::mutate::ssh_secret_name(&m.job)),
+                    ..Default::default()
+                });
+                resources::owned(
+                    &recorded,
+                    config,
+                    now,
+                    min_resources,
+                    resources::generate_key,
+                )
+                .unwrap_or_default()
             }
         };
         job.metadata.uid = None;

@@ -557,17 +557,9 @@ fn a_directory_reads_its_manifest_files_in_name_order() {
 /// uid; a key made for the run, a different one each time.
 #[test]
 fn mutate_owned_prints_what_the_reconciler_creates() {
-    let run = dljob(
-        &[
-            "mutate",
-            "--owned",
-            "-n",
-            "ml",
-            "-f",
-            &example("horovod/job.yaml"),
-        ],
-        None,
-    );
+    let horovod = example("horovod/job.yaml");
+    let args = ["mutate", "--owned", "-n", "ml", "-f", &horovod];
+    let run = dljob(&args, None);
     assert!(run.success(), "{run:?}");
     let docs: Vec<serde_json::Value> = run
         .stdout
@@ -603,17 +595,7 @@ fn mutate_owned_prints_what_the_reconciler_creates() {
         .as_str()
         .unwrap()
         .contains("Host horovod-worker-1 horovod-worker-1.horovod.ml.svc\n"));
-    let again = dljob(
-        &[
-            "mutate",
-            "--owned",
-            "-n",
-            "ml",
-            "-f",
-            &example("horovod/job.yaml"),
-        ],
-        None,
-    );
+    let again = dljob(&args, None);
     assert_ne!(run.stdout, again.stdout, "a new key each run");
     // Not with --pods.
     let both = dljob(

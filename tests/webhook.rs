@@ -1239,6 +1239,16 @@ async fn idle_connections_are_closed_at_their_deadlines() {
     .await
 }
 
+/// A server whose budget of bytes in flight is one body of 200 000 bytes.
+async fn budget_of_one_body(timeout: Duration) -> Server {
+    start(|s| {
+        s.read_timeout = timeout;
+        s.max_body_bytes = 200_000;
+        s.max_body_bytes_in_flight = 200_000;
+    })
+    .await
+}
+
 /// Request bodies share one budget of bytes in flight, taken as the bytes
 /// arrive: while a stalled client holds all of it (bytes it sent), another
 /// request waits — answered only once the stalled one times out and gives
@@ -1247,12 +1257,7 @@ async fn idle_connections_are_closed_at_their_deadlines() {
 async fn request_bodies_share_a_budget_of_bytes_in_flight() {
     bounded(async {
         let timeout = Duration::from_millis(600);
-        let s = start(|s| {
-            s.read_timeout = timeout;
-            s.max_body_bytes = 200_000;
-            s.max_body_bytes_in_flight = 200_000;
-        })
-        .await;
+        let s = budget_of_one_body(timeout).await;
         // Holds the whole budget: 200 000 bytes declared, 199 990 sent.
         let mut hog = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
         hog.write_all(
@@ -1286,12 +1291,7 @@ async fn request_bodies_share_a_budget_of_bytes_in_flight() {
 async fn a_declared_length_holds_no_budget_until_its_bytes_come() {
     bounded(async {
         let timeout = Duration::from_secs(5);
-        let s = start(|s| {
-            s.read_timeout = timeout;
-            s.max_body_bytes = 200_000;
-            s.max_body_bytes_in_flight = 200_000;
-        })
-        .await;
+        let s = budget_of_one_body(timeout).await;
         let mut hogs = Vec::new();
         for _ in 0..4 {
             let mut hog = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();

@@ -220,19 +220,7 @@ impl Recorder {
     }
 }
 
-/// `text` in at most `limit` bytes: whole, or cut on a character
-/// boundary and ended with "…".
-pub fn cut(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
-    if text.len() <= limit {
-        return text.into();
-    }
-    const ELLIPSIS: &str = "…";
-    let mut end = limit.saturating_sub(ELLIPSIS.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{ELLIPSIS}", &text[..end]).into()
-}
+pub use crate::contract::cut;
 
 #[cfg(test)]
 mod tests {

@@ -127,7 +127,7 @@ impl Unreadable {
     /// [`REASON_LIMIT`]); true when that is news (new, or another reason),
     /// which is then to be told on `regarding`.
     pub fn insert(&self, job: ObjectRef<DLJob>, regarding: ObjectReference, error: &str) -> bool {
-        let why = crate::reconciler::events::cut(error, REASON_LIMIT);
+        let why = crate::contract::cut(error, REASON_LIMIT);
         let mut marks = self.lock();
         let list = marks.list;
         let news = marks.jobs.get(&job).is_none_or(|m| m.why != why);

@@ -179,19 +179,6 @@ pub const MAX_MESSAGE: usize = 4096;
 pub const MAX_WARNINGS: usize = 16;
 pub const MAX_WARNING: usize = 1024;
 
-/// `text` cut to at most `max` bytes at a character boundary, with `…`.
-fn cut(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max - '…'.len_utf8();
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
-}
-
 /// Answers one POSTed body for `endpoint`.
 pub fn review(endpoint: Endpoint, body: &[u8], config: &Config, peers: &dyn PeerSource) -> Answer {
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -254,11 +241,11 @@ pub fn review(endpoint: Endpoint, body: &[u8], config: &Config, peers: &dyn Peer
 /// and the names and kinds the log line and the metrics quote.
 fn bound(decision: &mut Decision, summary: &mut Summary) {
     if let Some(d) = &mut decision.denial {
-        d.message = cut(std::mem::take(&mut d.message), MAX_MESSAGE);
+        d.message = crate::contract::cut(&d.message, MAX_MESSAGE).into_owned();
     }
     decision.warnings.truncate(MAX_WARNINGS);
     for w in &mut decision.warnings {
-        *w = cut(std::mem::take(w), MAX_WARNING);
+        *w = crate::contract::cut(w, MAX_WARNING).into_owned();
     }
     for field in [
         &mut summary.kind,
