@@ -156,14 +156,20 @@ def test_elastic_without_restarts_fails_the_node_at_once():
 def test_elastic_restart_with_a_shared_store_never_forms_the_next_round():
     """Why dljob sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: the same kill
     with torch's default (the first round's store shared across rounds)
-    leaves every agent failing to connect to the previous attempt's ports
-    until torchrun gives up, about three minutes later. When a torch release
-    fixes this, this test fails and the variable can go."""
+    leaves every agent failing to connect to the previous attempt's ports.
+    Here torchrun gave up after about three minutes; on a slower machine
+    the agents were still retrying at seven. Either way no second round
+    forms: the check waits 240 s (the working restart above takes about
+    80) and requires the refused connections and no result. When a torch
+    release fixes this, this test fails and the variable can go."""
     with new_job(ELASTIC) as job:
         try:
-            run(job, lambda p: [TORCHRUN, program("torch_restart.py")], timeout=420,
+            run(job, lambda p: [TORCHRUN, program("torch_restart.py")], timeout=240,
                 env_of=lambda p: {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"})
         except AssertionError as e:
-            assert "exited 1" in str(e) and "Connection refused" in str(e), e
+            text = str(e)
+            assert "exited 1" in text or "did not finish" in text, e
+            assert "Connection refused" in text, e
+            assert "RESULT " not in text, e
         else:
             raise AssertionError("the restart re-rendezvoused with a shared store: torch fixed it")
