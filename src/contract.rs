@@ -163,6 +163,28 @@ pub const MAX_REPLICAS: u32 = 10_000;
 /// thousand roles and cost a second of the webhook's CPU per review.
 pub const MAX_ROLES: usize = 32;
 
+/// Longest value of a dljob annotation on a member. The longest that
+/// means something fits: 32 roles of 63-character names in
+/// `dljob.dev/replicas` are about 2.2 KiB. Admission refuses longer ones,
+/// and the reconciler's caches drop them, so that each cached object holds
+/// at most this much per dljob key.
+pub(crate) const MAX_VALUE: usize = 4096;
+
+/// Longest TensorBoard volume (its JSON, as the pod spec gives it) that
+/// dljob records on a DLJob and keeps in its caches; a shared volume's
+/// source (a claim, nfs, a CSI driver's attributes) is a few hundred bytes.
+pub(crate) const MAX_TENSORBOARD_VOLUME: usize = 8192;
+
+/// Whether `key` is a label or annotation dljob reads or writes on a
+/// member: what its caches keep of a member's metadata.
+pub(crate) fn known_key(key: &str) -> bool {
+    key == JOB
+        || key == ROLE
+        || JOB_WIDE_ANNOTATIONS.contains(&key)
+        || MEMBER_ANNOTATIONS.contains(&key)
+        || OWN_ANNOTATIONS.contains(&key)
+}
+
 /// Longest piece of a user's value that a message quotes: a refusal or a
 /// warning names what is wrong, and an annotation value can be 256 KiB.
 pub(crate) const MAX_QUOTED: usize = 64;

@@ -171,6 +171,13 @@ pub(crate) fn check(m: &MemberSpec, object: &Value) -> Vec<String> {
             "{head}: {pod} has no volume \"{name}\" ({have}): add the shared volume the training writes its logs to, or name it"
         )];
     };
+    let size = volume.to_string().len();
+    if size > c::MAX_TENSORBOARD_VOLUME {
+        return vec![format!(
+            "{head}: volume \"{name}\" is {size} bytes as JSON; dljob records at most {} of it on the DLJob for TensorBoard to mount: give the shared volume a shorter source (a persistentVolumeClaim names it in a line)",
+            c::MAX_TENSORBOARD_VOLUME
+        )];
+    }
     if let Some(why) = not_shared(volume) {
         return vec![format!(
             "{head}: volume \"{name}\" is {why}: TensorBoard, in a pod of its own, would not see what the training writes there; {USE_SHARED}"
@@ -212,12 +219,19 @@ pub(crate) fn annotated_volume(metas: [Option<&ObjectMeta>; 2]) -> Option<String
 /// needs for its whole life, even once the clean-pod policy removed the
 /// members, and the volume is fixed at first sight, as the spec is.
 /// Nothing is recorded for a job without a TensorBoard.
+///
+/// A volume over [`c::MAX_TENSORBOARD_VOLUME`] is not recorded (admission
+/// refuses such a member; the caches drop its volume): the DLJob is then
+/// created without it, and its TensorBoard reports the volume missing,
+/// rather than a create the API server refuses for its size, retried
+/// forever.
 pub(crate) fn record_volume(job: &mut DLJob, volume: &Value) {
-    if job.spec.tensorboard.is_some() {
+    let text = volume.to_string();
+    if job.spec.tensorboard.is_some() && text.len() <= c::MAX_TENSORBOARD_VOLUME {
         job.metadata
             .annotations
             .get_or_insert_with(BTreeMap::new)
-            .insert(c::TENSORBOARD_VOLUME.to_owned(), volume.to_string());
+            .insert(c::TENSORBOARD_VOLUME.to_owned(), text);
     }
 }
 
@@ -239,9 +253,10 @@ pub(crate) fn recorded_volume(job: &DLJob) -> Result<Option<Value>, String> {
         .and_then(|a| a.get(c::TENSORBOARD_VOLUME));
     let Some(text) = recorded else {
         return Err(format!(
-            "the DLJob has no {} annotation: the reconciler records volume \"{}\" there when it creates the DLJob; delete the DLJob to have it created again",
+            "the DLJob has no {} annotation: the reconciler records volume \"{}\" there when it creates the DLJob, if its JSON is at most {} bytes; delete the DLJob to have it created again",
             c::TENSORBOARD_VOLUME,
-            tb.volume
+            tb.volume,
+            c::MAX_TENSORBOARD_VOLUME
         ));
     };
     let volume: Value = serde_json::from_str(text)
@@ -603,7 +618,28 @@ mod tests {
         j.metadata.annotations = None;
         assert_eq!(
             recorded_volume(&j),
-            Err("the DLJob has no dljob.dev/tensorboard-volume annotation: the reconciler records volume \"logs\" there when it creates the DLJob; delete the DLJob to have it created again".to_owned())
+            Err("the DLJob has no dljob.dev/tensorboard-volume annotation: the reconciler records volume \"logs\" there when it creates the DLJob, if its JSON is at most 8192 bytes; delete the DLJob to have it created again".to_owned())
         );
+    }
+
+    /// A volume too big to record is not recorded: the DLJob's create is
+    /// not refused for its size (annotations may hold 256 KiB in all), and
+    /// the job's TensorBoard reports the volume missing.
+    #[test]
+    fn a_volume_over_8_kib_is_not_recorded() {
+        let mut j = with_tensorboard();
+        j.metadata.annotations = None;
+        let path = format!("/{}", "l".repeat(300_000));
+        record_volume(
+            &mut j,
+            &json!({"name": "logs", "nfs": {"server": "nfs", "path": path}}),
+        );
+        assert_eq!(j.metadata.annotations, None);
+        assert!(recorded_volume(&j)
+            .unwrap_err()
+            .contains("if its JSON is at most 8192 bytes"));
+        let fits = json!({"name": "logs", "nfs": {"server": "nfs", "path": "/exports"}});
+        record_volume(&mut j, &fits);
+        assert_eq!(recorded_volume(&j), Ok(Some(fits)));
     }
 }

@@ -986,7 +986,7 @@ TensorBoard:  logs:runs/tf-ps, running (1/1 ready)
     };
     let text = describe::render(&observed, a_minute_later());
     assert!(
-        text.contains("\nTensorBoard:  logs:runs/tf-ps, not run: the DLJob has no dljob.dev/tensorboard-volume annotation: the reconciler records volume \"logs\" there when it creates the DLJob; delete the DLJob to have it created again\nPhase:"),
+        text.contains("\nTensorBoard:  logs:runs/tf-ps, not run: the DLJob has no dljob.dev/tensorboard-volume annotation: the reconciler records volume \"logs\" there when it creates the DLJob, if its JSON is at most 8192 bytes; delete the DLJob to have it created again\nPhase:"),
         "{text}"
     );
 }

@@ -1408,3 +1408,44 @@ fn an_update_reads_its_peers_once_for_both_objects() {
         ["relevant_peers_to_each of 1"]
     );
 }
+
+/// A TensorBoard volume dljob could not record on the DLJob (its JSON over
+/// 8 KiB) is refused at admission, where the user can fix it; one of
+/// 8 KiB is admitted. Before, a 300 KB one was admitted and the DLJob's
+/// create then failed with 422 every 2 s.
+#[test]
+fn a_tensorboard_volume_dljob_cannot_record_is_refused() {
+    let mut volume = json!({"name": "logs", "nfs": {"server": "nfs", "path": "/"}});
+    let room = 8192 - volume.to_string().len();
+    volume["nfs"]["path"] = json!(format!("/{}", "l".repeat(room)));
+    assert!(problems(Kind::Pod, &tensorboard_pod(volume.clone(), true)).is_empty());
+    volume["nfs"]["path"] = json!(format!("/{}", "l".repeat(300_000)));
+    assert_eq!(
+        problems(Kind::Pod, &tensorboard_pod(volume, true)),
+        vec!["dljob.dev/tensorboard \"logs:runs/mnist\": volume \"logs\" is 300049 bytes as JSON; dljob records at most 8192 of it on the DLJob for TensorBoard to mount: give the shared volume a shorter source (a persistentVolumeClaim names it in a line)"]
+    );
+}
+
+/// A dljob annotation longer than 4 KiB is refused (none means anything
+/// at that length, and every cache of members would hold it), and not read
+/// further: no other message quotes it. 4 KiB passes this check (and is
+/// then refused, quoted, as no boolean).
+#[test]
+fn a_dljob_annotation_over_4_kib_is_refused() {
+    let mut pod = tf_pod(
+        "worker",
+        json!({"dljob.dev/wait-for-names": " ".repeat(4097)}),
+    );
+    assert_eq!(
+        problems(Kind::Pod, &pod),
+        vec!["annotation dljob.dev/wait-for-names is 4097 bytes; dljob reads values of at most 4096 bytes and ignores this one"]
+    );
+    pod["metadata"]["annotations"]["dljob.dev/wait-for-names"] = json!(" ".repeat(4096));
+    assert!(
+        !problems(Kind::Pod, &pod)
+            .iter()
+            .any(|p| p.contains("bytes; dljob reads values")),
+        "{:?}",
+        problems(Kind::Pod, &pod)
+    );
+}

@@ -24,8 +24,14 @@ impl<'v> Meta<'v> {
         }
     }
 
+    /// The first value of `key`; one longer than [`c::MAX_VALUE`] is not
+    /// read ([`Meta::oversized`] refuses it), so that no message quotes it
+    /// and nothing parses it.
     pub(super) fn find(maps: &[Option<&'v Map<String, Value>>; 2], key: &str) -> Option<&'v str> {
-        maps.iter().flatten().find_map(|m| m.get(key)?.as_str())
+        maps.iter()
+            .flatten()
+            .find_map(|m| m.get(key)?.as_str())
+            .filter(|v| v.len() <= c::MAX_VALUE)
     }
 
     pub(super) fn label(&self, key: &str) -> Option<&'v str> {
@@ -78,6 +84,27 @@ impl<'v> Meta<'v> {
                     v.push(Rule::MisplacedKey, format!(
                         "{k} is set as an annotation, but dljob reads it as a label: move it under metadata.labels"
                     ));
+                }
+            }
+        }
+    }
+
+    /// dljob's annotations longer than [`c::MAX_VALUE`]: none means
+    /// anything at that length, and every cache of members would hold it.
+    pub(super) fn oversized(&self, v: &mut Violations) {
+        let mut seen: Vec<&str> = Vec::new();
+        for m in self.annotations.iter().flatten() {
+            for (k, value) in m.iter() {
+                let len = value.as_str().map_or(0, str::len);
+                if is_annotation_key(k) && len > c::MAX_VALUE && !seen.contains(&k.as_str()) {
+                    seen.push(k);
+                    v.push(
+                        Rule::TooLarge,
+                        format!(
+                            "annotation {k} is {len} bytes; dljob reads values of at most {} bytes and ignores this one",
+                            c::MAX_VALUE
+                        ),
+                    );
                 }
             }
         }

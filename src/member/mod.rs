@@ -130,6 +130,7 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
     let mut warnings = Vec::new();
     meta.disagreements(&mut v);
     meta.misplaced_keys(&mut v);
+    meta.oversized(&mut v);
     meta.unknown_keys(&mut warnings);
     check_job_name(job, &mut v);
     let role = role(&meta, &mut v);

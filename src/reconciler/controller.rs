@@ -72,7 +72,7 @@ impl Error {
 pub struct Stores {
     pub statefulsets: Store<StatefulSet>,
     pub jobs: Store<Job>,
-    /// The owned Services (full objects: their drift is repaired).
+    /// The owned Services, trimmed to what their drift check compares.
     pub services: Store<Service>,
     /// The jobs whose members or owned objects changed: the controller
     /// reconciles them (only the leader drains it).

@@ -38,7 +38,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::{watch, Notify};
 
@@ -128,7 +128,7 @@ pub async fn start(
     let sts_task = watch.members::<StatefulSet>(trim::trim_statefulset, Some(writer));
     let (jobs, writer) = reflector::store();
     let job_task = watch.members::<Job>(trim::trim_job, Some(writer));
-    let (services, svc_task) = watch.owned::<Service>();
+    let (services, svc_task) = watch.owned::<Service>(trim::trim_service);
     // The webhook is ready once the member watches its peer checks read
     // have listed (`/readyz` answers 503 until then).
     let synced = {
@@ -236,10 +236,10 @@ impl Watch<'_> {
     }
 
     /// A reflector over the objects the reconciler owns (labelled with
-    /// their job), whole so that their drift can be seen. Every change
+    /// their job), trimmed to what their drift check compares. Every change
     /// marks the owning job changed, for the controller to repair it: a
     /// deleted Service comes back within a second, not at the next resync.
-    fn owned<K>(&self) -> (Store<K>, impl std::future::Future<Output = ()>)
+    fn owned<K>(&self, trim: fn(&mut K)) -> (Store<K>, impl std::future::Future<Output = ()>)
     where
         K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
             + Default
@@ -255,7 +255,7 @@ impl Watch<'_> {
         let stream = self
             .scope
             .watch::<K>(self.client, self.cfg, scope::gone::<K>)
-            .modify(|o: &mut K| o.managed_fields_mut().clear())
+            .modify(trim)
             .reflect(writer)
             .touched_objects()
             .for_each(move |o| {
@@ -400,7 +400,7 @@ pub async fn run_controller(
                 Err(e) => Some(Err(e)),
             })
         })
-        .modify(|d: &mut DLJob| d.managed_fields_mut().clear())
+        .modify(trim::trim_dljob)
         .reflect(writer)
         .applied_objects();
     let controller = Controller::for_stream(without_errors::<DLJob, _>(dljobs), dljob_store)

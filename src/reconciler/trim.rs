@@ -4,25 +4,40 @@
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStatus, Pod, PodSpec, PodStatus, Service, ServiceSpec,
+};
 use kube::api::ObjectMeta;
 use serde_json::Value;
 
 use crate::contract as c;
+use crate::crd::DLJob;
 use crate::member;
 
-/// Annotations never read back: big, and re-added by the webhook.
-const DROPPED_ANNOTATIONS: &[&str] = &[
-    "kubectl.kubernetes.io/last-applied-configuration",
-    c::HOSTFILE,
-];
+/// Whether a TensorBoard volume is one dljob records and caches (see
+/// [`c::MAX_TENSORBOARD_VOLUME`]).
+fn within_record(volume: &k8s_openapi::api::core::v1::Volume) -> bool {
+    serde_json::to_vec(volume).is_ok_and(|v| v.len() <= c::MAX_TENSORBOARD_VOLUME)
+}
 
+/// Of an object's metadata only what dljob reads: no managedFields and
+/// finalizers, only the controller owner reference, and of the labels and
+/// annotations only those [`member_key`] names, none longer than
+/// [`c::MAX_VALUE`] (admission refuses longer ones; one that got past it,
+/// on an object made before dljob ran, is dropped). Whatever its owner
+/// wrote, a cached object's metadata is then its name, uid and a few dozen
+/// short values.
 fn trim_meta(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
-    if let Some(a) = meta.annotations.as_mut() {
-        for k in DROPPED_ANNOTATIONS {
-            a.remove(*k);
-        }
+    meta.finalizers = None;
+    for map in [meta.labels.as_mut(), meta.annotations.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        map.retain(|k, v| member_key(k) && v.len() <= c::MAX_VALUE);
+    }
+    if let Some(refs) = meta.owner_references.as_mut() {
+        refs.retain(|r| r.controller == Some(true));
     }
 }
 
@@ -63,7 +78,7 @@ fn names_and(spec: &mut PodSpec, resources: bool, tensorboard: Option<&str>) {
             .volumes
             .take()?
             .into_iter()
-            .filter(|v| v.name == name)
+            .filter(|v| v.name == name && within_record(v))
             .collect();
         (!kept.is_empty()).then_some(kept)
     });
@@ -107,7 +122,6 @@ pub fn trim_pod(pod: &mut Pod) {
         .owner_references
         .as_ref()
         .is_some_and(|refs| refs.iter().any(|r| r.controller == Some(true)));
-    member_keys_only(&mut pod.metadata);
     let tensorboard = crate::tensorboard::annotated_volume([Some(&pod.metadata), None]);
     let mut framework = None;
     if let Some(spec) = pod.spec.as_mut() {
@@ -146,22 +160,15 @@ pub fn trim_pod(pod: &mut Pod) {
     }
 }
 
-/// Whether a label or annotation of a pod is read by [`member::parse`] or
-/// [`member::framework_container`].
+/// Whether a label or annotation of a member is read by [`member::parse`]
+/// or [`member::framework_container`]: dljob's own (but the hostfile,
+/// which is big and which the webhook writes again) and the ones
+/// Kubernetes gives a pod's index and default container in.
 fn member_key(key: &str) -> bool {
-    key.starts_with("dljob.dev/")
+    (c::known_key(key) && key != c::HOSTFILE)
         || key == c::K8S_POD_INDEX
         || key == c::K8S_JOB_COMPLETION_INDEX
         || key == c::K8S_DEFAULT_CONTAINER
-}
-
-fn member_keys_only(meta: &mut ObjectMeta) {
-    for map in [meta.labels.as_mut(), meta.annotations.as_mut()]
-        .into_iter()
-        .flatten()
-    {
-        map.retain(|k, _| member_key(k));
-    }
 }
 
 /// The framework container, chosen by [`member::pick_container`] from the
@@ -260,6 +267,51 @@ pub fn trim_job(job: &mut Job) {
             }),
             ..Default::default()
         });
+    }
+}
+
+/// Trims a Service labelled with a job before it is cached: of its
+/// metadata what [`trim_meta`] keeps, of its spec only what the job's
+/// Service declares (`resources::service`), which is all the drift check
+/// compares — the headless address, `publishNotReadyAddresses`, the
+/// selector's `dljob.dev/job` and the port named `dljob`. Whoever labels a
+/// Service, dljob holds at most that of it (well under 1 KiB past its
+/// name).
+pub fn trim_service(svc: &mut Service) {
+    trim_meta(&mut svc.metadata);
+    svc.status = None;
+    if let Some(spec) = svc.spec.take() {
+        svc.spec = Some(ServiceSpec {
+            cluster_ip: spec.cluster_ip,
+            publish_not_ready_addresses: spec.publish_not_ready_addresses,
+            selector: spec
+                .selector
+                .map(|s| s.into_iter().filter(|(k, _)| k == c::JOB).collect()),
+            ports: spec.ports.map(|ports| {
+                ports
+                    .into_iter()
+                    .filter(|p| p.name.as_deref() == Some(crate::mutate::PORT_NAME))
+                    .collect()
+            }),
+            ..ServiceSpec::default()
+        });
+    }
+}
+
+/// Trims a DLJob before it is cached: no managedFields, and of its labels
+/// and annotations only `dljob.dev/job` and the recorded TensorBoard
+/// volume (at most [`c::MAX_TENSORBOARD_VOLUME`]). Its spec and status are
+/// held to the CRD's schema by the API server.
+pub fn trim_dljob(job: &mut DLJob) {
+    let meta = &mut job.metadata;
+    meta.managed_fields = None;
+    meta.finalizers = None;
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|k, _| k == c::JOB);
+    }
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations
+            .retain(|k, v| k == c::TENSORBOARD_VOLUME && v.len() <= c::MAX_TENSORBOARD_VOLUME);
     }
 }
 
@@ -562,5 +614,183 @@ pub(super) mod tests {
             entry_of(&job, &config).unwrap().1.tensorboard_volume,
             Some(logs)
         );
+    }
+
+    /// What a tenant writes on a labelled object beyond dljob's keys is not
+    /// cached (issue 30, finding 5): 256 KiB of someone's annotation and
+    /// label on a member StatefulSet, Job and pod, and on a Service, and a
+    /// TensorBoard volume of 300 KB, leave each cached object under 2 KiB;
+    /// what the index and the drift check read is the same.
+    #[test]
+    fn a_tenants_bulk_is_not_cached() {
+        let config = Config::default();
+        let bulk = "x".repeat(256 * 1024);
+        let json_len = |v: &Value| v.to_string().len();
+
+        // A member StatefulSet and Job: entry unchanged, bulk gone.
+        let template = json!({"metadata": {"labels": {"dljob.dev/job": "mnist", "dljob.dev/role": "worker", "team": "x"},
+                "annotations": {"notes": bulk}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "pytorch", "image": "i"}]}});
+        let meta = json!({"name": "worker", "namespace": "ml", "uid": "s",
+            "labels": {"dljob.dev/job": "mnist", "dljob.dev/role": "worker", "team": "x"},
+            "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=2",
+                "notes": bulk, "dljob.dev/not-a-key": bulk},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "n", "uid": "n"}],
+            "finalizers": ["example.com/keep"]});
+        let sts: StatefulSet = serde_json::from_value(json!({"metadata": meta,
+            "spec": {"replicas": 2, "selector": {}, "serviceName": "mnist", "template": template}}))
+        .unwrap();
+        let mut trimmed = sts.clone();
+        trim_statefulset(&mut trimmed);
+        let (k1, e1) = entry_of(&sts, &config).unwrap();
+        let (k2, e2) = entry_of(&trimmed, &config).unwrap();
+        assert_eq!(
+            (k1, format!("{:?}", e1.member)),
+            (k2, format!("{:?}", e2.member))
+        );
+        let kept = serde_json::to_value(&trimmed).unwrap();
+        assert!(json_len(&kept) < 2048, "{kept}");
+        assert_eq!(
+            kept["metadata"],
+            json!({"name": "worker", "namespace": "ml", "uid": "s",
+                "labels": {"dljob.dev/job": "mnist", "dljob.dev/role": "worker"},
+                "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=2"},
+                "ownerReferences": []})
+        );
+        let job: Job = serde_json::from_value(json!({"metadata": meta,
+            "spec": {"completions": 2, "parallelism": 2, "completionMode": "Indexed", "template": template}}))
+        .unwrap();
+        let mut trimmed = job.clone();
+        trim_job(&mut trimmed);
+        let (k1, e1) = entry_of(&job, &config).unwrap();
+        let (k2, e2) = entry_of(&trimmed, &config).unwrap();
+        assert_eq!(
+            (k1, format!("{:?}", e1.member)),
+            (k2, format!("{:?}", e2.member))
+        );
+        assert!(json_len(&serde_json::to_value(&trimmed).unwrap()) < 2048);
+
+        // A member pod with the bulk and a 300 KB TensorBoard volume (an
+        // nfs path, say): the volume is not kept, nor recorded.
+        let mut p = pod(
+            true,
+            &["pytorch"],
+            &[("notes", &bulk), (c::TENSORBOARD, "logs:runs")],
+        );
+        let big = json!({"name": "logs", "nfs": {"server": "nfs", "path": format!("/{}", "l".repeat(300_000))}});
+        p.spec.as_mut().unwrap().volumes = Some(vec![serde_json::from_value(big).unwrap()]);
+        trim_pod(&mut p);
+        let kept = serde_json::to_value(&p).unwrap();
+        assert!(json_len(&kept) < 2048, "{kept}");
+        assert_eq!(entry_of(&p, &config).unwrap().1.tensorboard_volume, None);
+        // At the bound it is kept.
+        let mut p = pod(true, &["pytorch"], &[(c::TENSORBOARD, "logs:runs")]);
+        let mut fits = json!({"name": "logs", "nfs": {"server": "nfs", "path": "/"}});
+        let room = c::MAX_TENSORBOARD_VOLUME - fits.to_string().len();
+        fits["nfs"]["path"] = json!(format!("/{}", "l".repeat(room)));
+        assert_eq!(fits.to_string().len(), c::MAX_TENSORBOARD_VOLUME);
+        p.spec.as_mut().unwrap().volumes =
+            Some(vec![serde_json::from_value(fits.clone()).unwrap()]);
+        trim_pod(&mut p);
+        assert_eq!(
+            entry_of(&p, &config).unwrap().1.tensorboard_volume,
+            Some(fits)
+        );
+
+        // A dljob value over the bound is dropped (admission refuses it).
+        let mut p = pod(true, &["pytorch"], &[(c::PORT, &bulk)]);
+        trim_pod(&mut p);
+        assert!(!p.metadata.annotations.unwrap().contains_key(c::PORT));
+    }
+
+    /// A labelled Service is cached as what the drift check compares: the
+    /// check answers the same of the trimmed Service as of the whole one,
+    /// for the job's own Service, one that drifted, and someone else's.
+    #[test]
+    fn a_service_is_cached_as_its_drift_check_reads_it() {
+        use crate::reconciler::resources::{satisfies, service};
+        let job: DLJob = serde_json::from_value(json!({
+            "apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob",
+            "metadata": {"name": "mnist", "namespace": "ml", "uid": "j"},
+            "spec": {"framework": "pytorch", "port": 23456, "replicas": "master=1,worker=2",
+                "backoffLimit": 3, "cleanPodPolicy": "Running", "restartPolicy": "ExitCode"}
+        }))
+        .unwrap();
+        let desired = serde_json::to_value(service(&job).unwrap()).unwrap();
+        let json_len = |v: &Value| v.to_string().len();
+        let bulk = "x".repeat(256 * 1024);
+        let mut whole = desired.clone();
+        whole["metadata"]["annotations"] = json!({"notes": bulk});
+        whole["metadata"]["labels"]["team"] = json!(bulk[..63]);
+        whole["metadata"]["uid"] = json!("s");
+        whole["metadata"]["resourceVersion"] = json!("7");
+        whole["spec"]["clusterIPs"] = json!(["None"]);
+        whole["spec"]["selector"]["team"] = json!("x");
+        let extra: Vec<Value> = (0..2000)
+            .map(|i| json!({"name": format!("p{i}"), "port": 1000 + i, "protocol": "TCP"}))
+            .collect();
+        whole["spec"]["ports"].as_array_mut().unwrap().extend(extra);
+        whole["status"] = json!({"loadBalancer": {}});
+        let mut drifted = whole.clone();
+        drifted["spec"]["ports"][0]["port"] = json!(1);
+        let mut foreign = whole.clone();
+        foreign["metadata"]["ownerReferences"][0]["uid"] = json!("other");
+        for (case, object, satisfied) in [
+            ("own", whole, true),
+            ("drifted", drifted, false),
+            ("foreign", foreign, false),
+        ] {
+            let svc: Service = serde_json::from_value(object.clone()).unwrap();
+            let mut trimmed = svc.clone();
+            trim_service(&mut trimmed);
+            let kept = serde_json::to_value(&trimmed).unwrap();
+            assert!(json_len(&kept) < 1024, "{case}: {kept}");
+            assert_eq!(
+                satisfies(&object, &desired),
+                satisfies(&kept, &desired),
+                "{case}"
+            );
+            assert_eq!(satisfies(&kept, &desired), satisfied, "{case}");
+            assert_eq!(
+                kept["metadata"]["ownerReferences"], object["metadata"]["ownerReferences"],
+                "{case}"
+            );
+            assert_eq!(kept["metadata"]["uid"], "s");
+        }
+    }
+
+    /// A DLJob is cached with its recorded TensorBoard volume and nothing
+    /// else of anyone's metadata.
+    #[test]
+    fn a_dljob_is_cached_without_anyones_bulk() {
+        let bulk = "x".repeat(256 * 1024);
+        let mut job: DLJob = serde_json::from_value(json!({
+            "apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob",
+            "metadata": {"name": "mnist", "namespace": "ml", "uid": "j",
+                "labels": {"dljob.dev/job": "mnist", "team": "x"},
+                "annotations": {"notes": bulk, c::TENSORBOARD_VOLUME: "{\"name\":\"logs\",\"emptyDir\":{}}"},
+                "finalizers": ["example.com/keep"]},
+            "spec": {"framework": "pytorch", "port": 23456, "replicas": "master=1,worker=2",
+                "backoffLimit": 3, "cleanPodPolicy": "Running", "restartPolicy": "ExitCode"}
+        }))
+        .unwrap();
+        trim_dljob(&mut job);
+        let kept = serde_json::to_value(&job).unwrap();
+        assert_eq!(
+            kept["metadata"]["labels"],
+            json!({"dljob.dev/job": "mnist"})
+        );
+        assert_eq!(
+            kept["metadata"]["annotations"],
+            json!({c::TENSORBOARD_VOLUME: "{\"name\":\"logs\",\"emptyDir\":{}}"})
+        );
+        assert_eq!(kept["metadata"].get("finalizers"), None);
+        job.metadata.annotations = Some(
+            [(c::TENSORBOARD_VOLUME.to_owned(), bulk.clone())]
+                .into_iter()
+                .collect(),
+        );
+        trim_dljob(&mut job);
+        assert_eq!(job.metadata.annotations, Some(Default::default()));
     }
 }
