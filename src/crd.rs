@@ -329,6 +329,24 @@ pub struct PendingRecreate {
 pub struct SavedPod {
     pub name: String,
     pub uid: String,
+    /// The digest of its content (`sha256:` and hex) when it was saved:
+    /// whoever may edit PodTemplates in the namespace cannot have dljob
+    /// create a pod from an edited one. Absent in a status recorded before
+    /// dljob kept it; such a PodTemplate is trusted by its uid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+impl SavedPod {
+    /// Whether `found` (a PodTemplate as listed now) is the one this
+    /// record names, unchanged since it was saved.
+    pub fn is(&self, found: &SavedPod) -> bool {
+        self.uid == found.uid
+            && self
+                .digest
+                .as_ref()
+                .is_none_or(|d| Some(d) == found.digest.as_ref())
+    }
 }
 
 /// The CRD as YAML, exactly what `crds/dljob.yaml` holds.
@@ -535,5 +553,22 @@ mod tests {
                 "Age"
             ]
         );
+    }
+
+    /// A saved manifest is the recorded one by uid and digest; a record
+    /// from before digests were kept goes by uid.
+    #[test]
+    fn a_saved_manifest_is_the_recorded_one_by_uid_and_content() {
+        let saved = |uid: &str, digest: Option<&str>| SavedPod {
+            name: "dljob-recreate-x".into(),
+            uid: uid.into(),
+            digest: digest.map(Into::into),
+        };
+        let recorded = saved("t", Some("sha256:a"));
+        assert!(recorded.is(&saved("t", Some("sha256:a"))));
+        assert!(!recorded.is(&saved("t", Some("sha256:b"))));
+        assert!(!recorded.is(&saved("u", Some("sha256:a"))));
+        assert!(saved("t", None).is(&saved("t", Some("sha256:b"))));
+        assert!(!saved("t", None).is(&saved("u", Some("sha256:b"))));
     }
 }

@@ -330,8 +330,12 @@ fn save_pod(pod: Pod, job: &DLJob) -> [Call; 3] {
     let image = pod.spec.as_ref().unwrap().containers[0].image.clone();
     let template = format!("dljob-recreate-{name}-x7k2p");
     let template_uid = format!("t-{uid}");
+    // As the API server stores it (abridged): the manifest dljob sent.
     let created = json!({"apiVersion": "v1", "kind": "PodTemplate",
-        "metadata": {"name": template, "namespace": NS, "uid": template_uid}});
+        "metadata": {"name": template, "namespace": NS, "uid": template_uid},
+        "template": {"metadata": {"labels": {"dljob.dev/job": "mnist"}},
+            "spec": {"containers": [{"name": "pytorch", "image": image}]}}});
+    let digest = content_digest(&created);
     let pod_name = name.clone();
     [
         read_pod(pod),
@@ -372,7 +376,8 @@ fn save_pod(pod: Pod, job: &DLJob) -> [Call; 3] {
                     .clone();
                 assert_eq!(
                     entry,
-                    json!({"name": name, "uid": uid, "saved": {"name": template, "uid": template_uid}})
+                    json!({"name": name, "uid": uid,
+                        "saved": {"name": template, "uid": template_uid, "digest": digest}})
                 );
             },
             with_status(job, &json!({"status": {"phase": "Restarting"}})),
@@ -2984,13 +2989,39 @@ async fn a_finished_run_marks_the_statefulset_it_leaves_running() {
     .await;
 }
 
-/// A pending recreate: the saved manifests are listed, and the pod is
-/// created from the one the status names, by uid — not from another with
-/// the labels, name and even an owner reference forged to look like it (a
-/// planted one claiming this DLJob is cleaned away as any unneeded one;
-/// one of another controller is not touched).
-#[tokio::test]
-async fn a_deleted_bare_pod_comes_back_from_its_saved_manifest() {
+/// A saved manifest as the API server lists it: a PodTemplate of `image`
+/// whose controller is the DLJob of uid `owner_uid`.
+fn saved_manifest(name: &str, uid: &str, owner_uid: &str, image: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "PodTemplate",
+        "metadata": {"name": name, "namespace": NS, "uid": uid,
+            "labels": {"dljob.dev/job": "mnist"},
+            "annotations": {"dljob.dev/recreates": "worker-0"},
+            "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist",
+                "uid": owner_uid, "controller": true}]},
+        "template": {
+            "metadata": {"labels": {"dljob.dev/job": "mnist", "dljob.dev/role": "worker"},
+                "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/replicas": PYTORCH, "dljob.dev/index": "0"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "pytorch", "image": image}]}
+        }
+    })
+}
+
+/// The digest of a saved manifest's content, by its definition (SHA-256
+/// of its `template` as k8s-openapi writes it), computed here apart from
+/// dljob's code.
+fn content_digest(template: &Value) -> String {
+    use sha2::Digest as _;
+    let t: k8s_openapi::api::core::v1::PodTemplate =
+        serde_json::from_value(template.clone()).unwrap();
+    let bytes = serde_json::to_vec(&t.template).unwrap();
+    format!("sha256:{:x}", sha2::Sha256::digest(&bytes))
+}
+
+/// A job with worker-0 (a bare pod) pending its recreate from the saved
+/// manifest `dljob-recreate-ab12c` (uid t-ours) of image "train", as
+/// recorded when it was saved.
+fn pending_recreate() -> DLJob {
     let mut job = dljob("pytorch", PYTORCH);
     job.status = Some(dljob::crd::DLJobStatus {
         phase: dljob::crd::Phase::Restarting,
@@ -3000,68 +3031,71 @@ async fn a_deleted_bare_pod_comes_back_from_its_saved_manifest() {
             saved: Some(dljob::crd::SavedPod {
                 name: "dljob-recreate-ab12c".into(),
                 uid: "t-ours".into(),
+                digest: Some(content_digest(&saved_manifest(
+                    "dljob-recreate-ab12c",
+                    "t-ours",
+                    "job-uid",
+                    "train",
+                ))),
             }),
         }],
         ..Default::default()
     });
-    let saved = |name: &str, uid: &str, owner_uid: &str, image: &str| {
-        json!({
-            "apiVersion": "v1", "kind": "PodTemplate",
-            "metadata": {"name": name, "namespace": NS, "uid": uid,
-                "labels": {"dljob.dev/job": "mnist"},
-                "annotations": {"dljob.dev/recreates": "worker-0"},
-                "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist",
-                    "uid": owner_uid, "controller": true}]},
-            "template": {
-                "metadata": {"labels": {"dljob.dev/job": "mnist", "dljob.dev/role": "worker"},
-                    "annotations": {"dljob.dev/framework": "pytorch", "dljob.dev/replicas": PYTORCH, "dljob.dev/index": "0"}},
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "pytorch", "image": image}]}
-            }
-        })
-    };
-    let (ctx, handle) = context(
-        World {
-            pods: vec![bare_pod(
-                "mnist",
-                "pytorch",
-                PYTORCH,
-                "master",
-                0,
-                running(),
-            )],
-            services: vec![served(23456)],
-            ..World::default()
-        },
-        vec![],
-    );
+    job
+}
+
+/// The World of [`pending_recreate`]: the master runs, worker-0 is gone.
+fn master_only() -> World {
+    World {
+        pods: vec![bare_pod(
+            "mnist",
+            "pytorch",
+            PYTORCH,
+            "master",
+            0,
+            running(),
+        )],
+        services: vec![served(23456)],
+        ..World::default()
+    }
+}
+
+fn list_saved() -> String {
+    format!("/api/v1/namespaces/{NS}/podtemplates?&labelSelector=dljob.dev%2Fjob%3Dmnist")
+}
+
+/// A pending recreate: the saved manifests are listed, and the pod is
+/// created from the one the status names, by uid and content digest — not
+/// from another with the labels, name and even an owner reference forged
+/// to look like it (a planted one claiming this DLJob is cleaned away as
+/// any unneeded one; one of another controller is not touched).
+#[tokio::test]
+async fn a_deleted_bare_pod_comes_back_from_its_saved_manifest() {
+    let job = pending_recreate();
+    let (ctx, handle) = context(master_only(), vec![]);
     let jj = job.clone();
+    let recorded = job.status.as_ref().unwrap().pending_recreates[0]
+        .saved
+        .clone();
     let list = json!({"apiVersion": "v1", "kind": "PodTemplateList", "metadata": {"resourceVersion": "9"},
     "items": [
-        saved("dljob-recreate-zz999", "t-planted", "job-uid", "evil"),
-        saved("dljob-recreate-ab12c", "t-ours", "job-uid", "train"),
-        saved("dljob-recreate-yy888", "t-other", "someone-else", "evil"),
+        saved_manifest("dljob-recreate-zz999", "t-planted", "job-uid", "evil"),
+        saved_manifest("dljob-recreate-ab12c", "t-ours", "job-uid", "train"),
+        saved_manifest("dljob-recreate-yy888", "t-other", "someone-else", "evil"),
     ]});
     reconcile_expecting(
         job,
         ctx,
         handle,
         vec![
-            call(
-                "GET",
-                format!(
-                    "/api/v1/namespaces/{NS}/podtemplates?&labelSelector=dljob.dev%2Fjob%3Dmnist"
-                ),
-                |_| {},
-                list,
-            ),
+            call("GET", list_saved(), |_| {}, list),
             call(
                 "PATCH",
                 status_uri(),
-                |b| {
+                move |b| {
                     assert_eq!(
                         b["status"]["pendingRecreates"],
-                        json!([{"name": "worker-0", "uid": "uid-worker-0",
-                            "saved": {"name": "dljob-recreate-ab12c", "uid": "t-ours"}}])
+                        json!([{"name": "worker-0", "uid": "uid-worker-0", "saved": recorded}])
                     )
                 },
                 with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
@@ -3080,7 +3114,58 @@ async fn a_deleted_bare_pod_comes_back_from_its_saved_manifest() {
                 "DELETE",
                 format!("/api/v1/namespaces/{NS}/podtemplates/dljob-recreate-zz999?"),
                 |b| assert_eq!(b["preconditions"], json!({"uid": "t-planted"})),
-                saved("dljob-recreate-zz999", "t-planted", "job-uid", "evil"),
+                saved_manifest("dljob-recreate-zz999", "t-planted", "job-uid", "evil"),
+            ),
+        ],
+    )
+    .await;
+}
+
+/// The saved manifest itself edited after it was saved (same PodTemplate,
+/// same uid, another image — whoever may edit PodTemplates in the
+/// namespace): no pod is created from it; the recreate is given up and
+/// said, and the edited PodTemplate is deleted as one no longer needed.
+#[tokio::test]
+async fn an_edited_saved_manifest_is_not_recreated_from() {
+    let job = pending_recreate();
+    let (ctx, handle) = context(master_only(), vec![]);
+    let jj = job.clone();
+    let edited = saved_manifest("dljob-recreate-ab12c", "t-ours", "job-uid", "evil");
+    let list = json!({"apiVersion": "v1", "kind": "PodTemplateList", "metadata": {"resourceVersion": "9"},
+        "items": [edited.clone()]});
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call("GET", list_saved(), |_| {}, list),
+            call(
+                "PATCH",
+                status_uri(),
+                |b| assert_eq!(b["status"]["pendingRecreates"], json!([]), "{b}"),
+                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
+            ),
+            call(
+                "POST",
+                events_uri(),
+                |b| {
+                    assert_eq!(b["reason"], "RecreateLost");
+                    assert_eq!(b["type"], "Warning");
+                    assert!(
+                        b["note"]
+                            .as_str()
+                            .unwrap()
+                            .contains("bare pod(s) worker-0 cannot be recreated"),
+                        "{b}"
+                    );
+                },
+                Value::Null,
+            ),
+            call(
+                "DELETE",
+                format!("/api/v1/namespaces/{NS}/podtemplates/dljob-recreate-ab12c?"),
+                |b| assert_eq!(b["preconditions"], json!({"uid": "t-ours"})),
+                edited,
             ),
         ],
     )

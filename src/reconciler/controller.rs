@@ -569,6 +569,7 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         .map(|(uid, t)| SavedPod {
             name: t.name_any(),
             uid: uid.clone(),
+            digest: Some(observe::saved_digest(t)),
         })
         .collect();
     let mut out = status::next(
@@ -828,8 +829,13 @@ impl Target<'_> {
                 )?
             }
             Action::CreatePod { name, saved } => {
-                let Some(template) = self.saved.get(&saved.uid) else {
-                    return Ok(()); // not listed: status::next gives it up
+                let Some(template) = self.saved.get(&saved.uid).filter(|t| {
+                    saved
+                        .digest
+                        .as_deref()
+                        .is_none_or(|d| d == observe::saved_digest(t))
+                }) else {
+                    return Ok(()); // not listed, or changed: status::next gives it up
                 };
                 let template = template.template.clone().unwrap_or_default();
                 let meta = template.metadata.unwrap_or_default();
@@ -983,6 +989,7 @@ impl Target<'_> {
         Ok(Some(SavedPod {
             name: created.name_any(),
             uid: created.uid().unwrap_or_default(),
+            digest: Some(observe::saved_digest(&created)),
         }))
     }
 }

@@ -4,10 +4,11 @@
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ContainerState as K8sState, ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerState as K8sState, ContainerStatus, Pod, PodTemplate};
 use kube::api::ObjectMeta;
 use kube::ResourceExt;
 use serde_json::{json, Value};
+use sha2::Digest as _;
 
 use super::status::{ContainerState, Exit, FrameworkContainer, ObservedPod, PodRestart, Workload};
 use crate::contract as c;
@@ -184,4 +185,12 @@ fn index_offset(meta: &ObjectMeta, template: Option<&ObjectMeta>) -> Option<u32>
         .trim()
         .parse()
         .ok()
+}
+
+/// The digest of a saved manifest's content, its `template` as the API
+/// server returned it (`sha256:` and hex): recorded with the PodTemplate's
+/// uid when it is saved, compared before a pod is created from it.
+pub(crate) fn saved_digest(template: &PodTemplate) -> String {
+    let bytes = serde_json::to_vec(&template.template).unwrap_or_default();
+    format!("sha256:{:x}", sha2::Sha256::digest(&bytes))
 }

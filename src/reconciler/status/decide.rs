@@ -297,10 +297,7 @@ fn recreate_bare(
     });
     status.pending_recreates.retain(|r| {
         let gone = !all.iter().any(|p| p.name == r.name);
-        let from = r
-            .saved
-            .as_ref()
-            .filter(|s| saved.iter().any(|t| t.uid == s.uid));
+        let from = r.saved.as_ref().filter(|s| saved.iter().any(|t| s.is(t)));
         match (gone, from) {
             (true, None) => {
                 lost.push(r.name.clone());
@@ -319,7 +316,7 @@ fn recreate_bare(
         let needed = status
             .pending_recreates
             .iter()
-            .any(|r| r.saved.as_ref().is_some_and(|s| s.uid == t.uid));
+            .any(|r| r.saved.as_ref().is_some_and(|s| s.is(t)));
         if !needed {
             retry.actions.push(Action::DeleteSaved { saved: t.clone() });
         }

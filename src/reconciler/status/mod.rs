@@ -514,7 +514,7 @@ fn phase_events(
             warning: true,
             reason: "RecreateLost".to_owned(),
             note: format!(
-                "bare pod(s) {} cannot be recreated: the manifest dljob saved to recreate them from (a PodTemplate owned by this DLJob) is gone; create them again from your manifests",
+                "bare pod(s) {} cannot be recreated: the manifest dljob saved to recreate them from (a PodTemplate owned by this DLJob) is gone or was changed since; create them again from your manifests",
                 lost.join(", ")
             ),
         });

@@ -77,6 +77,7 @@ fn save_all(status: &mut DLJobStatus) -> Vec<SavedPod> {
             let saved = SavedPod {
                 name: format!("t-{}", r.name),
                 uid: format!("t-uid-{}", r.name),
+                digest: Some(format!("sha256:{}", r.name)),
             };
             r.saved = Some(saved.clone());
             saved
@@ -703,7 +704,7 @@ fn retryable_exit_of_a_bare_pod_deletes_counts_and_recreates_it_once() {
         vec![JobEvent {
             warning: true,
             reason: "RecreateLost".into(),
-            note: "bare pod(s) worker-0 cannot be recreated: the manifest dljob saved to recreate them from (a PodTemplate owned by this DLJob) is gone; create them again from your manifests".into(),
+            note: "bare pod(s) worker-0 cannot be recreated: the manifest dljob saved to recreate them from (a PodTemplate owned by this DLJob) is gone or was changed since; create them again from your manifests".into(),
         }]
     );
 
