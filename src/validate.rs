@@ -127,11 +127,17 @@ fn immutable_keys(
             annotation(old, c::FRAMEWORK),
             annotation(new, c::FRAMEWORK),
         ),
-        // A pod's index is its hostname and rank, fixed at creation.
+        // A pod's index is its hostname and rank, fixed at creation; a
+        // set's offset moves every index of its pods.
         (
             c::INDEX,
             annotation(old, c::INDEX).filter(|_| kind == Kind::Pod),
             annotation(new, c::INDEX).filter(|_| kind == Kind::Pod),
+        ),
+        (
+            c::INDEX_OFFSET,
+            annotation(old, c::INDEX_OFFSET),
+            annotation(new, c::INDEX_OFFSET),
         ),
     ] {
         if before != after {
@@ -161,13 +167,38 @@ fn immutable_keys(
     }
     // The topology compares as written or inferred, so that scaling a
     // single-role workload counts as a change too.
-    let effective = |o: &Value| -> Option<Topology> {
-        match member::parse(kind, o, namespace, config) {
-            Ok(Some(p)) => Some(p.member.spec.replicas.clone()),
-            _ => annotation(o, c::REPLICAS).and_then(|t| Topology::parse(&t).ok()),
+    let parsed = |o: &Value| member::parse(kind, o, namespace, config).ok().flatten();
+    let (parsed_old, parsed_new) = (parsed(old), parsed(new));
+    // Whichever source gives a pod its index (dljob.dev/index, the
+    // controllers' pod-index and completion-index keys, its controller
+    // reference, the offset), the index itself cannot change: a worker
+    // must not become the coordinator by a relabel. (A change of
+    // dljob.dev/index itself is said above.)
+    if kind == Kind::Pod && annotation(old, c::INDEX) == annotation(new, c::INDEX) {
+        let index = |p: &Option<member::Parsed>| p.as_ref().and_then(|p| p.member.index);
+        let (before, after) = (index(&parsed_old), index(&parsed_new));
+        // (A new object that is no member, or no valid one, is said
+        // otherwise.)
+        if let (Some(before), Some(after)) = (before, after) {
+            if before != after {
+                let sources = [c::INDEX, c::K8S_POD_INDEX, c::K8S_JOB_COMPLETION_INDEX];
+                v.push(
+                    Rule::ImmutableKey,
+                    format!(
+                        "the pod's index cannot change on an existing member ({before} → {after}, from its {}, {}, {} or controller): delete the pod to change it",
+                        sources[0], sources[1], sources[2]
+                    ),
+                );
+            }
+        }
+    }
+    let effective = |o: &Value, p: &Option<member::Parsed>| -> Option<Topology> {
+        match p {
+            Some(p) => Some(p.member.spec.replicas.clone()),
+            None => annotation(o, c::REPLICAS).and_then(|t| Topology::parse(&t).ok()),
         }
     };
-    let (before, after) = (effective(old), effective(new));
+    let (before, after) = (effective(old, &parsed_old), effective(new, &parsed_new));
     let same = match (&before, &after) {
         (Some(a), Some(b)) => a == b,
         (None, None) => annotation(old, c::REPLICAS) == annotation(new, c::REPLICAS),

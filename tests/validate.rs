@@ -1449,3 +1449,121 @@ fn a_dljob_annotation_over_4_kib_is_refused() {
         problems(Kind::Pod, &pod)
     );
 }
+
+/// A pod's index cannot change by UPDATE through any of its sources
+/// (issue 30, finding 8): the StatefulSet's pod-index label, the Job's
+/// completion index, a controller reference added to a bare pod; nor a
+/// set's dljob.dev/index-offset. And a pod may not carry both a set's index
+/// and dljob.dev/index (it was read as the set's, silently).
+#[test]
+fn no_source_of_a_pods_index_changes_it() {
+    let cfg = Config::default();
+    let worker = |labels: Value, annotations: Value| {
+        let mut p = tf_pod("worker", json!({"dljob.dev/index": null}));
+        for (k, v) in labels.as_object().unwrap() {
+            p["metadata"]["labels"][k] = v.clone();
+        }
+        for (k, v) in annotations.as_object().unwrap() {
+            p["metadata"]["annotations"][k] = v.clone();
+        }
+        p
+    };
+    let owned_by = |mut p: Value, kind: &str, name: &str| {
+        p["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": kind, "name": name, "uid": "o", "controller": true}]);
+        p
+    };
+    let refused = "the pod's index cannot change on an existing member";
+
+    // A StatefulSet's worker 1 relabelled 0.
+    let old = owned_by(
+        worker(json!({"apps.kubernetes.io/pod-index": "1"}), json!({})),
+        "StatefulSet",
+        "w",
+    );
+    let new = owned_by(
+        worker(json!({"apps.kubernetes.io/pod-index": "0"}), json!({})),
+        "StatefulSet",
+        "w",
+    );
+    let got = problems_under(&cfg, Kind::Pod, &new, Some(&old));
+    assert_eq!(
+        got,
+        vec!["the pod's index cannot change on an existing member (1 → 0, from its dljob.dev/index, apps.kubernetes.io/pod-index, batch.kubernetes.io/job-completion-index or controller): delete the pod to change it"]
+    );
+    // An unrelated label change is fine.
+    let mut relabelled = old.clone();
+    relabelled["metadata"]["labels"]["team"] = json!("a");
+    assert_eq!(
+        problems_under(&cfg, Kind::Pod, &relabelled, Some(&old)),
+        Vec::<String>::new()
+    );
+
+    // An Indexed Job's worker 1 given completion index 0.
+    let old = owned_by(
+        worker(
+            json!({}),
+            json!({"batch.kubernetes.io/job-completion-index": "1"}),
+        ),
+        "Job",
+        "w",
+    );
+    let new = owned_by(
+        worker(
+            json!({}),
+            json!({"batch.kubernetes.io/job-completion-index": "0"}),
+        ),
+        "Job",
+        "w",
+    );
+    let got = problems_under(&cfg, Kind::Pod, &new, Some(&old));
+    assert!(got.len() == 1 && got[0].starts_with(refused), "{got:?}");
+
+    // A bare worker 1 given a StatefulSet as controller, whose name says 0.
+    let mut old = worker(json!({}), json!({"dljob.dev/index": "1"}));
+    old["metadata"]["name"] = json!("w-0");
+    let mut new = owned_by(old.clone(), "StatefulSet", "w");
+    new["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("dljob.dev/index");
+    let got = problems_under(&cfg, Kind::Pod, &new, Some(&old));
+    assert_eq!(
+        got,
+        vec!["dljob.dev/index cannot change on an existing member (\"1\" → (unset)): delete and recreate the job's members to change it"]
+    );
+    // Keeping the annotation beside the new controller: refused as two
+    // answers to one question.
+    let mut kept = owned_by(old.clone(), "StatefulSet", "w");
+    kept["metadata"]["labels"]["apps.kubernetes.io/pod-index"] = json!("1");
+    let got = problems_under(&cfg, Kind::Pod, &kept, Some(&old));
+    assert!(
+        got[0].starts_with("annotation dljob.dev/index \"1\" is for plain pods"),
+        "{got:?}"
+    );
+
+    // A bare pod with dljob.dev/index 1 and a pod-index label 0: refused
+    // at creation, and by UPDATE.
+    let both = worker(
+        json!({"apps.kubernetes.io/pod-index": "0"}),
+        json!({"dljob.dev/index": "1"}),
+    );
+    assert_eq!(
+        problems_under(&cfg, Kind::Pod, &both, None),
+        vec!["annotation dljob.dev/index \"1\" is for plain pods; this pod's index comes from its StatefulSet (apps.kubernetes.io/pod-index): remove the annotation"]
+    );
+    let bare = worker(json!({}), json!({"dljob.dev/index": "1"}));
+    assert!(!problems_under(&cfg, Kind::Pod, &both, Some(&bare)).is_empty());
+
+    // A set's offset.
+    let set = |offset: &str| {
+        sts(
+            2,
+            json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "master=1,worker=4",
+            "dljob.dev/index-offset": offset}),
+        )
+    };
+    assert_eq!(
+        problems_under(&cfg, Kind::StatefulSet, &set("0"), Some(&set("2"))),
+        vec!["dljob.dev/index-offset cannot change on an existing member (\"2\" → \"0\"): delete and recreate the job's members to change it"]
+    );
+}

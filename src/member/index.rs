@@ -101,6 +101,26 @@ pub(super) fn pod_index(
     v: &mut Violations,
 ) -> (Option<u32>, PodOwner) {
     let owner = pod_owner(object);
+    // A set's pod takes its index from the set; a dljob.dev/index beside
+    // it would be a second, silently ignored, answer (a bare pod given
+    // both the annotation and a pod-index label is read as the set's).
+    if owner != PodOwner::None {
+        if let Some(s) = meta.annotation(c::INDEX) {
+            v.push(
+                Rule::IndexOnWorkload,
+                format!(
+                    "annotation {} \"{}\" is for plain pods; this pod's index comes from its {} ({}): remove the annotation",
+                    c::INDEX,
+                    c::quoted(s),
+                    owner_name(owner),
+                    match owner {
+                        PodOwner::StatefulSet => c::K8S_POD_INDEX,
+                        _ => c::K8S_JOB_COMPLETION_INDEX,
+                    }
+                ),
+            );
+        }
+    }
     let count = match (role, topology) {
         (Some(r), Some(t)) => t.count(r),
         _ => None,
