@@ -223,9 +223,24 @@ pub struct ServeArgs {
     /// Serve /metrics on this address instead, over plain HTTP (e.g.
     /// 0.0.0.0:9090), so that the webhook port can be opened to the API
     /// server alone (deploy/ does, with a NetworkPolicy). Unset: /metrics is
-    /// served on --listen with the reviews.
+    /// served on --listen with the reviews. /healthz and /readyz are
+    /// served there too.
     #[arg(long, env = "DLJOB_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// PEM CA bundle: require a client certificate it signed on the
+    /// webhook port (mutual TLS), so that only the API server (configured
+    /// with such a certificate, docs/client-certificate.md) gets answers. With it,
+    /// denials name the job's other members and their values; without it
+    /// they do not, since whoever reaches the port could ask about any
+    /// namespace. Needs --metrics-listen: the kubelet's probes, which
+    /// present no certificate, go there (/healthz, /readyz).
+    #[arg(
+        long,
+        env = "DLJOB_CLIENT_CA",
+        value_name = "FILE",
+        requires = "metrics_listen"
+    )]
+    pub client_ca: Option<PathBuf>,
     /// Seconds a connection may stay open between requests. Keep it above
     /// the client's own idle timeout (the API server's is 90 s), so that it
     /// closes first and no request races the close.

@@ -53,10 +53,11 @@ pub fn validate<P: Peers + ?Sized>(
         _ => Vec::new(),
     };
     let (new_peers, old_peers) = (peers_of(&new), was.as_ref().map(&mut peers_of));
-    let (found, warnings) = judge(new, object, config, &new_peers, operation);
+    let named = peers.named();
+    let (found, warnings) = judge(new, object, config, (&new_peers, named), operation);
     let before = match (old, was, old_peers) {
         (Some(old), Some(was), Some(old_peers)) if !found.is_empty() => {
-            judge(was, old, config, &old_peers, operation).0
+            judge(was, old, config, (&old_peers, named), operation).0
         }
         _ => Violations::default(),
     };
@@ -66,12 +67,12 @@ pub fn validate<P: Peers + ?Sized>(
 
 /// Everything [`validate`] checks of one object but what an UPDATE
 /// changed: its problems, and its warnings, against `peers` ([`relevant`]
-/// to it).
+/// to it; named in messages or not, [`Peers::named`]).
 fn judge(
     parsed: member::Parsing,
     object: &Value,
     config: &Config,
-    peers: &[MemberSpec],
+    (peers, named): (&[MemberSpec], bool),
     operation: crate::mutate::Operation,
 ) -> (Violations, Vec<String>) {
     let parsed = match parsed {
@@ -83,7 +84,7 @@ fn judge(
     for problem in crate::tensorboard::check(&parsed.member, object) {
         v.push(Rule::TensorBoardVolume, problem);
     }
-    agree_with_peers(&parsed.member, peers, &mut v);
+    agree_with_peers(&parsed.member, peers, named, &mut v);
     (v, parsed.warnings)
 }
 
@@ -233,12 +234,26 @@ fn changed(key: &str, before: Option<&str>, after: Option<&str>) -> String {
 /// Every member of a job agrees on framework, topology and policies, and no
 /// two pods claim the same (role, index). `peers` are those [`relevant`]
 /// chose.
-fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
+/// `m` against the job's other members: the same job-wide spec, no
+/// replica claimed twice. `named`: the messages name the other member and
+/// its values; otherwise (a client dljob did not authenticate) they say
+/// only what is wrong with `m` and how to list the job's members.
+fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], named: bool, v: &mut Violations) {
+    let list = format!(
+        " (kubectl get pods,statefulsets,jobs -l {}={} lists them)",
+        c::JOB,
+        m.job
+    );
     for peer in peers {
         if !is_peer(m, peer) {
             continue;
         }
-        let who = format!("{} \"{}\"", peer.kind.as_str(), peer.name);
+        let who = if named {
+            format!("{} \"{}\"", peer.kind.as_str(), peer.name)
+        } else {
+            format!("another {}", peer.kind.as_str())
+        };
+        let hint = if named { "" } else { list.as_str() };
         // Left running by a finished run: it binds a new run to nothing,
         // but still holds its replica's hostname.
         let (who, finished) = match &peer.finished_run {
@@ -254,8 +269,13 @@ fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
             .into_iter()
             .filter(|_| !finished)
         {
+            let theirs = if named {
+                format!("{theirs} on")
+            } else {
+                "another value on".to_owned()
+            };
             v.push(Rule::PeerDisagrees, format!(
-                "{what} is {value} here but {theirs} on {who} of job \"{}\"; every member of a job must agree",
+                "{what} is {value} here but {theirs} {who} of job \"{}\"; every member of a job must agree{hint}",
                 m.job
             ));
         }
@@ -267,7 +287,7 @@ fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
             v.push(
                 Rule::DuplicateReplica,
                 format!(
-                    "{who} already is {} {} of job \"{}\"; give this pod another {}",
+                    "{who} already is {} {} of job \"{}\"; give this pod another {}{hint}",
                     m.role,
                     m.index.unwrap_or(0),
                     m.job,
@@ -276,8 +296,8 @@ fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], v: &mut Violations) {
             );
         }
         if peer.role == m.role {
-            if let Some(message) = overlap(m, peer, &who) {
-                v.push(Rule::DuplicateReplica, message);
+            if let Some(message) = overlap(m, peer, &who, named) {
+                v.push(Rule::DuplicateReplica, format!("{message}{hint}"));
             }
         }
     }
@@ -305,7 +325,7 @@ pub(crate) fn covers(m: &MemberSpec) -> Option<(u32, u32)> {
 
 /// Two members of one role that claim the same index, named with both
 /// ranges. Two plain pods claiming one index are caught by the pods' check.
-fn overlap(m: &MemberSpec, peer: &MemberSpec, who: &str) -> Option<String> {
+fn overlap(m: &MemberSpec, peer: &MemberSpec, who: &str, named: bool) -> Option<String> {
     if m.kind == Kind::Pod && peer.kind == Kind::Pod {
         return None;
     }
@@ -333,12 +353,16 @@ fn overlap(m: &MemberSpec, peer: &MemberSpec, who: &str) -> Option<String> {
     } else {
         format!("give each set its own range with {}", c::INDEX_OFFSET)
     };
+    let theirs = if named {
+        show((b0, b1))
+    } else {
+        "some of them".to_owned()
+    };
     Some(format!(
-        "this {} covers {} but {who} of job \"{}\" already covers {}: {fix}",
+        "this {} covers {} but {who} of job \"{}\" already covers {theirs}: {fix}",
         m.kind.as_str(),
         show((a0, a1)),
         m.job,
-        show((b0, b1))
     ))
 }
 
@@ -405,6 +429,11 @@ pub trait Peers {
     fn relevant_to_each(&self, ms: &[&MemberSpec]) -> Vec<Vec<MemberSpec>> {
         ms.iter().map(|m| self.relevant(m)).collect()
     }
+    /// Whether messages may name the peers and their values: not to a
+    /// client dljob did not authenticate ([`PeerSource::names_peers`]).
+    fn named(&self) -> bool {
+        true
+    }
 }
 
 impl Peers for [MemberSpec] {
@@ -434,6 +463,9 @@ impl Peers for FromSource<'_> {
     }
     fn relevant_to_each(&self, ms: &[&MemberSpec]) -> Vec<Vec<MemberSpec>> {
         self.0.relevant_peers_to_each(ms)
+    }
+    fn named(&self) -> bool {
+        self.0.names_peers()
     }
 }
 
@@ -469,11 +501,40 @@ pub trait PeerSource: Send + Sync {
     fn relevant_peers_to_each(&self, ms: &[&MemberSpec]) -> Vec<Vec<MemberSpec>> {
         ms.iter().map(|m| self.relevant_peers(m)).collect()
     }
+    /// Whether denials may name the peers (their names, values, ranges).
+    /// A server whose clients are not authenticated answers for every
+    /// namespace to whoever connects, so it says only what is wrong with
+    /// the object reviewed ([`Withheld`]).
+    fn names_peers(&self) -> bool {
+        true
+    }
     /// Whether the source has seen every member once (a cache that has not
     /// listed yet would let a disagreeing member through): the server is
     /// not ready before.
     fn synced(&self) -> bool {
         true
+    }
+}
+
+/// A [`PeerSource`] whose peers are not named in messages: the server's,
+/// when its clients are not authenticated (no `--client-ca`).
+pub struct Withheld(pub std::sync::Arc<dyn PeerSource>);
+
+impl PeerSource for Withheld {
+    fn peers(&self, namespace: &str, job: &str) -> Vec<MemberSpec> {
+        self.0.peers(namespace, job)
+    }
+    fn relevant_peers(&self, m: &MemberSpec) -> Vec<MemberSpec> {
+        self.0.relevant_peers(m)
+    }
+    fn relevant_peers_to_each(&self, ms: &[&MemberSpec]) -> Vec<Vec<MemberSpec>> {
+        self.0.relevant_peers_to_each(ms)
+    }
+    fn names_peers(&self) -> bool {
+        false
+    }
+    fn synced(&self) -> bool {
+        self.0.synced()
     }
 }
 

@@ -1567,3 +1567,60 @@ fn no_source_of_a_pods_index_changes_it() {
         vec!["dljob.dev/index-offset cannot change on an existing member (\"2\" → \"0\"): delete and recreate the job's members to change it"]
     );
 }
+
+/// A server whose clients are not authenticated does not name a job's
+/// other members, nor their values or ranges (issue 30, finding 7): whoever
+/// reaches it could ask about any namespace. The denial still says what is
+/// wrong with the object and how to list the members.
+#[test]
+fn peers_are_named_only_to_an_authenticated_client() {
+    use dljob::validate::{FromSource, PeerSource, Withheld};
+
+    struct Fixed(Vec<MemberSpec>);
+    impl PeerSource for Fixed {
+        fn peers(&self, _: &str, _: &str) -> Vec<MemberSpec> {
+            self.0.clone()
+        }
+    }
+    let config = Config::default();
+    let mut chief = tf_pod("chief", json!({"dljob.dev/port": "2300"}));
+    chief["metadata"]["name"] = json!("secret-chief-0");
+    let mut worker = tf_pod("worker", json!({}));
+    worker["metadata"]["name"] = json!("secret-worker-1");
+    let source = std::sync::Arc::new(Fixed(peers_of(
+        [(Kind::Pod, &chief), (Kind::Pod, &worker)],
+        Some("ml"),
+        &config,
+    )));
+    let mut pod = tf_pod("worker", json!({}));
+    pod["metadata"]["name"] = json!("mine");
+    let denial = |named: bool| -> Vec<String> {
+        let withheld = Withheld(source.clone());
+        let peers: &dyn PeerSource = if named { source.as_ref() } else { &withheld };
+        match validate(
+            Kind::Pod,
+            &pod,
+            None,
+            Some("ml"),
+            &config,
+            &FromSource(peers),
+        ) {
+            Err(v) => v.0.iter().map(|v| v.message.clone()).collect(),
+            Ok(w) => panic!("admitted: {w:?}"),
+        }
+    };
+    assert_eq!(
+        denial(true),
+        vec![
+            "dljob.dev/port is 2222 here but 2300 on Pod \"secret-chief-0\" of job \"mnist\"; every member of a job must agree",
+            "Pod \"secret-worker-1\" already is worker 1 of job \"mnist\"; give this pod another dljob.dev/index",
+        ]
+    );
+    assert_eq!(
+        denial(false),
+        vec![
+            "dljob.dev/port is 2222 here but another value on another Pod of job \"mnist\"; every member of a job must agree (kubectl get pods,statefulsets,jobs -l dljob.dev/job=mnist lists them)",
+            "another Pod already is worker 1 of job \"mnist\"; give this pod another dljob.dev/index (kubectl get pods,statefulsets,jobs -l dljob.dev/job=mnist lists them)",
+        ]
+    );
+}

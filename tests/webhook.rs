@@ -125,17 +125,35 @@ async fn start_with(
 }
 
 fn tls_connector(ca_pem: &str, alpn: &[&[u8]]) -> TlsConnector {
+    tls_connector_as(ca_pem, alpn, None)
+}
+
+/// A client certificate and its key (PEM).
+type Identity = (String, String);
+
+/// [`tls_connector`] that presents `identity`, when given.
+fn tls_connector_as(ca_pem: &str, alpn: &[&[u8]], identity: Option<&Identity>) -> TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    .with_root_certificates(roots);
+    let mut config = match identity {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<Vec<_>, _>>()
+                    .unwrap(),
+                rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     TlsConnector::from(Arc::new(config))
 }
@@ -1671,10 +1689,13 @@ async fn the_dev_ca_is_reused_across_restarts_and_replaced_when_unusable() {
         let ca_out = dir.join("dev-ca.pem");
         let key = dir.join("dev-ca.key");
         let load = || {
-            webhook::tls::load(&TlsSource::SelfSigned {
-                ca_out: ca_out.clone(),
-                extra_sans: vec![],
-            })
+            webhook::tls::load(
+                &TlsSource::SelfSigned {
+                    ca_out: ca_out.clone(),
+                    extra_sans: vec![],
+                },
+                None,
+            )
             .unwrap()
         };
         let first = load();
@@ -2028,4 +2049,92 @@ fn the_pruned_review_view_answers_as_the_core_does_on_the_whole_object() {
         with_pod_defaults >= 15,
         "the pods' fixtures carry the API server's defaults: {with_pod_defaults}"
     );
+}
+
+/// A CA (its certificate, PEM) and a client certificate it signed.
+fn client_ca() -> (String, Identity) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "webhook clients");
+    let ca = rcgen::CertifiedIssuer::self_signed(params, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut leaf = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    leaf.distinguished_name
+        .push(rcgen::DnType::CommonName, "kube-apiserver");
+    leaf.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = leaf.signed_by(&key, &ca).unwrap();
+    (ca.pem(), (cert.pem(), key.serialize_pem()))
+}
+
+/// With a client CA the webhook port answers only a client that presents
+/// a certificate it signed (the API server, configured so): one without a
+/// certificate, or with another CA's, gets no answer. The probes move to
+/// the metrics port, where the kubelet (which presents none) reaches them.
+#[tokio::test]
+async fn with_a_client_ca_only_its_clients_are_answered() {
+    bounded(async {
+        let (ca, identity) = client_ca();
+        let (_, stranger) = client_ca();
+        let verifier = webhook::tls::client_verifier(ca.as_bytes(), "client CA").unwrap();
+        let s = start(|s| {
+            s.metrics_listen = Some(localhost());
+            s.client_auth = Some(verifier);
+        })
+        .await;
+        let answered = |identity: Option<Identity>| {
+            let (addr, ca) = (s.addr, s.ca.clone());
+            async move {
+                let tcp = TcpStream::connect(addr).await.unwrap();
+                let stream = tls_connector_as(&ca, &[b"http/1.1"], identity.as_ref())
+                    .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                    .await?;
+                let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
+                    .await
+                    .map_err(std::io::Error::other)?;
+                tokio::spawn(conn);
+                let req = Request::builder()
+                    .method("POST")
+                    .uri("/mutate")
+                    .header("host", "localhost")
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(
+                        serde_json::to_vec(&captured("mutate-create-pod-resnet-chief.json"))
+                            .unwrap(),
+                    )))
+                    .unwrap();
+                let resp = sender
+                    .send_request(req)
+                    .await
+                    .map_err(std::io::Error::other)?;
+                Ok::<_, std::io::Error>(resp.status())
+            }
+        };
+        assert_eq!(answered(Some(identity)).await.unwrap(), StatusCode::OK);
+        assert!(
+            answered(None).await.is_err(),
+            "answered without a certificate"
+        );
+        assert!(
+            answered(Some(stranger)).await.is_err(),
+            "answered another CA's client"
+        );
+        // The probes, over plain HTTP on the metrics port.
+        let at = s.running.metrics_addr().expect("a metrics port");
+        for (path, expected) in [("/healthz", "HTTP/1.1 200"), ("/readyz", "HTTP/1.1 200")] {
+            let mut tcp = TcpStream::connect(at).await.unwrap();
+            let request =
+                format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+            tcp.write_all(request.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            tcp.read_to_end(&mut out).await.unwrap();
+            assert!(
+                String::from_utf8_lossy(&out).starts_with(expected),
+                "{path}"
+            );
+        }
+    })
+    .await
 }

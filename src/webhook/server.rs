@@ -57,6 +57,11 @@ pub struct Settings {
     /// Log every review at INFO; otherwise only denials and reviews with
     /// warnings are (the others at DEBUG).
     pub log_reviews: bool,
+    /// Client certificates required on the webhook port, and whose: with
+    /// them, denials name the job's other members (only the API server
+    /// can ask); without, they do not (whoever reaches the port could ask
+    /// about any namespace).
+    pub client_auth: tls::ClientAuth,
 }
 
 impl Settings {
@@ -71,6 +76,7 @@ impl Settings {
             connections: Limits::DEFAULT,
             metrics_listen: None,
             reload_interval: Duration::from_secs(2),
+            client_auth: None,
             log_reviews: false,
         }
     }
@@ -185,7 +191,11 @@ pub async fn run(
     mut registry: Registry,
 ) -> Result<Running, StartError> {
     let metrics = Metrics::register(&mut registry);
-    let mut loaded = tls::load(&settings.tls)?;
+    let mut loaded = tls::load(&settings.tls, settings.client_auth.clone())?;
+    let mut inputs = inputs;
+    if settings.client_auth.is_none() {
+        inputs.peers = Arc::new(crate::validate::Withheld(inputs.peers));
+    }
     let reloader = loaded.spawn_reloader(settings.reload_interval, metrics.clone());
 
     let bind = |e| StartError::Bind(settings.listen, e);
@@ -275,8 +285,12 @@ fn metrics_server(
     let addr = listener.local_addr().map_err(bind)?;
     let handle = Handle::new();
     let guard = Guard::new(limits, state.metrics.clone());
+    // The probes too: with client certificates required on the webhook
+    // port, the kubelet (which presents none) probes here.
     let app = Router::new()
         .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .with_state(state);
     let mut server = axum_server::from_tcp(listener)
         .map_err(bind)?

@@ -8,7 +8,9 @@ use std::time::Duration;
 use axum_server::tls_rustls::RustlsConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::ServerConfig;
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
 use tokio::task::JoinHandle;
 
 use super::metrics::Metrics;
@@ -44,14 +46,42 @@ pub enum TlsError {
     Generate(#[from] rcgen::Error),
     #[error("the self-signed CA: {0}")]
     DevCa(#[from] crate::certs::DevCaError),
+    #[error("{0}: not a CA to verify client certificates with ({1})")]
+    ClientCa(String, String),
+}
+
+/// Client certificates, when the server asks for them: the verifier of
+/// those signed by the CA(s) in a PEM bundle.
+pub type ClientAuth = Option<Arc<dyn ClientCertVerifier>>;
+
+/// The verifier of client certificates signed by a CA in `pem` (read from
+/// `what`): a client without one, or with another, fails the handshake.
+pub fn client_verifier(pem: &[u8], what: &str) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let bad = |e: String| TlsError::ClientCa(what.to_owned(), e);
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| bad(e.to_string()))?;
+        roots.add(cert).map_err(|e| bad(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::NoCertificate(what.to_owned()));
+    }
+    WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .map_err(|e| bad(e.to_string()))
 }
 
 /// A rustls server config (ring provider, HTTP/2 and HTTP/1.1 by ALPN) from
-/// a PEM chain and key. Fails when the key does not match the certificate.
+/// a PEM chain and key, requiring client certificates when `client` says
+/// so. Fails when the key does not match the certificate.
 pub(crate) fn server_config(
     cert_pem: &[u8],
     key_pem: &[u8],
     what: &str,
+    client: &ClientAuth,
 ) -> Result<ServerConfig, TlsError> {
     let certs = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
@@ -61,11 +91,14 @@ pub(crate) fn server_config(
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| TlsError::Key(what.to_owned(), e.to_string()))?;
-    let mut config =
+    let builder =
         ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_single_cert(certs, key)?;
+            .with_safe_default_protocol_versions()?;
+    let builder = match client {
+        Some(verifier) => builder.with_client_cert_verifier(verifier.clone()),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(certs, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -83,16 +116,18 @@ pub struct Loaded {
     /// Whether the self-signed CA was reused or made, and why.
     pub ca_origin: Option<crate::certs::CaOrigin>,
     files: Option<(WatchedFiles, String)>,
+    client: ClientAuth,
 }
 
-/// Loads (or generates) the serving certificate.
-pub fn load(source: &TlsSource) -> Result<Loaded, TlsError> {
+/// Loads (or generates) the serving certificate; `client`: whether (and
+/// whose) client certificates are required.
+pub fn load(source: &TlsSource, client: ClientAuth) -> Result<Loaded, TlsError> {
     match source {
         TlsSource::Files { cert, key } => {
             let read = |p: &Path| std::fs::read(p).map_err(|e| TlsError::Read(p.to_owned(), e));
             let (cert_pem, key_pem) = (read(cert)?, read(key)?);
             let what = format!("{} + {}", cert.display(), key.display());
-            let config = server_config(&cert_pem, &key_pem, &what)?;
+            let config = server_config(&cert_pem, &key_pem, &what, &client)?;
             Ok(Loaded {
                 rustls: RustlsConfig::from_config(Arc::new(config)),
                 ca_pem: None,
@@ -101,6 +136,7 @@ pub fn load(source: &TlsSource) -> Result<Loaded, TlsError> {
                     WatchedFiles::new(vec![cert.clone(), key.clone()], vec![cert_pem, key_pem]),
                     what,
                 )),
+                client,
             })
         }
         TlsSource::SelfSigned { ca_out, extra_sans } => {
@@ -111,12 +147,14 @@ pub fn load(source: &TlsSource) -> Result<Loaded, TlsError> {
                 bundle.cert_pem.as_bytes(),
                 bundle.key_pem.as_bytes(),
                 "generated certificate",
+                &client,
             )?;
             Ok(Loaded {
                 rustls: RustlsConfig::from_config(Arc::new(config)),
                 ca_pem: Some(bundle.ca_pem),
                 ca_origin: Some(origin),
                 files: None,
+                client,
             })
         }
     }
@@ -135,6 +173,7 @@ impl Loaded {
     ) -> Option<JoinHandle<()>> {
         let (mut files, what) = self.files.take()?;
         let rustls = self.rustls.clone();
+        let client = self.client.clone();
         Some(tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -144,7 +183,7 @@ impl Loaded {
                 let Some(pair) = files.changed().await else {
                     continue;
                 };
-                match server_config(&pair[0], &pair[1], &what) {
+                match server_config(&pair[0], &pair[1], &what, &client) {
                     Ok(config) => {
                         rustls.reload_from_config(Arc::new(config));
                         metrics.tls_reload(true);
