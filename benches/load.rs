@@ -6,7 +6,11 @@
 //! cargo bench --bench load -- [--connections 16] [--duration 10] [--rate 5000]
 //!                             [--runs 3] [--proto h1|h2] [--max-requests 1000000]
 //! cargo bench --bench load -- --idle-connections 10000 [--server-arg ARG]...
+//! cargo bench --bench load -- --attack [--rate 200] [--duration 10] [--runs 3]
 //! ```
+//!
+//! The third form (attack mode) times ordinary reviews while an attacker
+//! holds every other connection the server allows; see [`attack_run`].
 //!
 //! The second form (idle mode) opens that many TLS connections that
 //! complete the handshake and send nothing, and reports how many the
@@ -88,6 +92,10 @@ struct Options {
     idle_connections: Option<usize>,
     /// Extra arguments for `dljob serve` (e.g. `--max-connections 10000`).
     server_args: Vec<String>,
+    /// Attack mode.
+    attack: bool,
+    /// The server's tokio worker threads (TOKIO_WORKER_THREADS), if set.
+    workers: Option<usize>,
 }
 
 fn parse_options(args: &[String]) -> Result<Options, String> {
@@ -102,6 +110,8 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         log: None,
         idle_connections: None,
         server_args: Vec::new(),
+        attack: false,
+        workers: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -132,6 +142,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                 o.idle_connections = Some(num(value()?)?.clamp(1, 50_000) as usize)
             }
             "--server-arg" => o.server_args.push(value()?),
+            "--attack" => o.attack = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -245,6 +256,7 @@ impl ServerProcess {
             .env_remove("DLJOB_CONFIG")
             .env_remove("DLJOB_TLS_CERT")
             .env_remove("DLJOB_TLS_KEY")
+            .envs(o.workers.map(|w| ("TOKIO_WORKER_THREADS", w.to_string())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -849,6 +861,517 @@ async fn idle_run(o: &Options, n: usize, run: usize) {
     );
 }
 
+// ----------------------------------------------------------- attack mode
+
+#[path = "common/attacks.rs"]
+mod attacks;
+
+/// How many connections the server allows (its default
+/// `--max-connections`): the attacker takes every one the ordinary
+/// client does not hold.
+const CONNECTION_CAP: usize = 1024;
+/// The ordinary client's connections (HTTP/2, as the API server's).
+const ORDINARY: usize = 4;
+const CPU_ATTACKERS: usize = 16;
+const NON_READERS: usize = 16;
+const SLOW_BODIES: usize = 200;
+const JUNK: usize = 8;
+
+/// What the attacker got the server to do.
+#[derive(Default)]
+struct AttackCounts {
+    answered: AtomicU64,
+    refused: AtomicU64,
+    errors: AtomicU64,
+    reconnects: AtomicU64,
+}
+
+/// A TLS connection as an attacker holds it: raw bytes, HTTP/1.1.
+async fn raw_tls(
+    addr: SocketAddr,
+    connector: &TlsConnector,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+}
+
+fn http1_post(path: &str, body: &[u8], extra: &str) -> Vec<u8> {
+    let mut r = format!(
+        "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{extra}\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body);
+    r
+}
+
+/// Junk a client can send: unknown kinds and operations, a long uid,
+/// bodies that do not parse, and denials with long messages (log lines).
+fn junk_bodies(templates: &[Template]) -> Vec<Vec<u8>> {
+    let base: Value =
+        serde_json::from_str(&format!("{}u{}", templates[0].head, templates[0].tail)).unwrap();
+    let mut out = Vec::new();
+    for i in 0..32 {
+        let mut v = base.clone();
+        v["request"]["kind"]["kind"] = json_str(format!("Kind{i}{}", "k".repeat(60_000)));
+        v["request"]["operation"] = json_str(format!("OP{i}{}", "o".repeat(60_000)));
+        out.push(serde_json::to_vec(&v).unwrap());
+        let mut v = base.clone();
+        v["request"]["uid"] = json_str("u".repeat(129));
+        out.push(serde_json::to_vec(&v).unwrap());
+        let mut v = base.clone();
+        v["request"]["object"]["metadata"]["annotations"]["dljob.dev/framework"] =
+            json_str(format!("nope{i}{}", "f".repeat(4000)));
+        out.push(serde_json::to_vec(&v).unwrap());
+    }
+    out.push(b"{\"request\": [[[[[[[[[[[[[[[[".to_vec());
+    out
+}
+
+fn json_str(s: String) -> Value {
+    Value::String(s)
+}
+
+/// Starts every attacker; they run until `stop`.
+/// `network`: every class below; otherwise only the crafted reviews, as a
+/// tenant can make the API server send them (with `--client-ca` and the
+/// NetworkPolicy, nothing else reaches the port).
+fn start_attackers(
+    server: &ServerProcess,
+    crafted: Arc<Vec<attacks::Crafted>>,
+    junk: Arc<Vec<Vec<u8>>>,
+    stop: Arc<AtomicBool>,
+    counts: Arc<AttackCounts>,
+    network: bool,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let connector = tls_connector(&server.ca_pem, Proto::H1);
+    let addr = server.addr;
+    let idle = CONNECTION_CAP - ORDINARY - CPU_ATTACKERS - NON_READERS - SLOW_BODIES - JUNK;
+    let mut tasks = Vec::new();
+    // Reconnects after a refusal or a close, not in a tight loop.
+    let pause = Duration::from_millis(200);
+    // The worst reviews within the caps, closed loop, answers read.
+    for k in 0..CPU_ATTACKERS {
+        let (connector, crafted, stop, counts) = (
+            connector.clone(),
+            crafted.clone(),
+            stop.clone(),
+            counts.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut i = k;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(tcp) = TcpStream::connect(addr).await else {
+                    tokio::time::sleep(pause).await;
+                    continue;
+                };
+                let Ok(tls) = connector
+                    .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                    .await
+                else {
+                    counts.reconnects.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(pause).await;
+                    continue;
+                };
+                let Ok((mut s, conn)) = http1::handshake(TokioIo::new(tls)).await else {
+                    continue;
+                };
+                tokio::spawn(conn);
+                while !stop.load(Ordering::Relaxed) {
+                    let c = &crafted[i % crafted.len()];
+                    i += 1;
+                    let req = Request::post(c.path)
+                        .header("host", "localhost")
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from(c.body.clone())))
+                        .unwrap();
+                    if s.ready().await.is_err() {
+                        break;
+                    }
+                    match s.send_request(req).await {
+                        Ok(resp) => {
+                            let ok = resp.status() == StatusCode::OK;
+                            let _ = resp.into_body().collect().await;
+                            if ok {
+                                counts.answered.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                counts.refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Err(_) => {
+                            counts.errors.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    if !network {
+        return tasks;
+    }
+    // Pipelined reviews whose answers are never read.
+    for k in 0..NON_READERS {
+        let (connector, crafted, stop, counts) = (
+            connector.clone(),
+            crafted.clone(),
+            stop.clone(),
+            counts.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut tls) = raw_tls(addr, &connector).await else {
+                    counts.reconnects.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(pause).await;
+                    continue;
+                };
+                let mut i = k;
+                // Writes until the server stops reading (its answers are
+                // not taken) or closes; then holds the connection.
+                loop {
+                    let c = &crafted[i % crafted.len()];
+                    i += 1;
+                    let req = http1_post(c.path, &c.body, "");
+                    match tokio::time::timeout(Duration::from_secs(2), tls.write_all(&req)).await {
+                        Ok(Ok(())) => continue,
+                        _ => break,
+                    }
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }));
+    }
+    // Bodies that trickle a byte a second after a first part: half declare
+    // 3 MiB (the big bodies' lane), half 200 KiB and send 150 KiB of it at
+    // once (the ordinary reviews' lane), both sent anew when cut.
+    for k in 0..SLOW_BODIES {
+        let (connector, stop, counts) = (connector.clone(), stop.clone(), counts.clone());
+        tasks.push(tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let (declared, first) = if k % 2 == 0 {
+                (3_145_728, 1024)
+            } else {
+                (204_800, 153_600)
+            };
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut tls) = raw_tls(addr, &connector).await else {
+                    counts.reconnects.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(pause).await;
+                    continue;
+                };
+                let head = format!("POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {declared}\r\n\r\n{{\"a\":\"");
+                if tls.write_all(head.as_bytes()).await.is_err()
+                    || tls.write_all(&vec![b'x'; first]).await.is_err()
+                {
+                    continue;
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if tls.write_all(b"x").await.is_err() {
+                        break; // closed at the read timeout: come again
+                    }
+                }
+            }
+        }));
+    }
+    // Junk, closed loop.
+    for k in 0..JUNK {
+        let (connector, junk, stop, counts) = (
+            connector.clone(),
+            junk.clone(),
+            stop.clone(),
+            counts.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut i = k;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(tls) = raw_tls(addr, &connector).await else {
+                    counts.reconnects.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(pause).await;
+                    continue;
+                };
+                let Ok((mut s, conn)) = http1::handshake(TokioIo::new(tls)).await else {
+                    continue;
+                };
+                tokio::spawn(conn);
+                while !stop.load(Ordering::Relaxed) {
+                    let body = junk[i % junk.len()].clone();
+                    let path = if i % 2 == 0 { "/mutate" } else { "/validate" };
+                    i += 1;
+                    let req = Request::post(path)
+                        .header("host", "localhost")
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from(body)))
+                        .unwrap();
+                    if s.ready().await.is_err() {
+                        break;
+                    }
+                    match s.send_request(req).await {
+                        Ok(resp) => {
+                            let ok = resp.status() == StatusCode::OK;
+                            let _ = resp.into_body().collect().await;
+                            if ok {
+                                counts.answered.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                counts.refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+        }));
+    }
+    // Every other connection the server allows: handshaken, silent, opened
+    // again when the server closes it.
+    for _ in 0..idle {
+        let (connector, stop, counts) = (connector.clone(), stop.clone(), counts.clone());
+        tasks.push(tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut tls) = raw_tls(addr, &connector).await else {
+                    counts.reconnects.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(pause).await;
+                    continue;
+                };
+                let mut buf = [0u8; 16];
+                loop {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    match tokio::time::timeout(Duration::from_millis(500), tls.read(&mut buf)).await
+                    {
+                        Err(_) => continue,
+                        Ok(_) => break, // closed by the server
+                    }
+                }
+                counts.reconnects.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(pause).await;
+            }
+        }));
+    }
+    tasks
+}
+
+/// `--attack`: ordinary `/mutate` reviews at `--rate` over 4 HTTP/2
+/// connections (as the API server sends them), timed from their scheduled
+/// send, first alone and then while an attacker holds every other
+/// connection the server allows (1 024 in all): 16 send the reviews of
+/// `benches/common/attacks.rs` (the worst within the caps) in a closed
+/// loop, 16 pipeline them and never read an answer, 200 declare 3 MiB
+/// bodies and send a byte a second, 8 send junk (unknown kinds and
+/// operations, long uids, unparsable bodies, denials with long messages),
+/// and the rest complete the TLS handshake and send nothing, reconnecting
+/// whenever the server closes them. Reports the ordinary reviews' p50,
+/// p99 and failures and the server's peak RSS, with the server's tokio
+/// worker threads set to 1 (the shipped 500m CPU limit) and to 2.
+async fn attack_run(o: &Options, run: usize) -> Vec<Row> {
+    let mut out = Vec::new();
+    for scenario in SCENARIOS {
+        let Scenario { workers, network } = scenario;
+        let o = Options {
+            workers: Some(workers),
+            proto: Proto::H2,
+            ..o.clone()
+        };
+        let server = ServerProcess::start(&o, run);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut mutate_t = templates("mutate-create-pod-");
+        let mut senders = Vec::new();
+        for _ in 0..ORDINARY {
+            senders.push(connect(server.addr, &server.ca_pem, Proto::H2).await);
+        }
+        check_templates(&mut senders[0], "/mutate", &mut mutate_t).await;
+        let mutate_t = Arc::new(mutate_t);
+        let tag = format!("a{run}w{workers}{}", if network { "n" } else { "t" });
+        let (alone, s) = phase(
+            &server,
+            &mut senders,
+            Work::Review("/mutate"),
+            &mutate_t,
+            Some(o.rate),
+            &o,
+            &format!("{tag}-alone"),
+        )
+        .await;
+        senders = s;
+
+        let crafted = Arc::new(attacks::worst_reviews(FIXTURES));
+        let junk = Arc::new(junk_bodies(&mutate_t));
+        let stop = Arc::new(AtomicBool::new(false));
+        let counts = Arc::new(AttackCounts::default());
+        let cpu0 = server.cpu();
+        let started = Instant::now();
+        let attackers = start_attackers(
+            &server,
+            crafted,
+            junk,
+            stop.clone(),
+            counts.clone(),
+            network,
+        );
+        // Let the attacker take its connections.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (attacked, s) = phase(
+            &server,
+            &mut senders,
+            Work::Review("/mutate"),
+            &mutate_t,
+            Some(o.rate),
+            &o,
+            &format!("{tag}-attacked"),
+        )
+        .await;
+        drop(s);
+        let attack_cpu = server.cpu().saturating_sub(cpu0);
+        let attack_secs = started.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        for t in attackers {
+            t.abort();
+        }
+        let (_, hwm) = server.memory();
+        out.push((
+            scenario,
+            alone,
+            attacked,
+            AttackTotals {
+                answered: counts.answered.load(Ordering::Relaxed),
+                refused: counts.refused.load(Ordering::Relaxed),
+                errors: counts.errors.load(Ordering::Relaxed),
+                reconnects: counts.reconnects.load(Ordering::Relaxed),
+                server_cpu_share: attack_cpu.as_secs_f64() / attack_secs,
+                hwm_kib: hwm,
+            },
+        ));
+        drop(server);
+    }
+    out
+}
+
+/// Who attacks, and the server's tokio worker threads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Scenario {
+    workers: usize,
+    /// A client on the network at the connection cap (every class), or
+    /// only a tenant's reviews through the API server.
+    network: bool,
+}
+
+impl Scenario {
+    fn describe(self) -> String {
+        format!(
+            "{} worker thread{}, {}",
+            self.workers,
+            if self.workers == 1 { "" } else { "s" },
+            if self.network {
+                "a network client at the connection cap"
+            } else {
+                "a tenant's reviews through the API server"
+            }
+        )
+    }
+}
+
+const SCENARIOS: [Scenario; 4] = [
+    Scenario {
+        workers: 1,
+        network: true,
+    },
+    Scenario {
+        workers: 2,
+        network: true,
+    },
+    Scenario {
+        workers: 1,
+        network: false,
+    },
+    Scenario {
+        workers: 2,
+        network: false,
+    },
+];
+
+/// One scenario of one run: the ordinary reviews alone and under attack.
+type Row = (Scenario, Phase, Phase, AttackTotals);
+
+struct AttackTotals {
+    answered: u64,
+    refused: u64,
+    errors: u64,
+    reconnects: u64,
+    /// Server CPU seconds per second during the attack.
+    server_cpu_share: f64,
+    hwm_kib: u64,
+}
+
+fn attack_main(o: &Options, nproc: usize) {
+    let limit = raise_fd_limit();
+    println!(
+        "dljob load, attack mode: ordinary /mutate at {}/s on {ORDINARY} HTTP/2 connections, {} s alone then {} s under attack at the connection cap ({CONNECTION_CAP}), {} run(s), {nproc} CPUs shared by client, attacker and server (not pinned), open-file limit {limit}; server {}",
+        o.rate,
+        o.duration.as_secs_f64(),
+        o.duration.as_secs_f64(),
+        o.runs,
+        o.server.display()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(nproc)
+        .enable_all()
+        .build()
+        .unwrap();
+    let crafted: Vec<String> = attacks::worst_reviews(FIXTURES)
+        .iter()
+        .filter(|c| c.path == "/mutate")
+        .map(|c| c.name.to_owned())
+        .collect();
+    println!(
+        "crafted reviews (each to /mutate and /validate): {}",
+        crafted.join("; ")
+    );
+    let mut rows: Vec<Row> = Vec::new();
+    for run in 0..o.runs {
+        for (scenario, alone, attacked, t) in runtime.block_on(attack_run(o, run)) {
+            println!("run {}, {}:", run + 1, scenario.describe());
+            report_phase("alone", &alone);
+            report_phase("under attack", &attacked);
+            println!(
+                "  attacker: {} answered, {} refused (4xx/5xx), {} broken, {} (re)connects refused or closed; server CPU {:.2} s/s; VmHWM {:.1} MiB",
+                t.answered,
+                t.refused,
+                t.errors,
+                t.reconnects,
+                t.server_cpu_share,
+                t.hwm_kib as f64 / 1024.0
+            );
+            rows.push((scenario, alone, attacked, t));
+        }
+    }
+    println!("medians over {} run(s):", o.runs);
+    for scenario in SCENARIOS {
+        let of: Vec<_> = rows.iter().filter(|r| r.0 == scenario).collect();
+        let m = |f: &dyn Fn(&Row) -> f64| median(of.iter().map(|r| f(r)).collect());
+        println!(
+            "  {}: alone p50 {:.2} ms p99 {:.2} ms failed {:.0} | under attack p50 {:.2} ms p99 {:.2} ms max {:.1} ms failed {:.0} | peak RSS alone {:.1} MiB, under attack {:.1} MiB (VmHWM {:.1} MiB)",
+            scenario.describe(),
+            m(&|r| r.1.pct_ms(0.5)),
+            m(&|r| r.1.pct_ms(0.99)),
+            m(&|r| r.1.tally.failed as f64),
+            m(&|r| r.2.pct_ms(0.5)),
+            m(&|r| r.2.pct_ms(0.99)),
+            m(&|r| r.2.tally.latency.max() as f64 / 1e6),
+            m(&|r| r.2.tally.failed as f64),
+            m(&|r| r.1.peak_rss_kib as f64 / 1024.0),
+            m(&|r| r.2.peak_rss_kib as f64 / 1024.0),
+            m(&|r| r.3.hwm_kib as f64 / 1024.0),
+        );
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -893,6 +1416,18 @@ fn main() {
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if o.attack {
+        let o = Options {
+            rate: if args.iter().any(|a| a == "--rate") {
+                o.rate
+            } else {
+                200
+            },
+            ..o
+        };
+        attack_main(&o, nproc);
+        return;
+    }
     if let Some(n) = o.idle_connections {
         let limit = raise_fd_limit();
         println!(

@@ -15,6 +15,13 @@
 //! depend on the machine's noise:
 //! `DLJOB_REVIEW_LOOP=1000 valgrind --tool=callgrind target/release/deps/review-*`
 //! (`DLJOB_REVIEW_ONLY=ddp` keeps the reviews whose file name has `ddp`).
+//!
+//! `worst review within caps/*`: the reviews of `benches/common/attacks.rs`,
+//! built to cost the most that the webhook's caps allow. With
+//! `DLJOB_REVIEW_WORST=N` set it skips criterion, answers each of them N
+//! times and prints the thread CPU time of each (median, max) with the
+//! answer: `cargo bench --bench review` with `DLJOB_REVIEW_WORST=20`;
+//! `DLJOB_REVIEW_ONLY=mpi` keeps those whose name has `mpi` (for callgrind).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -25,6 +32,9 @@ use criterion::{criterion_group, Criterion};
 use dljob::config::Config;
 use dljob::validate::NoPeers;
 use dljob::webhook::admission::{review, Answer, Endpoint};
+
+#[path = "common/attacks.rs"]
+mod attacks;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
 
@@ -131,9 +141,97 @@ fn bench_members(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_review, bench_members);
+fn endpoint_of(path: &str) -> Endpoint {
+    match path {
+        "/mutate" => Endpoint::Mutate,
+        _ => Endpoint::Validate,
+    }
+}
+
+fn bench_worst(c: &mut Criterion) {
+    let config = Config::default();
+    let mut group = c.benchmark_group("worst review within caps");
+    group.sample_size(10);
+    for r in attacks::worst_reviews(FIXTURES) {
+        let endpoint = endpoint_of(r.path);
+        group.bench_function(format!("{} {}", r.path, r.name), |bn| {
+            bn.iter(|| bytes_to_bytes(endpoint, black_box(&r.body), &config))
+        });
+    }
+    group.finish();
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> std::time::Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `t` is.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime");
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// `DLJOB_REVIEW_WORST=N`: each crafted review answered N times, its CPU.
+fn worst_table(n: usize, only: &str) {
+    let config = Config::default();
+    println!("| review | endpoint | body | CPU median | CPU max | answer |");
+    println!("|---|---|---|---|---|---|");
+    for r in attacks::worst_reviews(FIXTURES) {
+        if !r.name.contains(only) {
+            continue;
+        }
+        let endpoint = endpoint_of(r.path);
+        let mut times = Vec::with_capacity(n);
+        let mut answer = String::new();
+        for _ in 0..n.max(1) {
+            let start = thread_cpu();
+            let out = review(endpoint, black_box(&r.body), &config, &NoPeers);
+            times.push(thread_cpu() - start);
+            answer = match out {
+                Answer::Review { summary, body } => {
+                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    let message = v["response"]["status"]["message"].as_str().unwrap_or("");
+                    let cut: String = message.chars().take(70).collect();
+                    format!(
+                        "{} {} B{}",
+                        if summary.allowed { "allowed" } else { "denied" },
+                        body.len(),
+                        if cut.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {cut}…")
+                        }
+                    )
+                }
+                Answer::BadRequest(m) => format!("400: {m}"),
+            };
+        }
+        times.sort();
+        let ms = |d: std::time::Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
+        println!(
+            "| {} | {} | {:.2} MiB | {} | {} | {} |",
+            r.name,
+            r.path,
+            r.body.len() as f64 / 1048576.0,
+            ms(times[times.len() / 2]),
+            ms(*times.last().unwrap()),
+            answer.replace('|', "\\|")
+        );
+    }
+}
+
+criterion_group!(benches, bench_review, bench_members, bench_worst);
 
 fn main() {
+    if let Some(n) = std::env::var("DLJOB_REVIEW_WORST")
+        .ok()
+        .map(|n| n.parse::<usize>().expect("DLJOB_REVIEW_WORST is a count"))
+    {
+        worst_table(n, &std::env::var("DLJOB_REVIEW_ONLY").unwrap_or_default());
+        return;
+    }
     let Some(n) = std::env::var("DLJOB_REVIEW_LOOP")
         .ok()
         .map(|n| n.parse::<usize>().expect("DLJOB_REVIEW_LOOP is a count"))

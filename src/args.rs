@@ -205,10 +205,13 @@ pub struct ServeArgs {
     /// with 408 and disconnected.
     #[arg(long, default_value_t = 10)]
     pub read_timeout_secs: u64,
-    /// Request body bytes held at once, over every connection: a request
-    /// waits for room (then 503), so that many slow large bodies cannot
-    /// exhaust the replica's memory. At least --max-body-bytes.
-    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    /// Bytes of bodies over 256 KiB held at once, over every connection: a
+    /// request waits for room (then 503), so that many slow large bodies
+    /// cannot exhaust the replica's memory; such reviews are computed one
+    /// at a time. Bodies of at most 256 KiB (every ordinary review) have
+    /// 16 MiB of their own and must arrive within 2 s. At least
+    /// --max-body-bytes.
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes_in_flight: usize,
     /// Client connections open at once. One more is closed as soon as it
     /// is accepted (counted in dljob_webhook_connections_closed_total), so

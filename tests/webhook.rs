@@ -1257,36 +1257,51 @@ async fn idle_connections_are_closed_at_their_deadlines() {
     .await
 }
 
-/// A server whose budget of bytes in flight is one body of 200 000 bytes.
+/// A server whose budget of bytes in flight for big bodies (over 256 KiB)
+/// is one body of 600 000 bytes.
 async fn budget_of_one_body(timeout: Duration) -> Server {
     start(|s| {
         s.read_timeout = timeout;
-        s.max_body_bytes = 200_000;
-        s.max_body_bytes_in_flight = 200_000;
+        s.max_body_bytes = 600_000;
+        s.max_body_bytes_in_flight = 600_000;
     })
     .await
 }
 
-/// Request bodies share one budget of bytes in flight, taken as the bytes
-/// arrive: while a stalled client holds all of it (bytes it sent), another
-/// request waits — answered only once the stalled one times out and gives
-/// its room back.
+/// The captured review with a 300 000-byte annotation: a big body.
+fn big_review() -> Value {
+    let mut review = captured("mutate-create-pod-resnet-chief.json");
+    review["request"]["object"]["metadata"]["annotations"]["example.com/pad"] =
+        json!("x".repeat(300_000));
+    review
+}
+
+/// Opens a client that declares 600 000 bytes and sends 599 990: all the
+/// big bodies' room, held until the read timeout.
+async fn hog_the_big_lane(s: &Server) -> TlsStream<TcpStream> {
+    let mut hog = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
+    hog.write_all(
+        b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 600000\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    hog.write_all(&vec![b' '; 599_990]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    hog
+}
+
+/// Big request bodies share one budget of bytes in flight, taken as the
+/// bytes arrive: while a stalled client holds all of it (bytes it sent),
+/// another big request waits — answered only once the stalled one times
+/// out and gives its room back.
 #[tokio::test]
 async fn request_bodies_share_a_budget_of_bytes_in_flight() {
     bounded(async {
         let timeout = Duration::from_millis(600);
         let s = budget_of_one_body(timeout).await;
-        // Holds the whole budget: 200 000 bytes declared, 199 990 sent.
-        let mut hog = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
-        hog.write_all(
-            b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 200000\r\n\r\n",
-        )
-        .await
-        .unwrap();
-        hog.write_all(&vec![b' '; 199_990]).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut hog = hog_the_big_lane(&s).await;
         let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
-        let review = captured("mutate-create-pod-resnet-chief.json");
+        let review = big_review();
         let asked = std::time::Instant::now();
         let (_, resp) = c.post("/mutate", &review).await;
         assert_allowed(&resp, &uid(&review));
@@ -1298,6 +1313,43 @@ async fn request_bodies_share_a_budget_of_bytes_in_flight() {
         let mut out = Vec::new();
         let _ = hog.read_to_end(&mut out).await;
         assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 408"));
+    })
+    .await
+}
+
+/// An ordinary review (a body of at most 256 KiB) has a lane of its own:
+/// answered at once while big bodies hold all their room and another big
+/// one waits for it (before, one budget served its waiters in order, so
+/// the small review waited behind the big one until the stall timed out).
+#[tokio::test]
+async fn an_ordinary_review_does_not_wait_behind_big_bodies() {
+    bounded(async {
+        let timeout = Duration::from_secs(3);
+        let s = budget_of_one_body(timeout).await;
+        let _hog = hog_the_big_lane(&s).await;
+        let big = tokio::spawn({
+            let (addr, ca) = (s.addr, s.ca.clone());
+            async move {
+                let c = connect(addr, &ca, Proto::H1).await.unwrap();
+                c.post("/mutate", &big_review()).await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let c = connect(s.addr, &s.ca, Proto::H1).await.unwrap();
+        let review = captured("mutate-create-pod-resnet-chief.json");
+        let asked = std::time::Instant::now();
+        let (_, resp) = c.post("/mutate", &review).await;
+        assert_allowed(&resp, &uid(&review));
+        assert!(
+            asked.elapsed() < timeout / 3,
+            "answered after {:?}, behind the big bodies",
+            asked.elapsed()
+        );
+        assert!(!big.is_finished(), "the big review did not wait for room");
+        // The big one is answered once the stall times out.
+        let (status, resp) = big.await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(resp["response"]["allowed"], true);
     })
     .await
 }
@@ -2135,6 +2187,47 @@ async fn with_a_client_ca_only_its_clients_are_answered() {
                 "{path}"
             );
         }
+    })
+    .await
+}
+
+/// A small body (at most 256 KiB) must arrive within 2 s of its headers:
+/// one trickled byte by byte is cut there with 408, well before the read
+/// timeout, so that clients trickling small bodies hold the ordinary
+/// reviews' lane only as long as they keep sending it anew.
+#[tokio::test]
+async fn a_small_body_must_arrive_within_two_seconds() {
+    bounded(async {
+        let s = start(|s| s.read_timeout = Duration::from_secs(8)).await;
+        let mut slow = tls(s.addr, &s.ca, &[b"http/1.1"]).await.unwrap();
+        slow.write_all(
+            b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+        let sent = std::time::Instant::now();
+        let (mut reader, mut writer) = tokio::io::split(slow);
+        let trickle = async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if writer.write_all(b" ").await.is_err() {
+                    break;
+                }
+            }
+        };
+        let mut out = Vec::new();
+        tokio::select! {
+            _ = reader.read_to_end(&mut out) => {}
+            _ = trickle => {}
+            _ = tokio::time::sleep(Duration::from_secs(8)) => {}
+        }
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+        assert!(
+            sent.elapsed() < Duration::from_secs(4),
+            "cut after {:?}",
+            sent.elapsed()
+        );
     })
     .await
 }

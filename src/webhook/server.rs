@@ -71,7 +71,7 @@ impl Settings {
             listen,
             tls,
             max_body_bytes: 3 * 1024 * 1024,
-            max_body_bytes_in_flight: 32 * 1024 * 1024,
+            max_body_bytes_in_flight: 16 * 1024 * 1024,
             read_timeout: Duration::from_secs(10),
             connections: Limits::DEFAULT,
             metrics_listen: None,
@@ -116,9 +116,34 @@ struct AppState {
     max_body_bytes: usize,
     read_timeout: Duration,
     log_reviews: bool,
-    /// Room for request bodies, a permit per byte.
+    /// Room for request bodies over [`SMALL_BODY`] (and their answers),
+    /// a permit per byte.
     body_budget: Arc<tokio::sync::Semaphore>,
+    /// Room for bodies of at most [`SMALL_BODY`] (every review the API
+    /// server sends of an ordinary object): a lane of their own, so that
+    /// big bodies waiting for room (a tokio semaphore serves its waiters in
+    /// order) never hold a small one back.
+    small_budget: Arc<tokio::sync::Semaphore>,
+    /// One review of a big body computed at a time, on the blocking pool:
+    /// its tens of milliseconds of CPU and its parsed tree (several times
+    /// its bytes) are not multiplied by the clients sending them, and the
+    /// async workers go on answering the small ones meanwhile.
+    heavy: Arc<tokio::sync::Semaphore>,
 }
+
+/// The largest body that takes the small lane ([`AppState::small_budget`]):
+/// an ordinary Pod, StatefulSet or Job review, managedFields included, is
+/// a few tens of KiB.
+const SMALL_BODY: usize = 256 * 1024;
+
+/// The small lane's room: 64 bodies of [`SMALL_BODY`].
+const SMALL_BUDGET: usize = 64 * SMALL_BODY;
+
+/// How long a small body may take to arrive once its headers have (the
+/// read timeout, if shorter): the API server sends a review whole, so a
+/// client that trickles one only holds the small lane's room, and must
+/// send it anew every 2 s to keep holding it.
+const SMALL_BODY_DEADLINE: Duration = Duration::from_secs(2);
 
 /// A running server.
 pub struct Running {
@@ -217,6 +242,8 @@ pub async fn run(
         )),
         read_timeout: settings.read_timeout,
         log_reviews: settings.log_reviews,
+        small_budget: Arc::new(tokio::sync::Semaphore::new(SMALL_BUDGET)),
+        heavy: Arc::new(tokio::sync::Semaphore::new(1)),
     };
     let guard = Guard::new(settings.connections, state.metrics.clone());
     let metrics = match settings.metrics_listen {
@@ -364,7 +391,7 @@ async fn review(
     body: Body,
 ) -> Response {
     let start = Instant::now();
-    let (bytes, mut room) = match read_body(headers, body, s).await {
+    let (bytes, mut room, lane) = match read_body(headers, body, s).await {
         Ok(b) => b,
         Err(why) => {
             let mut response = reject(endpoint, s, why, start);
@@ -378,11 +405,33 @@ async fn review(
             return response;
         }
     };
-    let answer = {
+    let answer = if bytes.len() <= SMALL_BODY {
         let config = s.inputs.config.borrow();
         admission::review(endpoint, &bytes, &config, s.inputs.peers.as_ref())
+    } else {
+        let Ok(turn) = tokio::time::timeout(s.read_timeout, s.heavy.clone().acquire_owned()).await
+        else {
+            return reject(endpoint, s, BodyError::Busy, start);
+        };
+        let config = s.inputs.config.borrow().clone();
+        let peers = s.inputs.peers.clone();
+        let answered = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            admission::review(endpoint, &bytes, &config, peers.as_ref())
+        })
+        .await;
+        match answered {
+            Ok(answer) => answer,
+            Err(e) => {
+                return reject(
+                    endpoint,
+                    s,
+                    BodyError::BadRequest(format!("the review failed: {e}")),
+                    start,
+                )
+            }
+        }
     };
-    drop(bytes);
     match answer {
         Answer::Review { body, summary } => {
             let latency = start.elapsed();
@@ -396,7 +445,7 @@ async fn review(
                 drop(room.split(room.num_permits() - len));
             } else if len > room.num_permits() {
                 let more = u32::try_from(len - room.num_permits()).unwrap_or(u32::MAX);
-                let wait = s.body_budget.clone().acquire_many_owned(more);
+                let wait = lane.clone().acquire_many_owned(more);
                 match tokio::time::timeout(s.read_timeout, wait).await {
                     Ok(Ok(permit)) => room.merge(permit),
                     _ => return reject(endpoint, s, BodyError::Busy, start),
@@ -481,11 +530,22 @@ const DRAIN_LIMIT: u64 = 16 * 1024 * 1024;
 /// Reads a request body: at most `s.max_body_bytes`, within the read
 /// timeout, each byte held against the body budget until the review is
 /// answered (the permits returned).
+///
+/// A body that declares at most [`SMALL_BODY`] takes the small lane (and
+/// is cut there: hyper ends a body at its declared length); any other the
+/// big one. Returns the body, its room and its lane.
 async fn read_body(
     headers: &HeaderMap,
     body: Body,
     s: &AppState,
-) -> Result<(Bytes, tokio::sync::OwnedSemaphorePermit), BodyError> {
+) -> Result<
+    (
+        Bytes,
+        tokio::sync::OwnedSemaphorePermit,
+        Arc<tokio::sync::Semaphore>,
+    ),
+    BodyError,
+> {
     let (limit, timeout) = (s.max_body_bytes, s.read_timeout);
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -494,11 +554,17 @@ async fn read_body(
     if declared.is_some_and(|n| n > DRAIN_LIMIT) {
         return Err(BodyError::TooLarge(limit));
     }
+    let (lane, timeout) = match declared {
+        Some(n) if n <= SMALL_BODY as u64 => {
+            (s.small_budget.clone(), timeout.min(SMALL_BODY_DEADLINE))
+        }
+        _ => (s.body_budget.clone(), timeout),
+    };
     let waiting = std::sync::atomic::AtomicBool::new(false);
     // Room for `n` more bytes of body, waited for (the wait counts against
     // the read timeout).
     let room = |n: usize| {
-        let budget = s.body_budget.clone();
+        let budget = lane.clone();
         let waiting = &waiting;
         async move {
             waiting.store(true, Ordering::Relaxed);
@@ -550,7 +616,7 @@ async fn read_body(
         Ok((first.unwrap_or_else(|| Bytes::from(buf)), held))
     };
     match tokio::time::timeout(timeout, read).await {
-        Ok(r) => r,
+        Ok(r) => r.map(|(bytes, held)| (bytes, held, lane)),
         Err(_) if waiting.load(Ordering::Relaxed) => Err(BodyError::Busy),
         Err(_) => Err(BodyError::Timeout(timeout)),
     }
@@ -581,12 +647,16 @@ fn reject(endpoint: Endpoint, s: &AppState, why: BodyError, start: Instant) -> R
         BodyError::BadRequest(m) => (StatusCode::BAD_REQUEST, Rejection::BadRequest, m),
     };
     s.metrics.observe_rejection(endpoint, kind, start.elapsed());
-    tracing::warn!(
-        endpoint = endpoint.as_str(),
-        status = status.as_u16(),
-        error = %message,
-        "request refused"
-    );
+    // Any client can make these: limited as review lines are.
+    if let Some(suppressed) = REJECTION_LOG.admit(std::time::SystemTime::now()) {
+        tracing::warn!(
+            endpoint = endpoint.as_str(),
+            status = status.as_u16(),
+            error = %message,
+            suppressed,
+            "request refused"
+        );
+    }
     (status, format!("dljob: {message}\n")).into_response()
 }
 
@@ -605,13 +675,20 @@ struct LogLimit {
     suppressed: std::sync::atomic::AtomicU64,
 }
 
-static REVIEW_LOG: LogLimit = LogLimit {
-    second: std::sync::atomic::AtomicU64::new(0),
-    lines: std::sync::atomic::AtomicU64::new(0),
-    suppressed: std::sync::atomic::AtomicU64::new(0),
-};
+static REVIEW_LOG: LogLimit = LogLimit::new();
+
+/// Refused requests' lines ([`reject`]), limited apart from the reviews'.
+static REJECTION_LOG: LogLimit = LogLimit::new();
 
 impl LogLimit {
+    const fn new() -> Self {
+        Self {
+            second: std::sync::atomic::AtomicU64::new(0),
+            lines: std::sync::atomic::AtomicU64::new(0),
+            suppressed: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
     /// Whether a line may be logged at `now`: with how many were
     /// suppressed before it, or None (counted as suppressed).
     fn admit(&self, now: std::time::SystemTime) -> Option<u64> {
