@@ -211,7 +211,7 @@ pub struct ServeArgs {
     /// at a time. Bodies of at most 256 KiB (every ordinary review) have
     /// 16 MiB of their own and must arrive within 2 s. At least
     /// --max-body-bytes.
-    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes_in_flight: usize,
     /// Client connections open at once. One more is closed as soon as it
     /// is accepted (counted in dljob_webhook_connections_closed_total), so

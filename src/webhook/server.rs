@@ -71,7 +71,7 @@ impl Settings {
             listen,
             tls,
             max_body_bytes: 3 * 1024 * 1024,
-            max_body_bytes_in_flight: 16 * 1024 * 1024,
+            max_body_bytes_in_flight: 8 * 1024 * 1024,
             read_timeout: Duration::from_secs(10),
             connections: Limits::DEFAULT,
             metrics_listen: None,
@@ -263,9 +263,13 @@ pub async fn run(
         .map(|acceptor| acceptor.handshake_timeout(read_timeout).acceptor(guard))
         .handle(handle.clone());
     let http = server.http_builder();
+    // A connection's read buffer (hyper's default grows to ~400 KiB while
+    // a big body streams in): 64 KiB, far above any review's headers, so
+    // that clients streaming big bodies hold little beyond the budget.
     http.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(read_timeout);
+        .header_read_timeout(read_timeout)
+        .max_buf_size(64 * 1024);
     http.http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(Duration::from_secs(30))
