@@ -518,9 +518,10 @@ impl Slots {
 
     /// Parses the annotation; every count 1 to [`MAX_SLOTS`].
     pub(crate) fn parse(s: &str) -> Result<Self, String> {
+        let shown = quoted(s);
         let bad = |why: &str| {
             format!(
-                "{SLOTS} \"{s}\" {why}: write a slot count (1-{MAX_SLOTS}), or worker index ranges like \"0-1=8,2-5=4\" with an optional count for the other hosts first"
+                "{SLOTS} \"{shown}\" {why}: write a slot count (1-{MAX_SLOTS}), or worker index ranges like \"0-1=8,2-5=4\" with an optional count for the other hosts first"
             )
         };
         let count = |t: &str| match t.trim().parse::<u32>() {
@@ -624,9 +625,10 @@ pub struct Elastic {
 impl Elastic {
     /// Parses `min:max` with `1 <= min <= max`.
     pub(crate) fn parse(s: &str) -> Result<Self, String> {
+        let shown = quoted(s);
         let bad = || {
             format!(
-                "{ELASTIC} \"{s}\" is not a range: write \"min:max\" with 1 <= min <= max, e.g. \"2:4\""
+                "{ELASTIC} \"{shown}\" is not a range: write \"min:max\" with 1 <= min <= max, e.g. \"2:4\""
             )
         };
         let (a, b) = s.split_once(':').ok_or_else(bad)?;
@@ -659,9 +661,10 @@ impl TensorBoard {
     /// Parses `VOLUME:PATH`: a volume name (a DNS label) and a relative path
     /// that stays inside the volume.
     pub fn parse(s: &str) -> Result<Self, String> {
+        let shown = quoted(s);
         let Some((volume, path)) = s.split_once(':') else {
             return Err(format!(
-                "{TENSORBOARD} \"{s}\" is not VOLUME:PATH: name the volume holding the logs and the log directory inside it, e.g. \"logs:runs/resnet\""
+                "{TENSORBOARD} \"{shown}\" is not VOLUME:PATH: name the volume holding the logs and the log directory inside it, e.g. \"logs:runs/resnet\""
             ));
         };
         let problem = if !is_dns_label(volume) {
@@ -680,7 +683,7 @@ impl TensorBoard {
                 path: path.to_owned(),
             });
         };
-        Err(format!("{TENSORBOARD} \"{s}\": {problem}"))
+        Err(format!("{TENSORBOARD} \"{shown}\": {problem}"))
     }
 }
 
@@ -702,19 +705,22 @@ impl Placement {
     /// Parses `KEY`, `required:KEY` or `preferred:KEY` (a label key has no
     /// ':', so the mode cannot be mistaken for part of it).
     pub(crate) fn parse(s: &str) -> Result<Self, String> {
+        let shown = quoted(s);
         let (required, key) = match s.split_once(':') {
             Some(("required", key)) => (true, key),
             Some(("preferred", key)) => (false, key),
             Some((mode, _)) => {
                 return Err(format!(
-                    "{TOPOLOGY} \"{s}\": \"{mode}\" is not a mode; write KEY, required:KEY or preferred:KEY with a node label key, e.g. \"topology.kubernetes.io/zone\""
+                    "{TOPOLOGY} \"{shown}\": \"{}\" is not a mode; write KEY, required:KEY or preferred:KEY with a node label key, e.g. \"topology.kubernetes.io/zone\"",
+                    quoted(mode)
                 ))
             }
             None => (true, s),
         };
         if !is_label_key(key) {
             return Err(format!(
-                "{TOPOLOGY} \"{s}\": \"{key}\" is not a label key (an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric), e.g. \"topology.kubernetes.io/zone\""
+                "{TOPOLOGY} \"{shown}\": \"{}\" is not a label key (an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric), e.g. \"topology.kubernetes.io/zone\"",
+                quoted(key)
             ));
         }
         Ok(Self {

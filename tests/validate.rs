@@ -1624,3 +1624,28 @@ fn peers_are_named_only_to_an_authenticated_client() {
         ]
     );
 }
+
+/// A value dljob refuses is quoted in at most 64 bytes and its length,
+/// whichever key it is (a 4 KiB value passes the size check and was quoted
+/// whole by the slots, elastic, topology, TensorBoard, policy and index
+/// parsers).
+#[test]
+fn a_refused_value_is_quoted_in_64_bytes() {
+    for (key, value) in [
+        ("dljob.dev/slots", "1".repeat(4000)),
+        ("dljob.dev/topology", format!("{}:zone", "m".repeat(4000))),
+        ("dljob.dev/restart-policy", "x".repeat(4000)),
+        ("dljob.dev/index", "9".repeat(4000)),
+        ("dljob.dev/ordered-start", "y".repeat(4000)),
+    ] {
+        let got = problems(Kind::Pod, &tf_pod("worker", json!({ key: value })));
+        assert!(!got.is_empty(), "{key}");
+        for p in &got {
+            assert!(p.len() < 400, "{key}: {} bytes: {p}", p.len());
+            assert!(
+                p.contains("(4000 bytes)") || p.contains("(4005 bytes)"),
+                "{key}: {p}"
+            );
+        }
+    }
+}

@@ -26,14 +26,14 @@ pub(super) fn index_offset(
     match s.trim().parse::<u32>() {
         Ok(n) if n < c::MAX_REPLICAS => Some(n),
         _ => {
-            v.push(
-                Rule::InvalidValue,
+            v.push(Rule::InvalidValue, {
+                let s = c::quoted(s);
                 format!(
                     "{} \"{s}\" is not an index (0 to {})",
                     c::INDEX_OFFSET,
                     c::MAX_REPLICAS - 1
-                ),
-            );
+                )
+            });
             None
         }
     }
@@ -162,10 +162,10 @@ pub(super) fn pod_index(
             Some(s) => match parse(s) {
                 Some(i) => Some(i),
                 None => {
-                    v.push(
-                        Rule::InvalidIndex,
-                        format!("{} \"{s}\" is not a number: use 0 to count-1", c::INDEX),
-                    );
+                    v.push(Rule::InvalidIndex, {
+                        let s = c::quoted(s);
+                        format!("{} \"{s}\" is not a number: use 0 to count-1", c::INDEX)
+                    });
                     None
                 }
             },

@@ -247,13 +247,13 @@ pub(super) fn ordered_start(meta: &Meta<'_>, v: &mut Violations) -> bool {
         None | Some("false") => false,
         Some("true") => true,
         Some(other) => {
-            v.push(
-                Rule::InvalidValue,
+            v.push(Rule::InvalidValue, {
+                let other = c::quoted(other);
                 format!(
                     "{} \"{other}\" must be \"true\" or \"false\"",
                     c::ORDERED_START
-                ),
-            );
+                )
+            });
             false
         }
     }
@@ -265,13 +265,13 @@ pub(super) fn wait_for_names(meta: &Meta<'_>, v: &mut Violations) -> bool {
         None | Some("true") => true,
         Some("false") => false,
         Some(other) => {
-            v.push(
-                Rule::InvalidValue,
+            v.push(Rule::InvalidValue, {
+                let other = c::quoted(other);
                 format!(
                     "{} \"{other}\" must be \"true\" or \"false\"",
                     c::WAIT_FOR_NAMES
-                ),
-            );
+                )
+            });
             true
         }
     }
@@ -327,7 +327,10 @@ pub(super) fn parse_number(
     match s.trim().parse::<u32>() {
         Ok(n) if (min..=max).contains(&n) => Some(n),
         _ => {
-            v.push(Rule::InvalidValue, format!("{key} \"{s}\" is not {what}"));
+            v.push(Rule::InvalidValue, {
+                let s = c::quoted(s);
+                format!("{key} \"{s}\" is not {what}")
+            });
             None
         }
     }
@@ -338,40 +341,40 @@ pub(super) fn parse_policies(meta: &Meta<'_>, v: &mut Violations) -> Policies {
     if let Some(s) = meta.annotation(c::RESTART_POLICY) {
         match RestartPolicy::parse(s) {
             Some(r) => p.restart = r,
-            None => v.push(
-                Rule::InvalidValue,
+            None => v.push(Rule::InvalidValue, {
+                let s = c::quoted(s);
                 format!(
                     "{} \"{s}\" is not a restart policy; use one of {}",
                     c::RESTART_POLICY,
                     RestartPolicy::VALUES
-                ),
-            ),
+                )
+            }),
         }
     }
     if let Some(s) = meta.annotation(c::RESTART_SCOPE) {
         match RestartScope::parse(s) {
             Some(r) => p.restart_scope = r,
-            None => v.push(
-                Rule::InvalidValue,
+            None => v.push(Rule::InvalidValue, {
+                let s = c::quoted(s);
                 format!(
                     "{} \"{s}\" is not a restart scope; use one of {}",
                     c::RESTART_SCOPE,
                     RestartScope::VALUES
-                ),
-            ),
+                )
+            }),
         }
     }
     if let Some(s) = meta.annotation(c::CLEAN_POD_POLICY) {
         match CleanPodPolicy::parse(s) {
             Some(r) => p.clean_pod = r,
-            None => v.push(
-                Rule::InvalidValue,
+            None => v.push(Rule::InvalidValue, {
+                let s = c::quoted(s);
                 format!(
                     "{} \"{s}\" is not a clean-pod policy; use one of {}",
                     c::CLEAN_POD_POLICY,
                     CleanPodPolicy::VALUES
-                ),
-            ),
+                )
+            }),
         }
     }
     let limit = format!("a whole number from 0 to {}", c::MAX_BACKOFF_LIMIT);
