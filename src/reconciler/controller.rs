@@ -456,12 +456,6 @@ pub async fn reconcile(job: Arc<DLJob>, ctx: Arc<Context>) -> Result<Requeue, Er
     let started = Instant::now();
     let result = reconcile_job(&job, &ctx).await;
     ctx.metrics.reconciled(started.elapsed());
-    ctx.metrics.set_phases(
-        ctx.dljobs
-            .state()
-            .iter()
-            .map(|j| j.status.as_ref().map(|s| s.phase).unwrap_or_default()),
-    );
     if let Err(e) = &result {
         ctx.metrics.failed(e.metric_label());
     }

@@ -401,6 +401,16 @@ pub async fn run_controller(
             })
         })
         .modify(trim::trim_dljob)
+        // dljob_jobs{phase}: one count moved per event, not every DLJob
+        // walked per reconcile.
+        .inspect({
+            let metrics = metrics.clone();
+            move |event| {
+                if let Ok(event) = event {
+                    metrics.observe_dljob(event);
+                }
+            }
+        })
         .reflect(writer)
         .applied_objects();
     let controller = Controller::for_stream(without_errors::<DLJob, _>(dljobs), dljob_store)
