@@ -270,27 +270,51 @@ pub fn trim_job(job: &mut Job) {
     }
 }
 
+/// The port names dljob gives its Services: the job's headless one and
+/// its TensorBoard's.
+const SERVICE_PORTS: [&str; 2] = [crate::mutate::PORT_NAME, "tensorboard"];
+
 /// Trims a Service labelled with a job before it is cached: of its
-/// metadata what [`trim_meta`] keeps, of its spec only what the job's
-/// Service declares (`resources::service`), which is all the drift check
-/// compares — the headless address, `publishNotReadyAddresses`, the
-/// selector's `dljob.dev/job` and the port named `dljob`. Whoever labels a
-/// Service, dljob holds at most that of it (well under 1 KiB past its
-/// name).
+/// metadata what [`trim_meta`] keeps (and the TensorBoard's
+/// `dljob.dev/tensorboard-of`), of its spec only what dljob's Services
+/// declare (`resources::service`, `tensorboard::objects`), which is all
+/// the drift check compares — the type, the headless address,
+/// `publishNotReadyAddresses`, the selector's dljob keys and the ports
+/// dljob names. Whoever labels a Service, dljob holds at most that of it
+/// (well under 1 KiB past its name).
 pub fn trim_service(svc: &mut Service) {
+    let tensorboard_of = svc
+        .metadata
+        .labels
+        .as_mut()
+        .and_then(|l| l.remove_entry(c::TENSORBOARD_OF))
+        .filter(|(_, v)| v.len() <= c::MAX_VALUE);
     trim_meta(&mut svc.metadata);
+    if let Some((k, v)) = tensorboard_of {
+        svc.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(k, v);
+    }
     svc.status = None;
     if let Some(spec) = svc.spec.take() {
         svc.spec = Some(ServiceSpec {
+            type_: spec.type_,
             cluster_ip: spec.cluster_ip,
             publish_not_ready_addresses: spec.publish_not_ready_addresses,
-            selector: spec
-                .selector
-                .map(|s| s.into_iter().filter(|(k, _)| k == c::JOB).collect()),
+            selector: spec.selector.map(|s| {
+                s.into_iter()
+                    .filter(|(k, _)| k == c::JOB || k == c::TENSORBOARD_OF)
+                    .collect()
+            }),
             ports: spec.ports.map(|ports| {
                 ports
                     .into_iter()
-                    .filter(|p| p.name.as_deref() == Some(crate::mutate::PORT_NAME))
+                    .filter(|p| {
+                        p.name
+                            .as_deref()
+                            .is_some_and(|n| SERVICE_PORTS.contains(&n))
+                    })
                     .collect()
             }),
             ..ServiceSpec::default()
@@ -735,6 +759,31 @@ pub(super) mod tests {
         drifted["spec"]["ports"][0]["port"] = json!(1);
         let mut foreign = whole.clone();
         foreign["metadata"]["ownerReferences"][0]["uid"] = json!("other");
+        // The job's TensorBoard Service, as the API server returns it.
+        let mut tb_job = job.clone();
+        tb_job.spec.tensorboard = Some(crate::contract::TensorBoard::parse("logs:runs").unwrap());
+        tb_job.metadata.annotations = Some(
+            [(
+                c::TENSORBOARD_VOLUME.to_owned(),
+                "{\"name\":\"logs\",\"nfs\":{\"server\":\"nfs\",\"path\":\"/l\"}}".to_owned(),
+            )]
+            .into_iter()
+            .collect(),
+        );
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let (_, tb) = crate::tensorboard::objects(&tb_job, &Default::default(), now).unwrap();
+        let tb_desired = serde_json::to_value(&tb).unwrap();
+        let mut tb_whole = tb_desired.clone();
+        tb_whole["metadata"]["uid"] = json!("s");
+        tb_whole["metadata"]["annotations"] = json!({"notes": bulk});
+        tb_whole["spec"]["clusterIP"] = json!("10.0.0.7");
+        let svc: Service = serde_json::from_value(tb_whole.clone()).unwrap();
+        let mut trimmed = svc.clone();
+        trim_service(&mut trimmed);
+        let kept = serde_json::to_value(&trimmed).unwrap();
+        assert!(json_len(&kept) < 1024, "{kept}");
+        assert!(satisfies(&tb_whole, &tb_desired));
+        assert!(satisfies(&kept, &tb_desired), "{kept}");
         for (case, object, satisfied) in [
             ("own", whole, true),
             ("drifted", drifted, false),
