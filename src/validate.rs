@@ -61,7 +61,14 @@ pub fn validate<P: Peers + ?Sized>(
         }
         _ => Violations::default(),
     };
-    v.0.extend(found.0.into_iter().filter(|f| !before.0.contains(f)));
+    let had: std::collections::HashSet<&str> =
+        before.0.iter().map(|b| b.message.as_str()).collect();
+    v.0.extend(
+        found
+            .0
+            .into_iter()
+            .filter(|f| !had.contains(f.message.as_str())),
+    );
     v.into_result(warnings)
 }
 
@@ -117,9 +124,18 @@ fn immutable_keys(
         }
         return;
     }
-    let label = |o: &Value, k: &str| object::meta_str(o, &[], "labels", k).map(str::to_owned);
-    let annotation =
-        |o: &Value, k: &str| object::meta_str(o, &[], "annotations", k).map(str::to_owned);
+    // As the member is read: a workload's own metadata, else its pod
+    // template's (a key set only in the template counts the same).
+    let read = |o: &Value, which: &str, k: &str| {
+        object::meta_str(o, &[], which, k)
+            .or_else(|| match kind {
+                Kind::Pod => None,
+                _ => object::meta_str(o, Kind::StatefulSet.pod_path(), which, k),
+            })
+            .map(str::to_owned)
+    };
+    let label = |o: &Value, k: &str| read(o, "labels", k);
+    let annotation = |o: &Value, k: &str| read(o, "annotations", k);
     for (key, before, after) in [
         (c::JOB, label(old, c::JOB), label(new, c::JOB)),
         (c::ROLE, label(old, c::ROLE), label(new, c::ROLE)),
@@ -158,10 +174,7 @@ fn immutable_keys(
                 format!(
                     "{} marks what a finished run left and cannot change or be removed ({}): delete this member to start the job again",
                     c::FINISHED_RUN,
-                    match after {
-                        Some(a) => format!("\"{before}\" → \"{a}\""),
-                        None => format!("\"{before}\" → (unset)"),
-                    }
+                    changed_value(Some(&before), after.as_deref())
                 ),
             );
         }
@@ -223,12 +236,17 @@ fn immutable_keys(
 }
 
 fn changed(key: &str, before: Option<&str>, after: Option<&str>) -> String {
-    let show = |s: Option<&str>| s.map_or("(unset)".to_owned(), |s| format!("\"{s}\""));
     format!(
-        "{key} cannot change on an existing member ({} → {}): delete and recreate the job's members to change it",
-        show(before),
-        show(after)
+        "{key} cannot change on an existing member ({}): delete and recreate the job's members to change it",
+        changed_value(before, after)
     )
+}
+
+/// `"before" → "after"`, each quoted in at most [`c::MAX_QUOTED`] bytes.
+fn changed_value(before: Option<&str>, after: Option<&str>) -> String {
+    let show =
+        |s: Option<&str>| s.map_or("(unset)".to_owned(), |s| format!("\"{}\"", c::quoted(s)));
+    format!("{} → {}", show(before), show(after))
 }
 
 /// Every member of a job agrees on framework, topology and policies, and no

@@ -1566,6 +1566,20 @@ fn no_source_of_a_pods_index_changes_it() {
         problems_under(&cfg, Kind::StatefulSet, &set("0"), Some(&set("2"))),
         vec!["dljob.dev/index-offset cannot change on an existing member (\"2\" → \"0\"): delete and recreate the job's members to change it"]
     );
+    // Written only in the pod template, as the member is read too.
+    let in_template = |offset: &str| {
+        let mut s = sts(
+            2,
+            json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "master=1,worker=4"}),
+        );
+        s["spec"]["template"]["metadata"] =
+            json!({"annotations": {"dljob.dev/index-offset": offset}});
+        s
+    };
+    assert_eq!(
+        problems_under(&cfg, Kind::StatefulSet, &in_template("0"), Some(&in_template("2"))),
+        vec!["dljob.dev/index-offset cannot change on an existing member (\"2\" → \"0\"): delete and recreate the job's members to change it"]
+    );
 }
 
 /// A server whose clients are not authenticated does not name a job's
@@ -1628,7 +1642,8 @@ fn peers_are_named_only_to_an_authenticated_client() {
 /// A value dljob refuses is quoted in at most 64 bytes and its length,
 /// whichever key it is (a 4 KiB value passes the size check and was quoted
 /// whole by the slots, elastic, topology, TensorBoard, policy and index
-/// parsers).
+/// parsers, and the framework, gang, queue and container names). An
+/// UPDATE's changed value is quoted so too.
 #[test]
 fn a_refused_value_is_quoted_in_64_bytes() {
     for (key, value) in [
@@ -1637,6 +1652,10 @@ fn a_refused_value_is_quoted_in_64_bytes() {
         ("dljob.dev/restart-policy", "x".repeat(4000)),
         ("dljob.dev/index", "9".repeat(4000)),
         ("dljob.dev/ordered-start", "y".repeat(4000)),
+        ("dljob.dev/framework", "f".repeat(4000)),
+        ("dljob.dev/gang", "g".repeat(4000)),
+        ("dljob.dev/queue", "q".repeat(4000)),
+        ("dljob.dev/container", "c".repeat(4000)),
     ] {
         let got = problems(Kind::Pod, &tf_pod("worker", json!({ key: value })));
         assert!(!got.is_empty(), "{key}");
@@ -1648,4 +1667,23 @@ fn a_refused_value_is_quoted_in_64_bytes() {
             );
         }
     }
+}
+
+/// Thousands of unknown dljob.dev/ keys (a pod under 256 KiB carries ten
+/// thousand) make three warnings and a count, not a warning each, found
+/// once each (the check was quadratic in the keys: each looked through the
+/// ones before it).
+#[test]
+fn ten_thousand_unknown_keys_are_three_warnings_and_a_count() {
+    let mut pod = tf_pod("worker", json!({}));
+    for i in 0..10_000 {
+        pod["metadata"]["annotations"][format!("dljob.dev/k{i:05}")] = json!("");
+    }
+    let warnings = validate(Kind::Pod, &pod, None, Some("ml"), &Config::default(), &[]).unwrap();
+    assert_eq!(warnings.len(), 4, "{warnings:?}");
+    assert!(warnings[0].starts_with("annotation dljob.dev/k00000 is not a dljob annotation"));
+    assert_eq!(
+        warnings[3],
+        "9997 more dljob.dev/ keys are not dljob's and are ignored"
+    );
 }

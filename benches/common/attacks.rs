@@ -153,6 +153,17 @@ pub fn worst_reviews(fixtures: &str) -> Vec<Crafted> {
     fill_to_cap(&mut r);
     add("3 MiB of annotations", r);
 
+    // A small body (under 256 KiB, computed on the async workers) of
+    // 10 000 unknown dljob.dev/ keys: each was a warning, found by a look
+    // through the ones before it.
+    let mut r = base(fixtures);
+    let keys: Vec<(String, String)> = (0..10_000)
+        .map(|i| (format!("dljob.dev/k{i:05}"), String::new()))
+        .collect();
+    let pairs: Vec<(&str, String)> = keys.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    set_annotations(&mut r, &pairs);
+    add("10 000 unknown dljob.dev/ keys", r);
+
     // An UPDATE carries two objects: two 1.4 MiB pods.
     let mut r = base(fixtures);
     containers(&mut r, 700, 24);

@@ -19,15 +19,15 @@ pub(super) fn container(
         .map(object::name_of)
         .collect();
     if !names.contains(&name) {
-        v.push(
-            Rule::UnknownContainer,
+        v.push(Rule::UnknownContainer, {
+            let name = c::quoted(name);
             format!(
                 "{} \"{name}\" names no container of this {}; containers are {}",
                 c::CONTAINER,
                 kind.as_str(),
                 names.join(", ")
-            ),
-        );
+            )
+        });
     }
     Some(name.to_owned())
 }

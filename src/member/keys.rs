@@ -49,13 +49,18 @@ impl<'v> Meta<'v> {
                 continue;
             };
             for (k, val) in own {
-                if !k.starts_with("dljob.dev/") {
+                // Only dljob's own keys: the others are not read.
+                if !is_label_key(k) && !is_annotation_key(k) {
                     continue;
                 }
                 if let Some(t) = tpl.get(k) {
                     if t != val {
+                        let show =
+                            |x: &Value| c::quoted(x.as_str().unwrap_or_default()).into_owned();
                         v.push(Rule::TemplateDisagrees, format!(
-                            "{which} {k} is {val} on the workload but {t} in its pod template; make them equal"
+                            "{which} {k} is \"{}\" on the workload but \"{}\" in its pod template; make them equal",
+                            show(val),
+                            show(t)
                         ));
                     }
                 }
@@ -110,44 +115,51 @@ impl<'v> Meta<'v> {
         }
     }
 
-    /// Warnings for `dljob.dev/*` keys dljob does not know (typos).
+    /// Warnings for `dljob.dev/*` keys dljob does not know (typos): one
+    /// for each of the first few, then one that counts the rest (an object
+    /// may carry thousands).
     pub(super) fn unknown_keys(&self, warnings: &mut Vec<String>) {
+        const NAMED: usize = 3;
         let known_annotation = |k: &str| {
             c::JOB_WIDE_ANNOTATIONS.contains(&k)
                 || c::MEMBER_ANNOTATIONS.contains(&k)
                 || c::OWN_ANNOTATIONS.contains(&k)
         };
-        let mut seen: Vec<&str> = Vec::new();
+        let mut annotations = std::collections::BTreeSet::new();
         for m in self.annotations.iter().flatten() {
-            for k in m.keys() {
-                if k.starts_with("dljob.dev/")
-                    && !known_annotation(k)
-                    && !is_label_key(k)
-                    && !seen.contains(&k.as_str())
-                {
-                    seen.push(k);
-                    warnings.push(format!(
-                        "annotation {k} is not a dljob annotation and is ignored; known ones are {}",
-                        known_annotations()
-                    ));
-                }
-            }
+            annotations.extend(m.keys().map(String::as_str).filter(|k| {
+                k.starts_with("dljob.dev/") && !known_annotation(k) && !is_label_key(k)
+            }));
         }
+        let mut labels = std::collections::BTreeSet::new();
         for m in self.labels.iter().flatten() {
-            for k in m.keys() {
-                if k.starts_with("dljob.dev/")
+            labels.extend(m.keys().map(String::as_str).filter(|k| {
+                k.starts_with("dljob.dev/")
                     && !is_label_key(k)
                     && !is_annotation_key(k)
-                    && !seen.contains(&k.as_str())
-                {
-                    seen.push(k);
-                    warnings.push(format!(
-                        "label {k} is not a dljob label and is ignored; dljob labels are {} and {}",
-                        c::JOB,
-                        c::ROLE
-                    ));
-                }
-            }
+                    && !annotations.contains(k)
+            }));
+        }
+        let known = known_annotations();
+        for k in annotations.iter().take(NAMED) {
+            warnings.push(format!(
+                "annotation {} is not a dljob annotation and is ignored; known ones are {known}",
+                c::quoted(k)
+            ));
+        }
+        for k in labels.iter().take(NAMED) {
+            warnings.push(format!(
+                "label {} is not a dljob label and is ignored; dljob labels are {} and {}",
+                c::quoted(k),
+                c::JOB,
+                c::ROLE
+            ));
+        }
+        let more = annotations.len().saturating_sub(NAMED) + labels.len().saturating_sub(NAMED);
+        if more > 0 {
+            warnings.push(format!(
+                "{more} more dljob.dev/ keys are not dljob's and are ignored"
+            ));
         }
     }
 }

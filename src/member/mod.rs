@@ -335,14 +335,14 @@ fn framework(
         Some(name) => {
             let f = frameworks::by_name(name);
             if f.is_none() {
-                v.push(
-                    Rule::UnknownFramework,
+                v.push(Rule::UnknownFramework, {
+                    let name = c::quoted(name);
                     format!(
                         "{}: unknown framework \"{name}\"; frameworks are {}",
                         c::FRAMEWORK,
                         frameworks::names()
-                    ),
-                );
+                    )
+                });
             }
             f
         }

@@ -62,14 +62,14 @@ pub(super) fn gang(meta: &Meta<'_>, config: &Config, v: &mut Violations) -> Stri
         .or(config.gang.as_deref())
         .unwrap_or(gang::NONE);
     if gang::by_name(name).is_none() {
-        v.push(
-            Rule::InvalidValue,
+        v.push(Rule::InvalidValue, {
+            let name = c::quoted(name);
             format!(
                 "{} \"{name}\" is not a gang scheduler; use one of {}",
                 c::GANG,
                 gang::names()
-            ),
-        );
+            )
+        });
     }
     name.to_owned()
 }
@@ -96,22 +96,22 @@ pub(super) fn check_gang(kind: Kind, meta: &Meta<'_>, spec: &JobSpec, v: &mut Vi
         if queue.len() > 63 || !queue.split('.').all(c::is_dns_label) {
             v.push(
                 Rule::InvalidValue,
-                format!(
+                { let queue = c::quoted(queue); format!(
                     "{} \"{queue}\" is not a queue name: at most 63 lowercase letters, digits, '-' and '.'",
                     c::QUEUE
-                ),
+                ) },
             );
         }
         if !scheduler.queues() {
-            v.push(
-                Rule::InvalidValue,
+            v.push(Rule::InvalidValue, {
+                let queue = c::quoted(queue);
                 format!(
                     "{} \"{queue}\" is for the kueue and volcano gang schedulers; {} is \"{}\"",
                     c::QUEUE,
                     c::GANG,
                     spec.gang
-                ),
-            );
+                )
+            });
         }
     }
     // Kueue admits a StatefulSet or Job carrying its queue label as a
