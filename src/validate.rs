@@ -166,7 +166,10 @@ fn immutable_keys(
     }
     // The reconciler's mark of a finished run is added once and never
     // changed or removed: taken off, the leftovers would count again.
-    let mark = |o: &Value| annotation(o, c::FINISHED_RUN);
+    // (On the object itself: the reconciler marks the workload, not its
+    // template.)
+    let mark =
+        |o: &Value| object::meta_str(o, &[], "annotations", c::FINISHED_RUN).map(str::to_owned);
     if let (Some(before), after) = (mark(old), mark(new)) {
         if after.as_deref() != Some(before.as_str()) {
             v.push(

@@ -413,7 +413,8 @@ async fn review(
         let config = s.inputs.config.borrow();
         admission::review(endpoint, &bytes, &config, s.inputs.peers.as_ref())
     } else {
-        let Ok(turn) = tokio::time::timeout(s.read_timeout, s.heavy.clone().acquire_owned()).await
+        let Ok(Ok(turn)) =
+            tokio::time::timeout(s.read_timeout, s.heavy.clone().acquire_owned()).await
         else {
             return reject(endpoint, s, BodyError::Busy, start);
         };
