@@ -876,6 +876,9 @@ const CPU_ATTACKERS: usize = 16;
 const NON_READERS: usize = 16;
 const SLOW_BODIES: usize = 200;
 const JUNK: usize = 8;
+/// An attacker reconnects after a refusal or a close this much later, not
+/// in a tight loop.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
 
 /// What the attacker got the server to do.
 #[derive(Default)]
@@ -935,6 +938,62 @@ fn json_str(s: String) -> Value {
 }
 
 /// Starts every attacker; they run until `stop`.
+/// One attacker connection sending `requests` (path, body) in a closed
+/// loop from the `k`th on, reading each answer, and connecting again when
+/// the server closes it.
+fn closed_loop(
+    addr: SocketAddr,
+    connector: TlsConnector,
+    requests: Arc<Vec<(&'static str, Bytes)>>,
+    k: usize,
+    stop: Arc<AtomicBool>,
+    counts: Arc<AttackCounts>,
+) -> tokio::task::JoinHandle<()> {
+    let pause = RECONNECT_PAUSE;
+    tokio::spawn(async move {
+        let mut i = k;
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(tls) = raw_tls(addr, &connector).await else {
+                counts.reconnects.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(pause).await;
+                continue;
+            };
+            let Ok((mut s, conn)) = http1::handshake(TokioIo::new(tls)).await else {
+                continue;
+            };
+            tokio::spawn(conn);
+            while !stop.load(Ordering::Relaxed) {
+                let (path, body) = &requests[i % requests.len()];
+                i += 1;
+                let req = Request::post(*path)
+                    .header("host", "localhost")
+                    .header("content-type", "application/json")
+                    .body(Full::new(body.clone()))
+                    .unwrap();
+                if s.ready().await.is_err() {
+                    break;
+                }
+                match s.send_request(req).await {
+                    Ok(resp) => {
+                        let ok = resp.status() == StatusCode::OK;
+                        let _ = resp.into_body().collect().await;
+                        let count = if ok {
+                            &counts.answered
+                        } else {
+                            &counts.refused
+                        };
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) => {
+                        counts.errors.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                }
+            }
+        }
+    })
+}
+
 /// `network`: every class below; otherwise only the crafted reviews, as a
 /// tenant can make the API server send them (with `--client-ca` and the
 /// NetworkPolicy, nothing else reaches the port).
@@ -950,64 +1009,23 @@ fn start_attackers(
     let addr = server.addr;
     let idle = CONNECTION_CAP - ORDINARY - CPU_ATTACKERS - NON_READERS - SLOW_BODIES - JUNK;
     let mut tasks = Vec::new();
-    // Reconnects after a refusal or a close, not in a tight loop.
-    let pause = Duration::from_millis(200);
+    let pause = RECONNECT_PAUSE;
     // The worst reviews within the caps, closed loop, answers read.
+    let crafted: Arc<Vec<(&'static str, Bytes)>> = Arc::new(
+        crafted
+            .iter()
+            .map(|c| (c.path, Bytes::from(c.body.clone())))
+            .collect(),
+    );
     for k in 0..CPU_ATTACKERS {
-        let (connector, crafted, stop, counts) = (
+        tasks.push(closed_loop(
+            addr,
             connector.clone(),
             crafted.clone(),
+            k,
             stop.clone(),
             counts.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut i = k;
-            while !stop.load(Ordering::Relaxed) {
-                let Ok(tcp) = TcpStream::connect(addr).await else {
-                    tokio::time::sleep(pause).await;
-                    continue;
-                };
-                let Ok(tls) = connector
-                    .connect(ServerName::try_from("localhost").unwrap(), tcp)
-                    .await
-                else {
-                    counts.reconnects.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(pause).await;
-                    continue;
-                };
-                let Ok((mut s, conn)) = http1::handshake(TokioIo::new(tls)).await else {
-                    continue;
-                };
-                tokio::spawn(conn);
-                while !stop.load(Ordering::Relaxed) {
-                    let c = &crafted[i % crafted.len()];
-                    i += 1;
-                    let req = Request::post(c.path)
-                        .header("host", "localhost")
-                        .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from(c.body.clone())))
-                        .unwrap();
-                    if s.ready().await.is_err() {
-                        break;
-                    }
-                    match s.send_request(req).await {
-                        Ok(resp) => {
-                            let ok = resp.status() == StatusCode::OK;
-                            let _ = resp.into_body().collect().await;
-                            if ok {
-                                counts.answered.fetch_add(1, Ordering::Relaxed);
-                            } else {
-                                counts.refused.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        Err(_) => {
-                            counts.errors.fetch_add(1, Ordering::Relaxed);
-                            break;
-                        }
-                    }
-                }
-            }
-        }));
+        ));
     }
     if !network {
         return tasks;
@@ -1034,7 +1052,7 @@ fn start_attackers(
                 loop {
                     let c = &crafted[i % crafted.len()];
                     i += 1;
-                    let req = http1_post(c.path, &c.body, "");
+                    let req = http1_post(c.0, &c.1, "");
                     match tokio::time::timeout(Duration::from_secs(2), tls.write_all(&req)).await {
                         Ok(Ok(())) => continue,
                         _ => break,
@@ -1079,53 +1097,25 @@ fn start_attackers(
             }
         }));
     }
-    // Junk, closed loop.
+    // Junk, closed loop, to /mutate and /validate in turn.
+    let junk: Arc<Vec<(&'static str, Bytes)>> = Arc::new(
+        junk.iter()
+            .enumerate()
+            .map(|(i, body)| {
+                let path = if i % 2 == 0 { "/mutate" } else { "/validate" };
+                (path, Bytes::from(body.clone()))
+            })
+            .collect(),
+    );
     for k in 0..JUNK {
-        let (connector, junk, stop, counts) = (
+        tasks.push(closed_loop(
+            addr,
             connector.clone(),
             junk.clone(),
+            k,
             stop.clone(),
             counts.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut i = k;
-            while !stop.load(Ordering::Relaxed) {
-                let Ok(tls) = raw_tls(addr, &connector).await else {
-                    counts.reconnects.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(pause).await;
-                    continue;
-                };
-                let Ok((mut s, conn)) = http1::handshake(TokioIo::new(tls)).await else {
-                    continue;
-                };
-                tokio::spawn(conn);
-                while !stop.load(Ordering::Relaxed) {
-                    let body = junk[i % junk.len()].clone();
-                    let path = if i % 2 == 0 { "/mutate" } else { "/validate" };
-                    i += 1;
-                    let req = Request::post(path)
-                        .header("host", "localhost")
-                        .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from(body)))
-                        .unwrap();
-                    if s.ready().await.is_err() {
-                        break;
-                    }
-                    match s.send_request(req).await {
-                        Ok(resp) => {
-                            let ok = resp.status() == StatusCode::OK;
-                            let _ = resp.into_body().collect().await;
-                            if ok {
-                                counts.answered.fetch_add(1, Ordering::Relaxed);
-                            } else {
-                                counts.refused.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        Err(_) => break,
-                    }
-                }
-            }
-        }));
+        ));
     }
     // Every other connection the server allows: handshaken, silent, opened
     // again when the server closes it.
