@@ -279,7 +279,16 @@ pub(crate) struct PodEdits<'a> {
     annotations: Vec<(&'static str, String)>,
     removed_annotations: Vec<&'static str>,
     spec: Vec<(&'static str, Value)>,
-    appends: Vec<(List, Vec<Item<'a>>)>,
+    /// Per list, the items to put before the original ones (in order) and
+    /// those to put after them.
+    appends: Vec<(List, Added<'a>)>,
+}
+
+/// What is added to one list: before its original items, and after.
+#[derive(Default)]
+struct Added<'a> {
+    front: Vec<Item<'a>>,
+    back: Vec<Item<'a>>,
 }
 
 impl<'a> PodEdits<'a> {
@@ -319,27 +328,44 @@ impl<'a> PodEdits<'a> {
         self.spec.push((key, value));
     }
 
-    /// Items of `list`: the original ones, then those appended so far.
+    /// Items of `list` in the order the patch leaves them: those put in
+    /// front so far, the original ones, then those appended so far.
     pub(crate) fn items(&self, list: List) -> impl Iterator<Item = Seen<'_, 'a>> {
         let original = list.original(self.pod).map(Vec::as_slice).unwrap_or(&[]);
-        let pending = self
+        let (front, back) = self
             .appends
             .iter()
             .find(|(l, _)| *l == list)
-            .map(|(_, v)| v.as_slice())
-            .unwrap_or(&[]);
-        original
+            .map(|(_, a)| (a.front.as_slice(), a.back.as_slice()))
+            .unwrap_or((&[], &[]));
+        front
             .iter()
-            .map(Seen::Original)
-            .chain(pending.iter().map(Seen::Pending))
+            .map(Seen::Pending)
+            .chain(original.iter().map(Seen::Original))
+            .chain(back.iter().map(Seen::Pending))
+    }
+
+    fn added(&mut self, list: List) -> &mut Added<'a> {
+        let at = match self.appends.iter().position(|(l, _)| *l == list) {
+            Some(at) => at,
+            None => {
+                self.appends.push((list, Added::default()));
+                self.appends.len() - 1
+            }
+        };
+        &mut self.appends[at].1
     }
 
     /// Appends `item` to `list`.
     pub(crate) fn append(&mut self, list: List, item: Item<'a>) {
-        match self.appends.iter_mut().find(|(l, _)| *l == list) {
-            Some((_, items)) => items.push(item),
-            None => self.appends.push((list, vec![item])),
-        }
+        self.added(list).back.push(item);
+    }
+
+    /// Puts `item` before the original items of `list` (after those put
+    /// there before it): an env var there can be named by the user's own
+    /// vars as `$(NAME)`, which Kubernetes expands from earlier ones only.
+    pub(crate) fn prepend(&mut self, list: List, item: Item<'a>) {
+        self.added(list).front.push(item);
     }
 
     /// The JSON Patch of every recorded edit.
@@ -366,14 +392,23 @@ impl<'a> PodEdits<'a> {
             self.annotations,
         );
         set_keys(&mut ops, "/spec", self.pod.get("spec"), self.spec);
-        for (list, items) in self.appends {
+        for (list, added) in self.appends {
             let path = list.pointer();
             match list.original(self.pod) {
-                None => ops.push(operation(Op::Add, path, &items)),
+                None => {
+                    let mut items = added.front;
+                    items.extend(added.back);
+                    ops.push(operation(Op::Add, path, &items));
+                }
                 Some(existing) => {
-                    for (k, item) in items.iter().enumerate() {
-                        let at = format!("{path}/{}", existing.len() + k);
-                        ops.push(operation(Op::Add, at, item));
+                    // Each add at k inserts before what was at k, so the
+                    // front items land in order before the originals.
+                    for (k, item) in added.front.iter().enumerate() {
+                        ops.push(operation(Op::Add, format!("{path}/{k}"), item));
+                    }
+                    let end = existing.len() + added.front.len();
+                    for (k, item) in added.back.iter().enumerate() {
+                        ops.push(operation(Op::Add, format!("{path}/{}", end + k), item));
                     }
                 }
             }
@@ -458,6 +493,44 @@ mod tests {
         );
         let out = apply(&pod, &patch);
         assert_eq!(out["spec"]["containers"][0]["env"][2]["name"], "C");
+    }
+
+    #[test]
+    fn items_put_in_front_come_before_the_originals_in_order() {
+        let pod = json!({"spec": {"containers": [{"name": "c", "env": [{"name": "U", "value": "$(B)"}]}]}});
+        let mut e = PodEdits::new(&pod);
+        let env = |name| Item::Env { name, value: "v" };
+        e.prepend(List::Env(0), env("A"));
+        e.append(List::Env(0), env("Z"));
+        e.prepend(List::Env(0), env("B"));
+        let names: Vec<&str> = e.items(List::Env(0)).map(|s| s.name()).collect();
+        assert_eq!(names, ["A", "B", "U", "Z"]);
+        let patch = e.into_patch();
+        let paths: Vec<&str> = patch.0.iter().map(|o| o.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/spec/containers/0/env/0",
+                "/spec/containers/0/env/1",
+                "/spec/containers/0/env/3"
+            ]
+        );
+        let out = apply(&pod, &patch);
+        let names: Vec<&str> = out["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["A", "B", "U", "Z"]);
+        // Absent list: one add, front items first.
+        let bare = json!({"spec": {"containers": [{"name": "c"}]}});
+        let mut e = PodEdits::new(&bare);
+        e.append(List::Env(0), env("Z"));
+        e.prepend(List::Env(0), env("A"));
+        let out = apply(&bare, &e.into_patch());
+        assert_eq!(out["spec"]["containers"][0]["env"][0]["name"], "A");
+        assert_eq!(out["spec"]["containers"][0]["env"][1]["name"], "Z");
     }
 
     #[test]

@@ -1030,7 +1030,7 @@ fn reserved_volume_problems(
     problems
 }
 
-/// Adds each var unless the container sets it; a different user value is
+/// Adds each var, before the user's own, unless the container sets it; a different user value is
 /// kept and named in a warning.
 fn merge_env<'a>(
     edits: &mut PodEdits<'a>,
@@ -1063,9 +1063,35 @@ fn merge_env<'a>(
             }
         }
     }
+    // Before the user's vars, so that theirs can name ours as `$(NAME)`;
+    // after them a var of ours that names one of theirs, for the same
+    // reason (Kubernetes expands a reference from earlier vars only).
     for (name, value) in ours {
-        edits.append(list, Item::Env { name, value });
+        let item = Item::Env { name, value };
+        if names_theirs(edits, list, value) {
+            edits.append(list, item);
+        } else {
+            edits.prepend(list, item);
+        }
     }
+}
+
+/// Whether `value` names, as `$(NAME)`, a var the container itself sets.
+fn names_theirs(edits: &PodEdits<'_>, list: List, value: &str) -> bool {
+    let mut rest = value;
+    while let Some(at) = rest.find("$(") {
+        rest = &rest[at + 2..];
+        let Some(end) = rest.find(')') else { break };
+        let name = &rest[..end];
+        if edits
+            .items(list)
+            .any(|e| matches!(e, Seen::Original(_)) && e.name() == name)
+        {
+            return true;
+        }
+        rest = &rest[end + 1..];
+    }
+    false
 }
 
 /// Adds each downward-API var unless the container sets it; a different
@@ -1088,7 +1114,7 @@ fn merge_field_env<'a>(
             .find(|e| e.name() == name)
             .map(|e| object::contains(&e.to_value(), &ours.to_value()));
         match existing {
-            None => edits.append(list, ours),
+            None => edits.prepend(list, ours),
             Some(true) => {}
             Some(false) => warnings.push(format!(
                 "container \"{cname}\": env {name} is set by the user and kept; dljob would set it from the pod's {field}"

@@ -278,11 +278,12 @@ fn indexed_job_pod_takes_its_completion_index() {
     );
     assert_eq!(env(&m.object, "JAX_NUM_PROCESSES").as_deref(), Some("2"));
     assert_eq!(env(&m.object, "JAX_PROCESS_ID").as_deref(), Some("1"));
-    // The user's own env var stays first and untouched.
-    assert_eq!(
-        m.object["spec"]["containers"][0]["env"][0]["name"],
-        "JOB_COMPLETION_INDEX"
-    );
+    // The user's own env var stays, untouched, after dljob's (so that it
+    // could name them as $(NAME)).
+    let env = m.object["spec"]["containers"][0]["env"].as_array().unwrap();
+    let user = &pod["spec"]["containers"][0]["env"][0];
+    assert_eq!(user["name"], "JOB_COMPLETION_INDEX");
+    assert_eq!(env.last(), Some(user));
     assert_patch_reproduces(&pod, &m.object);
 }
 
@@ -434,6 +435,63 @@ fn user_env_port_and_volume_win_and_are_named_in_warnings() {
         m.object["spec"]["volumes"][0],
         json!({"name": "dljob-hostfile", "emptyDir": {}})
     );
+}
+
+/// The names of container 0's env, in order.
+fn env_names(pod: &Value) -> Vec<String> {
+    pod["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn injected_env_comes_before_the_users_so_that_theirs_can_name_it() {
+    // An image reading PROCESS_ID: the user aliases dljob's var, which
+    // Kubernetes expands only from a var earlier in the list.
+    let mut p = pod(
+        "j",
+        "worker",
+        "jax",
+        "worker=2",
+        json!({"dljob.dev/index": "1"}),
+    );
+    p["spec"]["containers"][0]["env"] = json!([
+        {"name": "PROCESS_ID", "value": "$(JAX_PROCESS_ID)"},
+        {"name": "JAX_NUM_PROCESSES", "value": "2"}
+    ]);
+    let m = create(Kind::Pod, &p, &Config::default());
+    let names = env_names(&m.object);
+    let at = |n: &str| names.iter().position(|x| x == n).unwrap();
+    assert!(at("JAX_PROCESS_ID") < at("PROCESS_ID"), "{names:?}");
+    assert!(
+        at("JAX_COORDINATOR_ADDRESS") < at("PROCESS_ID"),
+        "{names:?}"
+    );
+    // The user's own value of a var dljob sets is still the one kept, once.
+    assert_eq!(
+        names.iter().filter(|n| *n == "JAX_NUM_PROCESSES").count(),
+        1
+    );
+    assert_eq!(
+        env(&m.object, "PROCESS_ID").as_deref(),
+        Some("$(JAX_PROCESS_ID)")
+    );
+    assert_idempotent(Kind::Pod, &m.object, &Config::default());
+    assert_patch_reproduces(&p, &m.object);
+
+    // A var of dljob's that names one the user sets goes after it.
+    let mut p = pod("j", "master", "paddle", "master=1,worker=1", json!({}));
+    p["spec"]["containers"][0]["env"] = json!([
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIPs[0].ip"}}}
+    ]);
+    let m = create(Kind::Pod, &p, &Config::default());
+    let names = env_names(&m.object);
+    let at = |n: &str| names.iter().position(|x| x == n).unwrap();
+    assert!(at("POD_IP") < at("PADDLE_MASTER"), "{names:?}");
+    assert!(at("PADDLE_NNODES") < at("POD_IP"), "{names:?}");
 }
 
 #[test]
