@@ -39,6 +39,12 @@ pub enum Command {
     /// StatefulSets and Indexed Jobs one job; prints the manifests (or
     /// rewrites the files with --in-place).
     Label(LabelArgs),
+    /// Convert other operators' jobs into dljob jobs: each PyTorchJob,
+    /// TFJob, XGBoostJob, PaddleJob, JAXJob, MXJob or MPIJob becomes one
+    /// labelled Indexed Job (or StatefulSet) per replica type; prints the
+    /// manifests (or rewrites the files with --in-place).
+    #[command(after_help = CONVERT_EXAMPLES)]
+    Convert(ConvertArgs),
     /// Print the DLJob CustomResourceDefinition generated from the Rust types.
     Crd,
     /// Generate a CA and a serving certificate for the webhook Service.
@@ -98,6 +104,13 @@ const LOGS_EXAMPLES: &str = "Examples:
   dljob logs mnist -f --tail 20         the last 20 lines of each, then follow
   dljob logs mnist --role worker --since 10m
   dljob logs mnist -o json | jq 'select(.index == 0)'";
+
+const CONVERT_EXAMPLES: &str = "Examples:
+  dljob convert -f pytorchjob.yaml > mnist.yaml
+  dljob convert -f jobs/ --in-place
+  kubectl get pytorchjob mnist -o yaml | dljob convert -f -
+
+docs/migration.md maps every field of every operator.";
 
 const RBAC_EXAMPLES: &str = "Examples:
   dljob rbac -n team-a -n team-b > deploy/namespaced/roles.yaml
@@ -365,11 +378,43 @@ pub struct LabelArgs {
     /// A job-wide policy for every member, the key with or without the
     /// dljob.dev/ prefix: port, slots, elastic, restart-policy,
     /// backoff-limit, clean-pod-policy, ttl-seconds-after-finished,
-    /// active-deadline-seconds. Repeatable.
+    /// active-deadline-seconds, ssh-path, gang, queue, topology,
+    /// restart-scope, tensorboard, compat. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// Rewrite the file (each file of a directory) instead of printing;
     /// files with nothing to change are not touched. Not with -f -.
+    #[arg(long)]
+    pub in_place: bool,
+}
+
+/// Reads kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob,
+/// MXJob and MPIJob, MXJob v1beta1 and the MPI operator's v2beta1 MPIJob,
+/// and prints, per job, one workload per replica type named
+/// `<job>-<role>`: an Indexed Job (completions = parallelism = replicas)
+/// for a replica type whose restartPolicy is OnFailure, Never or ExitCode,
+/// since it runs to completion; a StatefulSet for one whose restartPolicy
+/// is Always, the only policy a StatefulSet allows and one a Job refuses.
+/// Each keeps its replica's pod template whole (its comments too), with
+/// the job's labels and annotations, and gets dljob's keys: the job and
+/// role, the framework and topology, `dljob.dev/compat` (so that the
+/// operator's images get the env they read), and the job's policies
+/// (runPolicy's backoffLimit, activeDeadlineSeconds,
+/// ttlSecondsAfterFinished, cleanPodPolicy and schedulingPolicy; PyTorch's
+/// elasticPolicy and nprocPerNode; MPI's slotsPerWorker, sshAuthMountPath
+/// and mainContainer; the operator's named port as dljob.dev/port).
+///
+/// A field dljob cannot honour stops the conversion with a message naming
+/// the field and what to do instead, and nothing is printed or written;
+/// every problem of every job is listed. The result is checked as `dljob
+/// validate` checks it. Other documents pass through byte for byte, and
+/// converting the output again changes nothing.
+#[derive(Debug, Clone, Args)]
+pub struct ConvertArgs {
+    #[command(flatten)]
+    pub manifest: ManifestArgs,
+    /// Rewrite the file (each file of a directory) instead of printing;
+    /// files with no job to convert are not touched. Not with -f -.
     #[arg(long)]
     pub in_place: bool,
 }

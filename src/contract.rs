@@ -79,6 +79,14 @@ pub(crate) const TENSORBOARD_VOLUME: &str = "dljob.dev/tensorboard-volume";
 /// serves. Not `dljob.dev/job`, which makes a pod a member.
 pub(crate) const TENSORBOARD_OF: &str = "dljob.dev/tensorboard-of";
 
+/// Annotation: the operator whose images the job's pods run
+/// (`kubeflow`, `mpi-operator`): besides dljob's own env, admission gives
+/// them what those images read (JAX's `PROCESS_ID`, …).
+pub(crate) const COMPAT: &str = "dljob.dev/compat";
+/// The `dljob.dev/compat` values.
+pub(crate) const COMPAT_KUBEFLOW: &str = "kubeflow";
+pub(crate) const COMPAT_MPI_OPERATOR: &str = "mpi-operator";
+
 /// Kubernetes-owned keys dljob reads.
 pub(crate) const K8S_DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
 pub(crate) const K8S_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
@@ -103,6 +111,7 @@ pub(crate) const JOB_WIDE_ANNOTATIONS: &[&str] = &[
     TOPOLOGY,
     RESTART_SCOPE,
     TENSORBOARD,
+    COMPAT,
 ];
 
 /// Annotations a user may set on a member that are not job-wide.

@@ -75,6 +75,11 @@ pub struct JobSpec {
     /// The job's TensorBoard (`dljob.dev/tensorboard: VOLUME:PATH`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensorboard: Option<TensorBoard>,
+    /// The operator whose images the pods run (`dljob.dev/compat`:
+    /// kubeflow, mpi-operator): admission also gives them what those
+    /// images read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compat: Option<String>,
 }
 
 fn default_gang() -> String {
@@ -118,6 +123,7 @@ impl JobSpec {
             queue: None,
             topology: None,
             tensorboard: None,
+            compat: None,
         }
     }
 
@@ -482,6 +488,7 @@ mod tests {
         s.queue = Some("q".into());
         s.tensorboard = Some(TensorBoard::parse("logs:runs").unwrap());
         s.topology = Some(Placement::parse("example.com/rack").unwrap());
+        s.compat = Some("kubeflow".into());
         let Value::Object(fields) = serde_json::to_value(&s).unwrap() else {
             unreachable!()
         };

@@ -198,6 +198,11 @@ fn inputs<'d>(docs: &'d [Document], opts: &Options<'_>) -> Result<Inputs<'d>, Ve
         ));
     }
     let set = parse_set(opts.set, &mut problems);
+    problems.extend(
+        manifest::operator_jobs(docs)
+            .into_iter()
+            .map(|(name, advice)| format!("{name}: {advice}")),
+    );
     let members = find_members(docs, &mut problems);
     if members.is_empty() && problems.is_empty() {
         problems.push(
@@ -1074,7 +1079,7 @@ fn edit_text(text: &str, edits: &[Edit], want: &Value) -> Option<String> {
 }
 
 /// Whether a plain scalar `s` is read back as the string `s`.
-fn reads_back_as_string(s: &str) -> bool {
+pub(crate) fn reads_back_as_string(s: &str) -> bool {
     serde_saphyr::from_str::<Value>(&format!("k: {s}\n"))
         .ok()
         .and_then(|v| v.get("k").cloned())
@@ -1083,7 +1088,11 @@ fn reads_back_as_string(s: &str) -> bool {
 
 /// The mapping under `key`, created (where `order` places it) when absent
 /// or null.
-fn child(map: &yaml_edit::Mapping, key: &str, order: &[&str]) -> Option<yaml_edit::Mapping> {
+pub(crate) fn child(
+    map: &yaml_edit::Mapping,
+    key: &str,
+    order: &[&str],
+) -> Option<yaml_edit::Mapping> {
     if let Some(m) = map.get_mapping(key) {
         return Some(m);
     }

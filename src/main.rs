@@ -72,6 +72,7 @@ fn main() -> ExitCode {
         Command::Mutate(args) => offline::mutate(args),
         Command::Validate(args) => offline::validate(args),
         Command::Label(args) => offline::label(args),
+        Command::Convert(args) => offline::convert(args),
         Command::Crd => dljob::crd::print(),
         Command::Certs(args) => dljob::install::certs(args),
         Command::WebhookConfig(args) => dljob::install::webhook_config(args),

@@ -100,7 +100,7 @@ pub fn describe(value: &Value) -> String {
 }
 
 /// Whether `value` is a `kind: List` (what `kubectl get -o yaml` prints).
-fn is_list(value: &Value) -> bool {
+pub(crate) fn is_list(value: &Value) -> bool {
     value.get("kind").and_then(Value::as_str) == Some("List")
         && value.get("items").is_some_and(Value::is_array)
 }
@@ -115,6 +115,17 @@ pub(crate) fn objects(value: &Value) -> Vec<&Value> {
     } else {
         vec![value]
     }
+}
+
+/// The jobs of other operators (a PyTorchJob, an MPIJob, …) among the
+/// documents, Lists' items included: each one's name and what to run
+/// instead.
+pub(crate) fn operator_jobs(docs: &[Document]) -> Vec<(String, String)> {
+    docs.iter()
+        .filter_map(|d| d.value.as_ref())
+        .flat_map(objects)
+        .filter_map(|v| crate::operators::recognise(v).map(|s| (describe(v), s.advice())))
+        .collect()
 }
 
 /// What only a manifest can get wrong, for an object of a kind dljob
@@ -280,7 +291,7 @@ pub fn validate(
         .filter_map(|v| Kind::of(v).map(|k| (k, v)))
         .collect();
     let peers = validate::peers_of(members.iter().copied(), namespace, config);
-    let mut problems = Vec::new();
+    let mut problems = operator_jobs(docs);
     let mut warnings = Vec::new();
     for (kind, value) in &members {
         let name = describe(value);

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::args::{LabelArgs, ManifestArgs, MutateArgs};
+use crate::args::{ConvertArgs, LabelArgs, ManifestArgs, MutateArgs};
 use crate::config::Config;
 use crate::manifest;
 
@@ -113,9 +113,13 @@ pub fn mutate(mutate_args: &MutateArgs) -> anyhow::Result<ExitCode> {
     } else {
         manifest::mutate(&docs, Some(&args.namespace), &config)
     };
+    let operator_jobs = manifest::operator_jobs(&docs);
     match result {
         Ok(out) => {
             let mut stderr = std::io::stderr().lock();
+            for (name, advice) in &operator_jobs {
+                writeln!(stderr, "Warning: {name}: {advice}")?;
+            }
             for w in &out.warnings {
                 writeln!(stderr, "Warning: {w}")?;
             }
@@ -284,15 +288,22 @@ fn starts_with_marker(text: &str) -> bool {
     first.trim_end() == "---" || first.starts_with("--- ")
 }
 
-/// `dljob label`.
-pub fn label(args: &LabelArgs) -> anyhow::Result<ExitCode> {
-    let file = &args.manifest.file;
-    if args.in_place && file == "-" {
+/// One input file of a command that can rewrite it: its path (`None` for
+/// standard input), whether its text starts with `---`, and how many of
+/// the documents read are its.
+struct Input {
+    path: Option<PathBuf>,
+    leading_marker: bool,
+    count: usize,
+}
+
+/// Reads `-f FILE|DIR|-` file by file, so that --in-place can write each
+/// back; `in_place` with `-` is refused.
+fn read_files(file: &str, in_place: bool) -> anyhow::Result<(Vec<Input>, Vec<manifest::Document>)> {
+    if in_place && file == "-" {
         anyhow::bail!("--in-place rewrites files: it cannot be used with -f -");
     }
-    let config = load_config(args.manifest.config.as_deref())?;
-    // Each input file's documents, so that --in-place can write them back.
-    let mut inputs: Vec<(Option<PathBuf>, bool, usize)> = Vec::new();
+    let mut inputs = Vec::new();
     let mut docs = Vec::new();
     let files: Vec<Option<PathBuf>> = if file == "-" {
         vec![None]
@@ -308,12 +319,104 @@ pub fn label(args: &LabelArgs) -> anyhow::Result<ExitCode> {
             ),
         };
         let parsed = manifest::parse(&text).with_context(|| format!("parsing {name}"))?;
-        inputs.push((path, starts_with_marker(&text), parsed.len()));
+        inputs.push(Input {
+            path,
+            leading_marker: starts_with_marker(&text),
+            count: parsed.len(),
+        });
         docs.extend(parsed);
     }
     if docs.iter().all(|d| d.value.is_none()) {
         anyhow::bail!("no objects in {file}");
     }
+    Ok((inputs, docs))
+}
+
+/// Prints `documents` (per input document, what replaces it), or with
+/// `in_place` writes each file whose documents changed, saying so as
+/// `{verb} FILE`.
+fn write_out(
+    inputs: Vec<Input>,
+    mut documents: Vec<Vec<manifest::Document>>,
+    changed: &[bool],
+    in_place: bool,
+    verb: &str,
+) -> anyhow::Result<()> {
+    if !in_place {
+        let leading = inputs.len() == 1 && inputs[0].leading_marker;
+        let all: Vec<manifest::Document> = documents.into_iter().flatten().collect();
+        let text = join_documents(&all, leading);
+        std::io::stdout().lock().write_all(text.as_bytes())?;
+        return Ok(());
+    }
+    let mut stderr = std::io::stderr().lock();
+    let mut start = 0;
+    for input in inputs {
+        let these: Vec<manifest::Document> = documents.drain(..input.count).flatten().collect();
+        let any_changed = changed[start..start + input.count].iter().any(|c| *c);
+        start += input.count;
+        let Some(path) = input.path else { continue };
+        if any_changed {
+            std::fs::write(&path, join_documents(&these, input.leading_marker))
+                .with_context(|| format!("writing {}", path.display()))?;
+            writeln!(stderr, "{verb} {}", path.display())?;
+        }
+    }
+    Ok(())
+}
+
+/// Says every problem and that nothing was printed or written.
+fn refuse(problems: &[String], in_place: bool) -> anyhow::Result<ExitCode> {
+    let mut stderr = std::io::stderr().lock();
+    for p in problems {
+        writeln!(stderr, "{p}")?;
+    }
+    writeln!(
+        stderr,
+        "error: {} problem{}; nothing was {}",
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" },
+        if in_place { "written" } else { "printed" }
+    )?;
+    Ok(ExitCode::FAILURE)
+}
+
+/// `dljob convert`.
+pub fn convert(args: &ConvertArgs) -> anyhow::Result<ExitCode> {
+    let (inputs, docs) = read_files(&args.manifest.file, args.in_place)?;
+    let config = load_config(args.manifest.config.as_deref())?;
+    let converted = match crate::convert::convert(&docs, &args.manifest.namespace, &config) {
+        Ok(c) => c,
+        Err(problems) => return refuse(&problems, args.in_place),
+    };
+    {
+        let mut stderr = std::io::stderr().lock();
+        for w in &converted.warnings {
+            writeln!(stderr, "Warning: {w}")?;
+        }
+        if !converted.changed.iter().any(|c| *c) {
+            writeln!(
+                stderr,
+                "no job of another operator in {}: nothing to convert",
+                args.manifest.file
+            )?;
+        }
+    }
+    write_out(
+        inputs,
+        converted.documents,
+        &converted.changed,
+        args.in_place,
+        "converted",
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dljob label`.
+pub fn label(args: &LabelArgs) -> anyhow::Result<ExitCode> {
+    let file = &args.manifest.file;
+    let (inputs, docs) = read_files(file, args.in_place)?;
+    let config = load_config(args.manifest.config.as_deref())?;
     let options = crate::label::Options {
         job: &args.job,
         framework: &args.framework,
@@ -321,44 +424,23 @@ pub fn label(args: &LabelArgs) -> anyhow::Result<ExitCode> {
         set: &args.set,
         namespace: &args.manifest.namespace,
     };
-    let mut stderr = std::io::stderr().lock();
     let labelled = match crate::label::label(&docs, &options, &config) {
         Ok(l) => l,
-        Err(problems) => {
-            for p in &problems {
-                writeln!(stderr, "{p}")?;
-            }
-            writeln!(
-                stderr,
-                "error: {} problem{}; nothing was {}",
-                problems.len(),
-                if problems.len() == 1 { "" } else { "s" },
-                if args.in_place { "written" } else { "printed" }
-            )?;
-            return Ok(ExitCode::FAILURE);
-        }
+        Err(problems) => return refuse(&problems, args.in_place),
     };
-    for w in &labelled.warnings {
-        writeln!(stderr, "Warning: {w}")?;
-    }
-    if !args.in_place {
-        let leading = inputs.len() == 1 && inputs[0].1;
-        let text = join_documents(&labelled.documents, leading);
-        std::io::stdout().lock().write_all(text.as_bytes())?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let mut start = 0;
-    let mut rest = labelled.documents;
-    for (path, leading, count) in inputs {
-        let these: Vec<manifest::Document> = rest.drain(..count).collect();
-        let changed = labelled.changed[start..start + count].iter().any(|c| *c);
-        start += count;
-        let Some(path) = path else { continue };
-        if changed {
-            std::fs::write(&path, join_documents(&these, leading))
-                .with_context(|| format!("writing {}", path.display()))?;
-            writeln!(stderr, "labelled {}", path.display())?;
+    {
+        let mut stderr = std::io::stderr().lock();
+        for w in &labelled.warnings {
+            writeln!(stderr, "Warning: {w}")?;
         }
     }
+    let documents = labelled.documents.into_iter().map(|d| vec![d]).collect();
+    write_out(
+        inputs,
+        documents,
+        &labelled.changed,
+        args.in_place,
+        "labelled",
+    )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -26,6 +26,7 @@ pub(super) fn job_spec(
             .ok()
     });
     let tensorboard = tensorboard(meta, v);
+    let compat = compat(meta, v);
     let (framework, topology) = (framework?, topology?);
     if meta.annotation(c::RESTART_SCOPE).is_none() {
         policies.restart_scope = framework.default_restart_scope();
@@ -42,7 +43,27 @@ pub(super) fn job_spec(
         queue,
         topology: topology_key,
         tensorboard,
+        compat,
     })
+}
+
+/// `dljob.dev/compat`: one of the operators whose images admission knows.
+pub(super) fn compat(meta: &Meta<'_>, v: &mut Violations) -> Option<String> {
+    let text = meta.annotation(c::COMPAT)?;
+    if [c::COMPAT_KUBEFLOW, c::COMPAT_MPI_OPERATOR].contains(&text) {
+        return Some(text.to_owned());
+    }
+    v.push(
+        Rule::InvalidValue,
+        format!(
+            "{} \"{}\" is not an operator dljob knows the images of; use {} or {}",
+            c::COMPAT,
+            c::quoted(text),
+            c::COMPAT_KUBEFLOW,
+            c::COMPAT_MPI_OPERATOR
+        ),
+    );
+    None
 }
 
 /// `dljob.dev/tensorboard` as written; whether the pod has, mounts and

@@ -1,0 +1,266 @@
+//! `dljob convert`: the training operators' jobs as dljob jobs. Each
+//! custom resource becomes one labelled workload per replica type (an
+//! Indexed Job, or a StatefulSet for a replica restarted forever), its pod
+//! template kept whole and its policies mapped onto dljob's keys; the
+//! other documents pass through byte for byte.
+
+mod kubeflow;
+
+use std::str::FromStr;
+
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::label::{child, reads_back_as_string};
+use crate::manifest::{self, Document};
+use crate::operators::{recognise, Source};
+
+/// What `dljob convert` makes of a manifest.
+#[derive(Debug, Default)]
+pub struct Converted {
+    /// Per input document, what replaces it (the document itself when it
+    /// is not a job of another operator).
+    pub documents: Vec<Vec<Document>>,
+    /// Per input document, whether it was converted.
+    pub changed: Vec<bool>,
+    /// What the reader should know, per job.
+    pub warnings: Vec<String>,
+}
+
+/// Converts every operator job in `docs`. Every problem of every job is
+/// returned, and nothing is converted, when there is any; the converted
+/// manifest is checked as `dljob validate` checks it.
+pub fn convert(
+    docs: &[Document],
+    namespace: &str,
+    config: &Config,
+) -> Result<Converted, Vec<String>> {
+    let mut out = Converted::default();
+    let mut problems = Vec::new();
+    for doc in docs {
+        let Some(value) = &doc.value else {
+            out.documents.push(vec![copy(doc)]);
+            out.changed.push(false);
+            continue;
+        };
+        if manifest::is_list(value) {
+            let (list, changed) = convert_list(value, &mut problems, &mut out.warnings);
+            out.documents.push(vec![match list {
+                Some(list) => rendered(list),
+                None => copy(doc),
+            }]);
+            out.changed.push(changed);
+            continue;
+        }
+        match recognise(value) {
+            None => {
+                out.documents.push(vec![copy(doc)]);
+                out.changed.push(false);
+            }
+            Some(source) => {
+                let name = manifest::describe(value);
+                match convert_one(source, value) {
+                    Ok(converted) => {
+                        out.warnings
+                            .extend(converted.warnings.iter().map(|w| format!("{name}: {w}")));
+                        let mut these = Vec::new();
+                        for (i, r) in converted.replicas.iter().enumerate() {
+                            let header = header(&name, r, if i == 0 { &doc.text } else { "" });
+                            let text = match with_comments(&doc.text, value, r) {
+                                Some(text) => format!("{header}{text}"),
+                                None => {
+                                    out.warnings.push(format!(
+                                        "{name}: {}'s template is written anew, without its comments or formatting",
+                                        r.template_path.join(".")
+                                    ));
+                                    format!("{header}{}", to_yaml(&r.workload))
+                                }
+                            };
+                            these.push(Document {
+                                text,
+                                value: Some(r.workload.clone()),
+                            });
+                        }
+                        out.documents.push(these);
+                        out.changed.push(true);
+                    }
+                    Err(ps) => problems.extend(ps.into_iter().map(|p| format!("{name}: {p}"))),
+                }
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let all: Vec<Document> = out.documents.iter().flatten().map(copy).collect();
+    let (refused, warnings) = manifest::validate(&all, Some(namespace), config);
+    out.warnings.extend(warnings);
+    if !refused.is_empty() {
+        return Err(refused
+            .into_iter()
+            .map(|(name, p)| format!("{name} (converted): {p}"))
+            .collect());
+    }
+    Ok(out)
+}
+
+/// One operator job, converted.
+fn convert_one(source: Source, value: &Value) -> Result<kubeflow::Converted, Vec<String>> {
+    let op = match (source.api_version, source.kind) {
+        ("kubeflow.org/v1", "PyTorchJob") => Some(&kubeflow::PYTORCH),
+        ("kubeflow.org/v1", "TFJob") => Some(&kubeflow::TENSORFLOW),
+        ("kubeflow.org/v1", "XGBoostJob") => Some(&kubeflow::XGBOOST),
+        ("kubeflow.org/v1", "PaddleJob") => Some(&kubeflow::PADDLE),
+        ("kubeflow.org/v1", "JAXJob") => Some(&kubeflow::JAX),
+        ("kubeflow.org/v1" | "kubeflow.org/v1beta1", "MXJob") => Some(&kubeflow::MXNET),
+        ("kubeflow.org/v1" | "kubeflow.org/v2beta1", "MPIJob") => Some(&kubeflow::MPI),
+        _ => None,
+    };
+    match op {
+        Some(op) if source.convertible => kubeflow::convert(op, value),
+        _ => Err(vec![format!(
+            "dljob convert does not read {} yet: docs/migration.md says how to write it as dljob members",
+            source.display()
+        )]),
+    }
+}
+
+/// A `kind: List` with its operator jobs replaced by their workloads
+/// (`None` when it holds none).
+fn convert_list(
+    list: &Value,
+    problems: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) -> (Option<Value>, bool) {
+    let items = list["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    if !items.iter().any(|i| recognise(i).is_some()) {
+        return (None, false);
+    }
+    let mut out = Vec::new();
+    for item in items {
+        let Some(source) = recognise(item) else {
+            out.push(item.clone());
+            continue;
+        };
+        let name = manifest::describe(item);
+        match convert_one(source, item) {
+            Ok(c) => {
+                warnings.extend(c.warnings.iter().map(|w| format!("{name}: {w}")));
+                out.extend(c.replicas.into_iter().map(|r| r.workload));
+            }
+            Err(ps) => problems.extend(ps.into_iter().map(|p| format!("{name}: {p}"))),
+        }
+    }
+    let mut list = list.clone();
+    list["items"] = Value::Array(out);
+    (Some(list), true)
+}
+
+fn copy(doc: &Document) -> Document {
+    Document {
+        text: doc.text.clone(),
+        value: doc.value.clone(),
+    }
+}
+
+fn rendered(value: Value) -> Document {
+    Document {
+        text: to_yaml(&value),
+        value: Some(value),
+    }
+}
+
+fn to_yaml(value: &Value) -> String {
+    serde_saphyr::to_string(value).expect("a JSON value serialises to YAML")
+}
+
+/// The comment that starts each converted document: where it came from,
+/// and on the first one the comment lines the job's document started with.
+fn header(name: &str, r: &kubeflow::Replica, job_text: &str) -> String {
+    let mut h: String = job_text
+        .lines()
+        .take_while(|l| l.trim_start().starts_with('#') || l.trim().is_empty())
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    h.push_str(&format!(
+        "# dljob convert: {name}, {} (role {})\n",
+        r.template_path[..3].join("."),
+        r.role
+    ));
+    h
+}
+
+/// The workload's YAML with the pod template as the job's text has it
+/// (comments and formatting kept, re-indented), edited with yaml-edit;
+/// `None` unless it reads back as the workload.
+fn with_comments(job_text: &str, job: &Value, r: &kubeflow::Replica) -> Option<String> {
+    let pointer: String = r.template_path.iter().map(|k| format!("/{k}")).collect();
+    let original = job.pointer(&pointer)?;
+    let job_doc = yaml_edit::Document::from_str(job_text).ok()?;
+    let mut node = job_doc.as_mapping()?;
+    for key in &r.template_path {
+        node = node.get_mapping(key.as_str())?;
+    }
+    let want = &r.workload;
+    let mut skeleton = want.clone();
+    skeleton["spec"]["template"] = serde_json::json!({});
+    let doc = yaml_edit::Document::from_str(&to_yaml(&skeleton)).ok()?;
+    // In the order people write them, not serde's alphabetical one.
+    let root = doc.as_mapping()?;
+    root.reorder_fields(["apiVersion", "kind", "metadata", "spec"]);
+    root.get_mapping("metadata")?
+        .reorder_fields(["name", "namespace", "labels", "annotations"]);
+    let spec = root.get_mapping("spec")?;
+    spec.reorder_fields([
+        "replicas",
+        "completionMode",
+        "completions",
+        "parallelism",
+        "backoffLimit",
+        "serviceName",
+        "podManagementPolicy",
+        "selector",
+        "template",
+    ]);
+    spec.set("template", node);
+    let template = spec.get_mapping("template")?;
+    let wanted_template = &want["spec"]["template"];
+    // What the conversion changed in the template: its labels and pod
+    // spec keys (restartPolicy, priorityClassName).
+    if let Some(labels) = wanted_template
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+    {
+        let meta = child(&template, "metadata", &["metadata", "spec"])?;
+        let map = child(&meta, "labels", &["name", "labels", "annotations"])?;
+        for (k, v) in labels {
+            if original.pointer(&format!(
+                "/metadata/labels/{}",
+                k.replace('~', "~0").replace('/', "~1")
+            )) != Some(v)
+            {
+                set_string(&map, k, v.as_str()?);
+            }
+        }
+    }
+    let pod_spec = child(&template, "spec", &["metadata", "spec"])?;
+    for key in ["restartPolicy", "priorityClassName"] {
+        let v = wanted_template["spec"].get(key);
+        if v.is_some() && original["spec"].get(key) != v {
+            set_string(&pod_spec, key, v.and_then(Value::as_str)?);
+        }
+    }
+    let text = doc.to_string();
+    let back: Value = serde_saphyr::from_str(&text).ok()?;
+    (&back == want).then_some(text)
+}
+
+/// Sets a string value, plain where YAML reads it back as that string.
+fn set_string(map: &yaml_edit::Mapping, key: &str, value: &str) {
+    if reads_back_as_string(value) {
+        map.set(key, value);
+    } else {
+        map.set(key, yaml_edit::ScalarValue::double_quoted(value));
+    }
+}

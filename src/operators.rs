@@ -1,0 +1,106 @@
+//! The jobs of other operators that dljob recognises (a PyTorchJob, an
+//! MPIJob, a Volcano Job, …): which `dljob convert` converts, and what the
+//! other offline commands say of them.
+
+use serde_json::Value;
+
+/// A kind of job from another operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Source {
+    pub(crate) api_version: &'static str,
+    pub(crate) kind: &'static str,
+    /// Whether `dljob convert` converts it.
+    pub(crate) convertible: bool,
+}
+
+const fn source(api_version: &'static str, kind: &'static str, convertible: bool) -> Source {
+    Source {
+        api_version,
+        kind,
+        convertible,
+    }
+}
+
+const SOURCES: &[Source] = &[
+    source("kubeflow.org/v1", "PyTorchJob", true),
+    source("kubeflow.org/v1", "TFJob", true),
+    source("kubeflow.org/v1", "XGBoostJob", true),
+    source("kubeflow.org/v1", "PaddleJob", true),
+    source("kubeflow.org/v1", "JAXJob", true),
+    source("kubeflow.org/v1", "MXJob", true),
+    source("kubeflow.org/v1beta1", "MXJob", true),
+    source("kubeflow.org/v1", "MPIJob", true),
+    source("kubeflow.org/v2beta1", "MPIJob", true),
+    source("kubeflow.org/v1alpha1", "ChainerJob", false),
+    source("kubeflow.org/v1alpha1", "MXJob", false),
+    source("mlkube.io/v1beta1", "TfJob", false),
+    source("batch.volcano.sh/v1alpha1", "Job", false),
+];
+
+/// Kinds of the `kubeflow.org` group, in API versions not listed above.
+const KUBEFLOW_KINDS: &[&str] = &[
+    "PyTorchJob",
+    "TFJob",
+    "XGBoostJob",
+    "PaddleJob",
+    "JAXJob",
+    "MXJob",
+    "MPIJob",
+    "ChainerJob",
+];
+
+/// Which operator's job `value` is, if any.
+pub(crate) fn recognise(value: &Value) -> Option<Source> {
+    let api_version = value.get("apiVersion")?.as_str()?;
+    let kind = value.get("kind")?.as_str()?;
+    if let Some(s) = SOURCES
+        .iter()
+        .find(|s| s.api_version == api_version && s.kind == kind)
+    {
+        return Some(*s);
+    }
+    let group = api_version.split('/').next().unwrap_or("");
+    let kind = KUBEFLOW_KINDS.iter().find(|k| **k == kind)?;
+    (group == "kubeflow.org").then(|| source("kubeflow.org (an older version)", kind, false))
+}
+
+impl Source {
+    /// `PyTorchJob (kubeflow.org/v1)`.
+    pub(crate) fn display(&self) -> String {
+        format!("{} ({})", self.kind, self.api_version)
+    }
+
+    /// What the offline commands say of a document of this kind.
+    pub(crate) fn advice(&self) -> String {
+        if self.convertible {
+            format!(
+                "this is a {}, which dljob does not read: `dljob convert -f FILE` makes it a dljob job (docs/migration.md)",
+                self.display()
+            )
+        } else {
+            format!(
+                "this is a {}, which dljob does not read, and `dljob convert` does not convert yet: docs/migration.md says how to write it as dljob members",
+                self.display()
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn operator_jobs_are_told_apart_from_everything_else() {
+        let of = |v: &str, k: &str| recognise(&json!({"apiVersion": v, "kind": k}));
+        assert!(of("kubeflow.org/v1", "PyTorchJob").unwrap().convertible);
+        assert!(of("kubeflow.org/v2beta1", "MPIJob").unwrap().convertible);
+        assert!(!of("batch.volcano.sh/v1alpha1", "Job").unwrap().convertible);
+        assert!(!of("kubeflow.org/v1beta2", "TFJob").unwrap().convertible);
+        assert_eq!(of("batch/v1", "Job"), None);
+        assert_eq!(of("kubeflow.org/v1", "Notebook"), None);
+        assert_eq!(of("example.com/v1", "PyTorchJob"), None);
+        assert_eq!(recognise(&json!({"kind": "PyTorchJob"})), None);
+    }
+}

@@ -1,0 +1,332 @@
+//! `dljob convert` as a user runs it on the operators' jobs (fixtures
+//! written in each operator's documented form, `tests/fixtures/operators/`):
+//! what each field becomes, what stops the conversion, that the output
+//! validates, is a fixed point and keeps the input's comments, and that
+//! the other offline commands point at `convert`.
+
+use std::path::{Path, PathBuf};
+
+use dljob::manifest;
+use serde_json::{json, Value};
+
+mod common;
+use common::dljob;
+
+const OPERATORS: &str = "tests/fixtures/operators";
+
+fn fixture(name: &str) -> String {
+    format!("{OPERATORS}/{name}")
+}
+
+fn convert(file: &str) -> common::Run {
+    dljob(&["convert", "-f", file], None)
+}
+
+fn values(text: &str) -> Vec<Value> {
+    manifest::parse(text)
+        .expect("parses")
+        .into_iter()
+        .filter_map(|d| d.value)
+        .collect()
+}
+
+fn annotations(v: &Value) -> Value {
+    v["metadata"]["annotations"].clone()
+}
+
+/// A scratch directory under the target directory, unique to `name`.
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("convert-tests")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+#[test]
+fn a_pytorchjob_becomes_one_indexed_job_per_replica_type_with_its_comments() {
+    let run = convert(&fixture("pytorchjob-simple.yaml"));
+    assert!(run.success(), "{run:?}");
+    assert_eq!(run.stderr, "");
+    let out = values(&run.stdout);
+    assert_eq!(out.len(), 2);
+    let wanted_annotations = json!({
+        "dljob.dev/compat": "kubeflow",
+        "dljob.dev/framework": "pytorch",
+        "dljob.dev/port": "23456",
+        "dljob.dev/replicas": "master=1,worker=1",
+    });
+    for (v, role) in out.iter().zip(["master", "worker"]) {
+        assert_eq!(v["apiVersion"], "batch/v1");
+        assert_eq!(v["kind"], "Job");
+        assert_eq!(v["metadata"]["name"], format!("pytorch-simple-{role}"));
+        assert_eq!(v["metadata"]["namespace"], "kubeflow");
+        let labels = json!({"dljob.dev/job": "pytorch-simple", "dljob.dev/role": role});
+        assert_eq!(v["metadata"]["labels"], labels);
+        assert_eq!(annotations(v), wanted_annotations);
+        assert_eq!(v["spec"]["completionMode"], "Indexed");
+        assert_eq!(v["spec"]["completions"], 1);
+        assert_eq!(v["spec"]["parallelism"], 1);
+        assert_eq!(v["spec"]["template"]["metadata"]["labels"], labels);
+        // The replica's restartPolicy, as the operator sets it on its pods.
+        assert_eq!(v["spec"]["template"]["spec"]["restartPolicy"], "OnFailure");
+        let container = &v["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["name"], "pytorch");
+        assert_eq!(
+            container["command"],
+            json!(["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"])
+        );
+    }
+    // The job's leading comment and the comment inside its template stay.
+    assert!(run
+        .stdout
+        .starts_with("# The training-operator's PyTorchJob example"));
+    assert!(run
+        .stdout
+        .contains("          # One epoch: the example's smoke run.\n"));
+    assert!(run.stdout.contains(
+        "# dljob convert: PyTorchJob/pytorch-simple, spec.pytorchReplicaSpecs.Worker (role worker)\n"
+    ));
+}
+
+#[test]
+fn every_fixture_converts_to_a_job_that_validates_and_converts_to_itself() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(OPERATORS).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.to_str().unwrap();
+        let run = convert(file);
+        assert!(run.success(), "{file}: {run:?}");
+        let dir = scratch_dir(path.file_stem().unwrap().to_str().unwrap());
+        let converted = dir.join("converted.yaml");
+        std::fs::write(&converted, &run.stdout).unwrap();
+        let converted = converted.to_str().unwrap();
+        let check = dljob(&["validate", "-f", converted], None);
+        assert!(check.success(), "{file}: {check:?}");
+        let again = convert(converted);
+        assert!(again.success(), "{file}: {again:?}");
+        assert_eq!(again.stdout, run.stdout, "{file}: not a fixed point");
+        assert!(again.stderr.contains("nothing to convert"), "{again:?}");
+        // Deterministic.
+        assert_eq!(convert(file).stdout, run.stdout, "{file}");
+        seen += 1;
+    }
+    assert!(seen >= 6, "only {seen} fixtures");
+}
+
+#[test]
+fn tfjob_parameter_servers_restarted_forever_are_a_statefulset() {
+    let run = convert(&fixture("tfjob-dist-mnist.yaml"));
+    assert!(run.success(), "{run:?}");
+    let out = values(&run.stdout);
+    let kinds: Vec<(&str, &str)> = out
+        .iter()
+        .map(|v| {
+            (
+                v["kind"].as_str().unwrap(),
+                v["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    // In the framework's role order, whatever the job's.
+    assert_eq!(
+        kinds,
+        [
+            ("Job", "dist-mnist-worker"),
+            ("StatefulSet", "dist-mnist-ps")
+        ]
+    );
+    let wanted = json!({
+        "dljob.dev/backoff-limit": "2",
+        "dljob.dev/clean-pod-policy": "Running",
+        "dljob.dev/compat": "kubeflow",
+        "dljob.dev/framework": "tensorflow",
+        "dljob.dev/port": "2222",
+        "dljob.dev/replicas": "worker=4,ps=2",
+        "dljob.dev/restart-policy": "ExitCode",
+    });
+    for v in &out {
+        assert_eq!(annotations(v), wanted);
+        // The job's own labels are carried over.
+        assert_eq!(v["metadata"]["labels"]["team"], "vision");
+    }
+    let (worker, ps) = (&out[0], &out[1]);
+    // ExitCode: the pod never restarts in place; dljob retries 128-255.
+    assert_eq!(worker["spec"]["template"]["spec"]["restartPolicy"], "Never");
+    assert_eq!(worker["spec"]["backoffLimit"], 2);
+    assert_eq!(worker["spec"]["completions"], 4);
+    assert_eq!(ps["spec"]["replicas"], 2);
+    assert_eq!(ps["spec"]["serviceName"], "dist-mnist");
+    assert_eq!(ps["spec"]["podManagementPolicy"], "Parallel");
+    assert_eq!(
+        ps["spec"]["selector"]["matchLabels"],
+        json!({"dljob.dev/job": "dist-mnist", "dljob.dev/role": "ps"})
+    );
+    assert_eq!(ps["spec"]["template"]["spec"]["restartPolicy"], "Always");
+}
+
+#[test]
+fn elastic_and_mpi_policies_map_to_dljob_keys() {
+    let run = convert(&fixture("pytorchjob-elastic.yaml"));
+    assert!(run.success(), "{run:?}");
+    let out = values(&run.stdout);
+    assert_eq!(out.len(), 1);
+    let a = annotations(&out[0]);
+    assert_eq!(a["dljob.dev/elastic"], "1:2");
+    // torchrun's in-place restarts: dljob's one limit.
+    assert_eq!(a["dljob.dev/backoff-limit"], "100");
+    assert_eq!(out[0]["spec"]["backoffLimit"], 100);
+    assert_eq!(a["dljob.dev/replicas"], "worker=2");
+
+    let run = convert(&fixture("mpijob-pi.yaml"));
+    assert!(run.success(), "{run:?}");
+    let out = values(&run.stdout);
+    let a = annotations(&out[0]);
+    assert_eq!(a["dljob.dev/slots"], "1");
+    assert_eq!(a["dljob.dev/ssh-path"], "/home/mpiuser/.ssh");
+    assert_eq!(a["dljob.dev/ttl-seconds-after-finished"], "60");
+    assert_eq!(a["dljob.dev/compat"], "mpi-operator");
+    assert_eq!(a.get("dljob.dev/port"), None, "MPI has no port of its own");
+    // The uid-1000 images cannot read a 0600 root-owned Secret: said.
+    assert!(run
+        .stderr
+        .contains("runs as uid 1000 and the pod sets no fsGroup"));
+}
+
+#[test]
+fn the_converted_pods_get_the_framework_wiring() {
+    let run = convert(&fixture("xgboostjob.yaml"));
+    assert!(run.success(), "{run:?}");
+    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
+    assert!(pods.success(), "{pods:?}");
+    let pods = values(&pods.stdout);
+    assert_eq!(pods.len(), 3);
+    let env = |pod: &Value, name: &str| -> Option<String> {
+        pod["spec"]["containers"][0]["env"]
+            .as_array()?
+            .iter()
+            .find(|e| e["name"] == name)
+            .and_then(|e| e["value"].as_str())
+            .map(str::to_owned)
+    };
+    let master = "xgboost-dist-iris-test-train-master-0.xgboost-dist-iris-test-train.default.svc";
+    for (i, pod) in pods.iter().enumerate() {
+        assert_eq!(env(pod, "MASTER_ADDR").as_deref(), Some(master));
+        // The operator's named port, 9991, not dljob's default.
+        assert_eq!(env(pod, "MASTER_PORT").as_deref(), Some("9991"));
+        assert_eq!(env(pod, "WORLD_SIZE").as_deref(), Some("3"));
+        assert_eq!(env(pod, "RANK"), Some(i.to_string()));
+    }
+}
+
+#[test]
+fn what_dljob_cannot_honour_stops_the_conversion_naming_each_field() {
+    let job = r#"
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata:
+  name: tf
+spec:
+  successPolicy: AllWorkers
+  enableDynamicWorker: true
+  someNewField: 1
+  runPolicy:
+    suspend: true
+    schedulingPolicy:
+      minAvailable: 1
+  tfReplicaSpecs:
+    Worker:
+      replicas: 2
+      restartPolicy: ExitCode
+      template:
+        spec:
+          containers: [{name: tensorflow, image: tf}]
+    PS:
+      restartPolicy: Never
+      template:
+        spec:
+          containers: [{name: tensorflow, image: tf}]
+    Cheif:
+      template:
+        spec:
+          containers: [{name: tensorflow, image: tf}]
+"#;
+    let run = dljob(&["convert", "-f", "-"], Some(job));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(run.stdout, "", "nothing is printed");
+    for field in [
+        "TFJob/tf: spec.successPolicy \"AllWorkers\"",
+        "TFJob/tf: spec.enableDynamicWorker",
+        "TFJob/tf: spec.someNewField is not a field of TFJob",
+        "TFJob/tf: spec.runPolicy.suspend is true",
+        "TFJob/tf: spec.runPolicy.schedulingPolicy asks for gang scheduling",
+        "TFJob/tf: spec.tfReplicaSpecs.Cheif: TFJob has no replica type \"Cheif\"; its types are Chief, Master, Worker, PS, Evaluator",
+        "TFJob/tf: spec.tfReplicaSpecs: restartPolicy is ExitCode for Worker and Never for PS",
+    ] {
+        assert!(run.stderr.contains(field), "{field}: {run:?}");
+    }
+    assert!(run.stderr.contains("; nothing was printed"), "{run:?}");
+}
+
+#[test]
+fn other_documents_pass_through_byte_for_byte_and_in_place_rewrites_only_jobs() {
+    let dir = scratch_dir("in-place");
+    let other = "# keep me\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata:\n  k:   'v'   # odd spacing\n";
+    let job = std::fs::read_to_string(fixture("jaxjob-cpu.yaml")).unwrap();
+    let mixed = dir.join("a-mixed.yaml");
+    std::fs::write(&mixed, format!("{other}---\n{job}")).unwrap();
+    let untouched = dir.join("b-other.yaml");
+    std::fs::write(&untouched, other).unwrap();
+
+    let printed = dljob(&["convert", "-f", dir.to_str().unwrap()], None);
+    assert!(printed.success(), "{printed:?}");
+    assert!(printed.stdout.starts_with(other), "{printed:?}");
+
+    let run = dljob(
+        &["convert", "-f", dir.to_str().unwrap(), "--in-place"],
+        None,
+    );
+    assert!(run.success(), "{run:?}");
+    assert_eq!(run.stdout, "");
+    assert_eq!(run.stderr, format!("converted {}\n", mixed.display()));
+    let rewritten = std::fs::read_to_string(&mixed).unwrap();
+    assert!(rewritten.starts_with(&format!("{other}---\n# The training-operator's JAXJob")));
+    let out = values(&rewritten);
+    assert_eq!(out[1]["kind"], "Job");
+    assert_eq!(out[1]["metadata"]["name"], "jaxjob-simple-worker");
+    assert_eq!(std::fs::read_to_string(&untouched).unwrap(), other);
+
+    let refused = dljob(&["convert", "-f", "-", "--in-place"], Some(&job));
+    assert_eq!(refused.code, Some(2), "{refused:?}");
+    assert!(refused.stderr.contains("--in-place rewrites files"));
+}
+
+#[test]
+fn validate_mutate_and_label_point_at_convert() {
+    let file = fixture("pytorchjob-simple.yaml");
+    let said = "PyTorchJob/pytorch-simple: this is a PyTorchJob (kubeflow.org/v1), which dljob does not read: `dljob convert -f FILE` makes it a dljob job";
+    let validate = dljob(&["validate", "-f", &file], None);
+    assert_eq!(validate.code, Some(1), "{validate:?}");
+    assert!(validate.stdout.contains(said), "{validate:?}");
+
+    let mutate = dljob(&["mutate", "--pods", "-f", &file], None);
+    assert!(mutate.stderr.contains(said), "{mutate:?}");
+
+    let label = dljob(
+        &["label", "-f", &file, "--job", "j", "--framework", "pytorch"],
+        None,
+    );
+    assert_eq!(label.code, Some(1), "{label:?}");
+    assert!(label.stderr.contains(said), "{label:?}");
+
+    let volcano =
+        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: vc}\nspec: {}\n";
+    let run = dljob(&["validate", "-f", "-"], Some(volcano));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stdout
+            .contains("Job/vc: this is a Job (batch.volcano.sh/v1alpha1), which dljob does not read, and `dljob convert` does not convert yet"),
+        "{run:?}"
+    );
+}
