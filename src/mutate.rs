@@ -308,6 +308,9 @@ fn plan_pod_at(m: &MemberSpec, pod: &Value, config: &Config, index: u32) -> Opti
     };
     let mut env = Env::with_capacity(24);
     m.framework.env(&job, &member, &mut env);
+    if job.compat == Some(c::COMPAT_KUBEFLOW) {
+        m.framework.kubeflow_env(&job, &member, &mut env);
+    }
     frameworks::generic_env(m.framework, &job, &member, &mut env);
     Some(PodPlan {
         index,

@@ -66,6 +66,7 @@ mod tests {
             slots: &crate::contract::Slots::uniform(4),
             elastic: None,
             backoff_limit: 3,
+            compat: None,
         };
         let hf = by_name("chainer").unwrap().hostfile(
             &job,

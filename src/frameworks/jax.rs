@@ -28,11 +28,20 @@ impl Framework for Jax {
         set(env, "JAX_NUM_PROCESSES", job.topology.total().to_string());
         set(env, "JAX_PROCESS_ID", member.index.to_string());
     }
+    /// The training-operator's JAXJob names: the coordinator's host and
+    /// port apart.
+    fn kubeflow_env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+        set(env, "PYTHONUNBUFFERED", "1");
+        set(env, "COORDINATOR_PORT", job.port.to_string());
+        set(env, "COORDINATOR_ADDRESS", job.host("worker", 0));
+        set(env, "NUM_PROCESSES", job.topology.total().to_string());
+        set(env, "PROCESS_ID", member.index.to_string());
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::frameworks::test_support::{env_of, get};
+    use crate::frameworks::test_support::{env_of, get, kubeflow_env_of};
 
     #[test]
     fn process_id_is_the_worker_index() {
@@ -42,6 +51,22 @@ mod tests {
             Some("j-worker-0.j.ns.svc:6666")
         );
         assert_eq!(get(&env, "JAX_NUM_PROCESSES"), Some("4"));
+        assert_eq!(get(&env, "JAX_PROCESS_ID"), Some("3"));
+        assert_eq!(get(&env, "PROCESS_ID"), None, "only under compat");
+    }
+
+    #[test]
+    fn the_operators_names_under_kubeflow_compat() {
+        let env = kubeflow_env_of("jax", "worker=4", "worker", 3);
+        assert_eq!(
+            get(&env, "COORDINATOR_ADDRESS"),
+            Some("j-worker-0.j.ns.svc")
+        );
+        assert_eq!(get(&env, "COORDINATOR_PORT"), Some("6666"));
+        assert_eq!(get(&env, "NUM_PROCESSES"), Some("4"));
+        assert_eq!(get(&env, "PROCESS_ID"), Some("3"));
+        assert_eq!(get(&env, "PYTHONUNBUFFERED"), Some("1"));
+        // dljob's own names are there too.
         assert_eq!(get(&env, "JAX_PROCESS_ID"), Some("3"));
     }
 }

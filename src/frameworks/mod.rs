@@ -101,6 +101,8 @@ pub struct Job<'a> {
     /// `dljob.dev/backoff-limit`: the retries the job allows. An elastic
     /// launcher restarts its workers in place up to this many times.
     pub backoff_limit: u32,
+    /// `dljob.dev/compat`: the operator whose images the pods run.
+    pub compat: Option<&'a str>,
 }
 
 /// The member being wired, as the frameworks see it.
@@ -128,6 +130,10 @@ pub trait Framework: Sync {
     /// Framework env vars for `member` (the generic `DLJOB_*` vars are added
     /// by the caller).
     fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env);
+    /// What the training-operator's images for this framework read besides
+    /// [`Framework::env`], for a job with `dljob.dev/compat: kubeflow`: the
+    /// operator's own names for the same wiring.
+    fn kubeflow_env(&self, _job: &Job<'_>, _member: &Member<'_>, _env: &mut Env) {}
     /// Topology rules beyond per-role counts; messages name the fix.
     fn check_topology(&self, _topology: &Topology) -> Vec<String> {
         Vec::new()
@@ -487,6 +493,7 @@ pub(crate) mod test_support {
             slots: &ONE_SLOT,
             elastic: None,
             backoff_limit: 3,
+            compat: None,
         }
     }
 
@@ -520,9 +527,36 @@ pub(crate) mod test_support {
             slots: &crate::contract::Slots::uniform(1),
             elastic,
             backoff_limit: 3,
+            compat: None,
         };
         let mut env = Env::new();
         f.env(&job, &Member { role, index, gpus }, &mut env);
+        env
+    }
+
+    /// [`env_of`] and, as under `dljob.dev/compat: kubeflow`, the
+    /// training-operator's names after it.
+    pub fn kubeflow_env_of(framework: &str, topology: &str, role: &str, index: u32) -> Env {
+        let f = by_name(framework).unwrap();
+        let mut env = env_of(framework, topology, role, index, None);
+        let topology = Topology::parse(topology).unwrap();
+        let job = Job {
+            name: "j",
+            namespace: "ns",
+            cluster_domain: "",
+            topology: &topology,
+            port: f.default_port(),
+            slots: &crate::contract::Slots::uniform(1),
+            elastic: None,
+            backoff_limit: 3,
+            compat: Some(crate::contract::COMPAT_KUBEFLOW),
+        };
+        let member = Member {
+            role,
+            index,
+            gpus: None,
+        };
+        f.kubeflow_env(&job, &member, &mut env);
         env
     }
 
@@ -570,6 +604,7 @@ mod tests {
             slots: &crate::contract::Slots::uniform(1),
             elastic: None,
             backoff_limit: 3,
+            compat: None,
         };
         let mut env = Env::new();
         generic_env(

@@ -134,6 +134,7 @@ mod tests {
             slots: &crate::contract::Slots::uniform(slots),
             elastic: None,
             backoff_limit: 3,
+            compat: None,
         };
         by_name("mpi").unwrap().hostfile(
             &job,
@@ -182,6 +183,7 @@ mod tests {
             slots: &slots,
             elastic: None,
             backoff_limit: 3,
+            compat: None,
         };
         let launcher = Member {
             role: "launcher",

@@ -23,6 +23,11 @@ impl Framework for PyTorch {
     fn elastic(&self) -> bool {
         true
     }
+    /// The training-operator's PyTorchJob reads dljob's names; it also
+    /// unbuffers Python's output.
+    fn kubeflow_env(&self, _job: &Job<'_>, _member: &Member<'_>, env: &mut Env) {
+        set(env, "PYTHONUNBUFFERED", "1");
+    }
     fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
         let Some((coord_role, coord_index)) = self.coordinator(job.topology) else {
             return;

@@ -366,6 +366,7 @@ impl MemberSpec {
             slots: &self.spec.slots,
             elastic: self.spec.elastic,
             backoff_limit: self.spec.policies.backoff_limit,
+            compat: self.spec.compat.as_deref(),
         }
     }
 

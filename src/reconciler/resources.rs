@@ -277,6 +277,7 @@ pub(crate) fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> O
         slots: &job.spec.slots,
         elastic: job.spec.elastic,
         backoff_limit: job.spec.policies.backoff_limit,
+        compat: job.spec.compat.as_deref(),
     };
     let mut out = String::new();
     for (role, count) in topology.roles() {

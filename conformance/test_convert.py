@@ -1,0 +1,89 @@
+"""Jobs of the training operators, converted by `dljob convert` from the
+fixtures written in each operator's documented form
+(tests/fixtures/operators/), run with the real frameworks on the env
+admission then gives their pods: the operators' images read the
+operators' names, which `dljob.dev/compat: kubeflow` adds."""
+
+from __future__ import annotations
+
+import subprocess
+
+import yaml
+
+import podsim
+from harness import REPO, PYTHON, manifest, new_job, program, result, run
+
+OPERATORS = REPO / "tests" / "fixtures" / "operators"
+
+
+def converted(tmp_path, fixture: str):
+    """The fixture as `dljob convert` prints it, in a file."""
+    out = subprocess.run(
+        [str(podsim.DLJOB), "convert", "-f", str(OPERATORS / fixture)],
+        check=True, capture_output=True, text=True, timeout=60,
+    )
+    return manifest(tmp_path, out.stdout, name=f"converted-{fixture}")
+
+
+def test_a_jaxjobs_program_reads_the_operators_names(tmp_path):
+    with new_job(converted(tmp_path, "jaxjob-cpu.yaml")) as job:
+        coordinator = job.pod("worker", 0)
+        for pod in job.pods:
+            env = pod.env()
+            assert env["COORDINATOR_ADDRESS"] == coordinator.svc_host
+            assert env["COORDINATOR_PORT"] == "6666"
+            assert env["NUM_PROCESSES"] == "2"
+            assert env["PROCESS_ID"] == str(pod.index)
+            assert env["PYTHONUNBUFFERED"] == "1"
+        out = run(job, lambda p: [PYTHON, program("jaxjob_env.py")], timeout=120)
+        for pod in job.pods:
+            r = result(out[pod.hostname])
+            assert r["process_index"] == pod.index
+            assert r["process_count"] == 2
+            assert r["psum"] == 2.0
+
+
+def test_an_alias_of_dljobs_var_in_the_users_env_is_expanded(tmp_path):
+    """Without compat, a user's `PROCESS_ID: $(JAX_PROCESS_ID)` works: dljob's
+    vars come first, and the kubelet expands references to earlier ones."""
+    docs = list(yaml.safe_load_all(converted(tmp_path, "jaxjob-cpu.yaml").read_text()))
+    (job,) = docs
+    del job["metadata"]["annotations"]["dljob.dev/compat"]
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "PROCESS_ID", "value": "$(JAX_PROCESS_ID)"},
+        {"name": "NUM_PROCESSES", "value": "$(JAX_NUM_PROCESSES)"},
+        {"name": "COORDINATOR_ADDRESS", "value": "$(DLJOB_COORDINATOR)"},
+        {"name": "COORDINATOR_PORT", "value": "6666"},
+    ]
+    out = yaml.safe_dump(job)
+    with new_job(manifest(tmp_path, out)) as job:
+        for pod in job.pods:
+            assert "JAX_PROCESS_ID" in pod.env()
+            assert pod.env()["PROCESS_ID"] == str(pod.index)
+        out = run(job, lambda p: [PYTHON, program("jaxjob_env.py")], timeout=120)
+        for pod in job.pods:
+            assert result(out[pod.hostname])["psum"] == 2.0
+
+
+def test_a_pytorchjob_trains_with_ddp_env_init(tmp_path):
+    with new_job(converted(tmp_path, "pytorchjob-simple.yaml")) as job:
+        out = run(job, lambda p: [PYTHON, program("torch_allreduce.py")], timeout=120)
+        for pod in job.pods:
+            assert pod.env()["PYTHONUNBUFFERED"] == "1"
+            r = result(out[pod.hostname])
+            assert r["world"] == 2
+            assert r["sum"] == 1 + 2
+        assert result(out[job.pod("master").hostname])["rank"] == 0
+
+
+def test_a_tfjobs_cluster_is_what_tensorflow_resolves(tmp_path):
+    with new_job(converted(tmp_path, "tfjob-dist-mnist.yaml")) as job:
+        out = run(job, lambda p: [PYTHON, program("tf_resolver.py")], timeout=180)
+        for pod in job.pods:
+            r = result(out[pod.hostname])
+            assert r["task_type"] == pod.role
+            assert r["task_id"] == pod.index
+            assert sorted(r["cluster"]) == ["ps", "worker"]
+            assert len(r["cluster"]["worker"]) == 4
+            assert len(r["cluster"]["ps"]) == 2
+            assert all(a.endswith(":2222") for a in r["cluster"]["ps"])
