@@ -69,10 +69,12 @@ DATA_DIR = "..2026_11_26_00_00_00.000000001"
 # it, makes the container's user, then execs the command.
 # $1 volume dir, $2 dir holding the volume's files, $3 fsGroup or "",
 # $4 file of "mountPath|subPath" lines, $5 uid ("0" or "1000"), $6 the
-# sshd host key to install ("" for none), $7 the pod's directory.
+# sshd host key to install ("" for none), $7 the pod's directory, $8 the
+# volume's defaultMode, $9 a script that sets up what the pod's image has
+# ("" for none).
 KUBELET = r"""
 set -e
-vol=$1 files=$2 fsgroup=$3 mounts=$4 uid=$5 hostkey=$6 poddir=$7; shift 7
+vol=$1 files=$2 fsgroup=$3 mounts=$4 uid=$5 hostkey=$6 poddir=$7 mode=$8 image=$9; shift 9
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs tmpfs /run
 mkdir -m 0755 /run/sshd
@@ -82,7 +84,7 @@ mkdir "$vol/DATA_DIR"
 chmod 0755 "$vol/DATA_DIR"
 for f in "$files"/*; do
     n=$(basename "$f")
-    install -m 0600 "$f" "$vol/DATA_DIR/$n"
+    install -m "$mode" "$f" "$vol/DATA_DIR/$n"
     ln -s "..data/$n" "$vol/$n"
 done
 ln -s DATA_DIR "$vol/..data"
@@ -124,6 +126,9 @@ while IFS='|' read -r path sub; do
 done < "$mounts"
 if [ -n "$hostkey" ]; then
     install -m 0600 -o "$uid" "$hostkey" /run/sshd/host_key
+fi
+if [ -n "$image" ]; then
+    sh "$image"
 fi
 exec "$@"
 """.replace("DATA_DIR", DATA_DIR)
@@ -207,16 +212,21 @@ class Cluster:
         own = pod.framework_container.get("securityContext", {})
         return own.get("runAsUser", ctx.get("runAsUser", 0)), ctx.get("fsGroup")
 
-    def enter(self, pod: podsim.Pod, mounts: list[dict] | None = None, hostkey: str = "") -> list[str]:
+    def enter(self, pod: podsim.Pod, mounts: list[dict] | None = None, hostkey: str = "",
+              image: str = "") -> list[str]:
         """argv prefix: into the job's network, the pod's sandbox, then the
-        kubelet's layout of the Secret and the pod's mounts of it."""
+        kubelet's layout of the Secret and the pod's mounts of it, then
+        `image` (a setup script standing for the pod's image)."""
         d = self.tmp / pod.hostname
         files = d / "secret-files"
         files.mkdir(parents=True, exist_ok=True)
-        items = self.volume(pod)["secret"].get("items")
-        keys = [i["key"] for i in items] if items else list(self.secret)
-        for k in keys:
-            (files / k).write_text(self.secret[k])
+        secret = self.volume(pod)["secret"]
+        items = secret.get("items")
+        paths = [(i["key"], i["path"]) for i in items] if items else [(k, k) for k in self.secret]
+        for k, path in paths:
+            (files / path).write_text(self.secret[k])
+        # The kubelet's default mode for a Secret volume's files is 0644.
+        mode = format(secret.get("defaultMode", 0o644), "04o")
         listing = d / "mounts"
         listing.write_text("".join(f"{m['mountPath']}|{m.get('subPath', '')}\n"
                                    for m in (self.mounts(pod) if mounts is None else mounts)))
@@ -224,7 +234,7 @@ class Cluster:
         return (["nsenter", f"--net={self.netns}"] + self.job.enter_argv(pod)
                 + ["sh", "-c", KUBELET, "kubelet", f"/run/dljob-secret-volume", str(files),
                    "" if fs_group is None else str(fs_group), str(listing), str(uid), hostkey,
-                   str(d)])
+                   str(d), mode, image])
 
     def as_user(self, pod: podsim.Pod) -> list[str]:
         uid, fs_group = self.security(pod)
@@ -256,14 +266,35 @@ class Cluster:
                 pytest.fail(f"sshd of {pod.name} did not start:\n{log.read_text()}")
             time.sleep(0.05)
 
+    def start_image_sshd(self, pod: podsim.Pod, image: str) -> subprocess.Popen:
+        """The pod's own command (an image's sshd and its config), as the
+        pod's user, after `image` set the image up."""
+        d = self.tmp / pod.hostname
+        d.mkdir(parents=True, exist_ok=True)
+        container = pod.framework_container
+        argv = list(container.get("command", [])) + list(container.get("args", []))
+        log = d / "sshd.log"
+        proc = subprocess.Popen(self.enter(pod, image=image) + self.as_user(pod) + argv,
+                                env=self.job.base_env(), cwd="/", stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        self.sshd.append((pod, proc, log))
+        deadline = time.monotonic() + 10
+        while "Server listening" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        return proc
+
     def sshd_logs(self) -> str:
         return "\n".join(f"--- sshd of {p.name}\n{log.read_text()}" for p, _, log in self.sshd)
 
-    def mpirun(self, launcher: podsim.Pod, mounts: list[dict] | None = None) -> Run:
+    def mpirun(self, launcher: podsim.Pod, mounts: list[dict] | None = None, image: str = "") -> Run:
         """The launcher's own mpirun command line (its program replaced by
         the rank stand-in) with the real ssh, as the launcher's user."""
         words = mpirun_command(launcher)
-        prog = next(i for i, w in enumerate(words) if i > 0 and Path(w).name.startswith("python"))
+        # The program: a python's, else the last word (a binary's).
+        prog = next((i for i, w in enumerate(words) if i > 0 and Path(w).name.startswith("python")),
+                    len(words) - 1)
         mpirun = INSTALLS["openmpi4"]
         argv = [str(mpirun), *words[1:prog], sys.executable, "-c", RANK_PROGRAM, str(libmpi("openmpi4"))]
         uid, _ = self.security(launcher)
@@ -273,7 +304,7 @@ class Cluster:
             "PATH": path, "HOME": home, "TMPDIR": "/tmp", "OMPI_MCA_btl_tcp_if_include": "lo",
         }
         start = time.monotonic()
-        proc = subprocess.Popen(self.enter(launcher, mounts) + self.as_user(launcher) + argv,
+        proc = subprocess.Popen(self.enter(launcher, mounts, image=image) + self.as_user(launcher) + argv,
                                 env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
         try:
@@ -383,3 +414,82 @@ def test_root_ssh_refuses_a_key_its_fs_group_can_read(cluster_of, tmp_path):
     run, _, _ = run_job(cluster)
     assert run.rc != 0, run
     assert "bad permissions" in run.output, run
+
+
+MPI_OPERATOR_PI = REPO / "tests" / "fixtures" / "operators" / "mpijob-pi.yaml"
+
+# What the MPI operator's base image (build/base) configures, written here:
+# mpiuser's sshd config (its pid file in the home, the host key read from
+# the mounted ~/.ssh/id_rsa, StrictModes off, port 2222) and the system
+# ssh client's (port 2222, no host-key checking, no known_hosts file).
+# From the test, not the image: UsePAM no (PAM refuses a non-root sshd's
+# logins) and a ListenAddress (the job's pods share one network namespace).
+# It runs in the pod's sandbox, whose /etc is a private overlay.
+MPI_OPERATOR_IMAGE = """set -e
+printf '%s\\n' 'PidFile /home/mpiuser/sshd.pid' 'HostKey /home/mpiuser/.ssh/id_rsa' \\
+    'StrictModes no' 'Port 2222' 'UsePAM no' 'ListenAddress {ip}' > /home/mpiuser/.sshd_config
+chown 1000:1000 /home/mpiuser/.sshd_config
+printf '%s\\n' 'Host *' '    Port 2222' '    StrictHostKeyChecking no' \\
+    '    UserKnownHostsFile /dev/null' >> /etc/ssh/ssh_config
+"""
+
+
+def converted_mpijob(tmp: Path, compat: bool = True) -> Path:
+    out = subprocess.run([str(podsim.DLJOB), "convert", "-f", str(MPI_OPERATOR_PI)],
+                         check=True, capture_output=True, text=True, timeout=60)
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    if not compat:
+        for d in docs:
+            del d["metadata"]["annotations"]["dljob.dev/compat"]
+    path = tmp / "converted.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def images(cluster: Cluster, tmp: Path) -> dict[str, str]:
+    """Per pod, the image setup script with its address."""
+    out = {}
+    for pod in cluster.job.pods:
+        script = tmp / f"image-{pod.hostname}.sh"
+        script.write_text(MPI_OPERATOR_IMAGE.replace("{ip}", pod.ip))
+        out[pod.hostname] = str(script)
+    return out
+
+
+def test_the_mpi_operators_images_run_unchanged(cluster_of, tmp_path):
+    """The MPI operator's pi example converted (dljob.dev/compat:
+    mpi-operator): its workers' own command, /usr/sbin/sshd -De -f
+    /home/mpiuser/.sshd_config, as uid 1000 with the host key read from the
+    mounted id_rsa, on port 2222; the launcher's own mpirun as uid 1000,
+    with the image's ssh client config. No fsGroup, no dljob ssh config."""
+    manifest = converted_mpijob(tmp_path)
+    assert "fsGroup" not in validate_warnings(manifest)
+    cluster = cluster_of(manifest)
+    launcher = cluster.job.pod("launcher")
+    workers = [cluster.job.pod("worker", i) for i in range(2)]
+    for pod in [launcher, *workers]:
+        assert cluster.security(pod) == (1000, None)
+        paths = sorted(m["mountPath"] for m in cluster.mounts(pod))
+        assert paths == [f"/home/mpiuser/.ssh/{f}" for f in ("authorized_keys", "id_rsa", "id_rsa.pub")]
+    image = images(cluster, tmp_path)
+    for w in workers:
+        proc = cluster.start_image_sshd(w, image[w.hostname])
+        assert proc.poll() is None, cluster.sshd_logs()
+    run = cluster.mpirun(launcher, image=image[launcher.hostname])
+    assert_two_ranks(run, workers)
+    assert "Accepted publickey for mpiuser" in run.output, run
+
+
+def test_without_compat_the_mpi_operators_images_do_not_start(cluster_of, tmp_path):
+    """The same job without dljob.dev/compat: dljob's own layout (the key as
+    id_ed25519, root-owned 0600) is not what the images read — their sshd
+    finds no host key — and dljob's warning says the user cannot read it."""
+    manifest = converted_mpijob(tmp_path, compat=False)
+    assert "runs as uid 1000 and the pod sets no fsGroup" in validate_warnings(manifest)
+    cluster = cluster_of(manifest)
+    image = images(cluster, tmp_path)
+    worker = cluster.job.pod("worker", 0)
+    proc = cluster.start_image_sshd(worker, image[worker.hostname])
+    proc.wait(timeout=10)
+    assert proc.returncode != 0, cluster.sshd_logs()
+    assert "no hostkeys available" in cluster.sshd_logs(), cluster.sshd_logs()

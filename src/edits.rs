@@ -279,6 +279,8 @@ pub(crate) struct PodEdits<'a> {
     annotations: Vec<(&'static str, String)>,
     removed_annotations: Vec<&'static str>,
     spec: Vec<(&'static str, Value)>,
+    /// Keys of a container: (container index, key, value).
+    container_keys: Vec<(usize, &'static str, Value)>,
     /// Per list, the items to put before the original ones (in order) and
     /// those to put after them.
     appends: Vec<(List, Added<'a>)>,
@@ -299,6 +301,7 @@ impl<'a> PodEdits<'a> {
             annotations: Vec::new(),
             removed_annotations: Vec::new(),
             spec: Vec::new(),
+            container_keys: Vec::new(),
             appends: Vec::with_capacity(6),
         }
     }
@@ -326,6 +329,11 @@ impl<'a> PodEdits<'a> {
     /// Sets `spec[key]`.
     pub(crate) fn set_spec(&mut self, key: &'static str, value: Value) {
         self.spec.push((key, value));
+    }
+
+    /// Sets `spec.containers[container][key]`.
+    pub(crate) fn set_container(&mut self, container: usize, key: &'static str, value: Value) {
+        self.container_keys.push((container, key, value));
     }
 
     /// Items of `list` in the order the patch leaves them: those put in
@@ -392,6 +400,11 @@ impl<'a> PodEdits<'a> {
             self.annotations,
         );
         set_keys(&mut ops, "/spec", self.pod.get("spec"), self.spec);
+        for (i, key, value) in self.container_keys {
+            let container = self.pod.pointer(&format!("/spec/containers/{i}"));
+            let path = format!("/spec/containers/{i}");
+            set_keys(&mut ops, &path, container, vec![(key, value)]);
+        }
         for (list, added) in self.appends {
             let path = list.pointer();
             match list.original(self.pod) {

@@ -308,9 +308,7 @@ fn plan_pod_at(m: &MemberSpec, pod: &Value, config: &Config, index: u32) -> Opti
     };
     let mut env = Env::with_capacity(24);
     m.framework.env(&job, &member, &mut env);
-    if job.compat == Some(c::COMPAT_KUBEFLOW) {
-        m.framework.kubeflow_env(&job, &member, &mut env);
-    }
+    m.framework.compat_env(&job, &member, &mut env);
     frameworks::generic_env(m.framework, &job, &member, &mut env);
     Some(PodPlan {
         index,
@@ -479,6 +477,17 @@ fn pod_patch(
         warnings,
     );
     merge_port(&mut edits, fc, fc_name, m.spec.port, warnings);
+    // The MPI operator's worker with no command runs sshd.
+    let ssh_served = m
+        .framework
+        .ssh_client_role()
+        .is_some_and(|client| client != m.role);
+    let bare = ["command", "args"]
+        .iter()
+        .all(|k| containers[fc].get(*k).is_none_or(Value::is_null));
+    if ssh_served && bare && m.spec.compat.as_deref() == Some(c::COMPAT_MPI_OPERATOR) {
+        edits.set_container(fc, "command", json!(["/usr/sbin/sshd", "-De"]));
+    }
     let mut wanted: Vec<Value> = Vec::with_capacity(4);
     for (volume, mounts) in volumes {
         let mut mounted = false;
@@ -854,6 +863,10 @@ fn gang_marks(
 /// directory is the image's own, or one the container runtime makes (root,
 /// 0755). The Secret is created once, so a file mount's missing updates
 /// cost nothing.
+/// Where the MPI operator mounts its launcher's hostfile
+/// (`/etc/mpi/hostfile`).
+const MPI_OPERATOR_CONFIG_DIR: &str = "/etc/mpi";
+
 fn framework_volumes(m: &MemberSpec, hostfile: bool) -> Vec<(Value, Vec<Value>)> {
     let mut volumes = Vec::with_capacity(2);
     if hostfile {
@@ -865,10 +878,46 @@ fn framework_volumes(m: &MemberSpec, hostfile: bool) -> Vec<(Value, Vec<Value>)>
                     "fieldRef": {"fieldPath": HOSTFILE_FIELD}
                 }]}
             }),
-            vec![json!({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": true})],
+            if m.spec.compat.as_deref() == Some(c::COMPAT_MPI_OPERATOR) {
+                // Where the MPI operator's launcher has it too.
+                vec![
+                    json!({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": true}),
+                    json!({"name": HOSTFILE_VOLUME, "mountPath": MPI_OPERATOR_CONFIG_DIR, "readOnly": true}),
+                ]
+            } else {
+                vec![json!({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": true})]
+            },
         ));
     }
-    if let Some(client) = m.framework.ssh_client_role() {
+    let dir = m.ssh_path().trim_end_matches('/');
+    if m.framework.ssh_client_role().is_some()
+        && m.spec.compat.as_deref() == Some(c::COMPAT_MPI_OPERATOR)
+    {
+        // The MPI operator's layout, which its images read: every member
+        // has the key as id_rsa (its sshd's host key too) and the public
+        // key as id_rsa.pub and authorized_keys; 0600 under /root/.ssh,
+        // else readable by all (the images' user is not root, and their
+        // sshd has StrictModes no). No ssh config: the images' own sets
+        // the port (2222) and host-key checking.
+        let mode = if dir == "/root/.ssh" { SSH_MODE } else { 0o644 };
+        let items = [
+            (c::SSH_PRIVATE_KEY, "id_rsa"),
+            (c::SSH_PUBLIC_KEY, "id_rsa.pub"),
+            (c::SSH_AUTHORIZED_KEYS, c::SSH_AUTHORIZED_KEYS),
+        ];
+        let secret = json!({
+            "secretName": ssh_secret_name(&m.job),
+            "defaultMode": mode,
+            "items": items.iter().map(|(k, p)| json!({"key": k, "path": p})).collect::<Vec<_>>(),
+        });
+        let mounts = items
+            .iter()
+            .map(|(_, file)| {
+                json!({"name": SSH_VOLUME, "mountPath": format!("{dir}/{file}"), "subPath": file, "readOnly": true})
+            })
+            .collect();
+        volumes.push((json!({"name": SSH_VOLUME, "secret": secret}), mounts));
+    } else if let Some(client) = m.framework.ssh_client_role() {
         let mut secret = json!({"secretName": ssh_secret_name(&m.job), "defaultMode": SSH_MODE});
         let files: &[&str] = if m.role == client {
             &c::SSH_FILES
@@ -877,7 +926,6 @@ fn framework_volumes(m: &MemberSpec, hostfile: bool) -> Vec<(Value, Vec<Value>)>
                 json!([{"key": c::SSH_AUTHORIZED_KEYS, "path": c::SSH_AUTHORIZED_KEYS}]);
             &[c::SSH_AUTHORIZED_KEYS]
         };
-        let dir = m.ssh_path().trim_end_matches('/');
         let mounts = files
             .iter()
             .map(|file| {

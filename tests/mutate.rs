@@ -677,6 +677,127 @@ fn mpi_worker_gets_ssh_secret_and_a_slots_warning_and_the_launcher_the_hostfile(
 /// gets dljob's scheduling gate (kept beside the user's own), the workers
 /// none, and a second mutation adds nothing.
 #[test]
+fn mpi_operator_compat_lays_the_secret_out_as_the_operators_images_read_it() {
+    let compat = json!({
+        "dljob.dev/compat": "mpi-operator",
+        "dljob.dev/ssh-path": "/home/mpiuser/.ssh",
+        "dljob.dev/index": "0",
+    });
+    let mut worker = pod("pi", "worker", "mpi", "launcher=1,worker=2", compat.clone());
+    worker["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 1000});
+    let m = create(Kind::Pod, &worker, &Config::default());
+    // Every member has the key as id_rsa (the images' sshd host key) and
+    // the public key twice, readable by the images' non-root user.
+    let items = json!([
+        {"key": "id_ed25519", "path": "id_rsa"},
+        {"key": "id_ed25519.pub", "path": "id_rsa.pub"},
+        {"key": "authorized_keys", "path": "authorized_keys"}
+    ]);
+    assert_eq!(
+        m.object["spec"]["volumes"],
+        json!([{"name": "dljob-ssh", "secret": {"secretName": "pi-ssh", "defaultMode": 0o644, "items": items}}])
+    );
+    let mounts: Vec<&str> = m.object["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["mountPath"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            "/home/mpiuser/.ssh/id_rsa",
+            "/home/mpiuser/.ssh/id_rsa.pub",
+            "/home/mpiuser/.ssh/authorized_keys"
+        ]
+    );
+    // A worker with no command runs sshd, as the operator's do; no warning
+    // about the fsGroup the operator's layout does not need.
+    assert_eq!(
+        m.object["spec"]["containers"][0]["command"],
+        json!(["/usr/sbin/sshd", "-De"])
+    );
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    assert_idempotent(Kind::Pod, &m.object, &Config::default());
+    assert_patch_reproduces(&worker, &m.object);
+
+    // Under /root/.ssh the operator's mode is 0600.
+    let mut root = worker.clone();
+    root["metadata"]["annotations"]["dljob.dev/ssh-path"] = json!("/root/.ssh");
+    root["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("securityContext");
+    let m = create(Kind::Pod, &root, &Config::default());
+    assert_eq!(
+        m.object["spec"]["volumes"][0]["secret"]["defaultMode"],
+        0o600
+    );
+
+    // The launcher: the hostfile where the operator mounts it too, and the
+    // node's GPUs hidden from a launcher that runs no ranks.
+    let launcher = pod(
+        "pi",
+        "launcher",
+        "mpi",
+        "launcher=1,worker=2",
+        json!({
+            "dljob.dev/compat": "mpi-operator",
+            "dljob.dev/ssh-path": "/home/mpiuser/.ssh",
+        }),
+    );
+    let m = create(Kind::Pod, &launcher, &Config::default());
+    let mounts: Vec<&str> = m.object["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["mountPath"].as_str().unwrap())
+        .collect();
+    assert!(
+        mounts.contains(&"/etc/dljob") && mounts.contains(&"/etc/mpi"),
+        "{mounts:?}"
+    );
+    assert_eq!(
+        env(&m.object, "NVIDIA_VISIBLE_DEVICES").as_deref(),
+        Some("")
+    );
+    assert_eq!(
+        env(&m.object, "NVIDIA_DRIVER_CAPABILITIES").as_deref(),
+        Some("")
+    );
+    assert_eq!(m.object["spec"]["containers"][0].get("command"), None);
+
+    // Without compat: dljob's own layout, no command given.
+    let mut plain = worker.clone();
+    plain["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("dljob.dev/compat");
+    let m = create(Kind::Pod, &plain, &Config::default());
+    assert_eq!(m.object["spec"]["containers"][0].get("command"), None);
+    assert_eq!(
+        m.object["spec"]["volumes"][0]["secret"]["defaultMode"],
+        0o600
+    );
+}
+
+#[test]
+fn an_mpi_worker_whose_command_starts_no_sshd_is_warned_about() {
+    let mut worker = pod("pi", "worker", "mpi", "launcher=1,worker=1", json!({}));
+    worker["spec"]["containers"][0]["command"] = json!(["sleep", "infinity"]);
+    let m = create(Kind::Pod, &worker, &Config::default());
+    assert_eq!(
+        m.warnings,
+        vec!["the worker's framework container runs \"sleep infinity\", which does not start sshd; the launcher reaches it over ssh and would be refused: run /usr/sbin/sshd -De (in the foreground), as the MPI operator's workers do"]
+    );
+    worker["spec"]["containers"][0]["command"] = json!(["/usr/sbin/sshd"]);
+    worker["spec"]["containers"][0]["args"] = json!(["-De", "-f", "/home/mpiuser/.sshd_config"]);
+    assert!(create(Kind::Pod, &worker, &Config::default())
+        .warnings
+        .is_empty());
+}
+
+#[test]
 fn launchers_get_the_workers_ready_gate_and_workers_do_not() {
     let mut launcher = pod("hvd", "launcher", "mpi", "launcher=1,worker=2", json!({}));
     let m = create(Kind::Pod, &launcher, &Config::default());

@@ -1,7 +1,7 @@
 //! JAX multi-process: coordinator address, process count and id.
 
 use super::{set, Env, Framework, Job, Member, RoleRule, Roles};
-use crate::contract::Topology;
+use crate::contract::{Topology, COMPAT_KUBEFLOW};
 
 pub(crate) struct Jax;
 
@@ -30,7 +30,10 @@ impl Framework for Jax {
     }
     /// The training-operator's JAXJob names: the coordinator's host and
     /// port apart.
-    fn kubeflow_env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn compat_env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+        if job.compat != Some(COMPAT_KUBEFLOW) {
+            return;
+        }
         set(env, "PYTHONUNBUFFERED", "1");
         set(env, "COORDINATOR_PORT", job.port.to_string());
         set(env, "COORDINATOR_ADDRESS", job.host("worker", 0));
@@ -41,7 +44,7 @@ impl Framework for Jax {
 
 #[cfg(test)]
 mod tests {
-    use crate::frameworks::test_support::{env_of, get, kubeflow_env_of};
+    use crate::frameworks::test_support::{compat_env_of, env_of, get};
 
     #[test]
     fn process_id_is_the_worker_index() {
@@ -57,7 +60,7 @@ mod tests {
 
     #[test]
     fn the_operators_names_under_kubeflow_compat() {
-        let env = kubeflow_env_of("jax", "worker=4", "worker", 3);
+        let env = compat_env_of("kubeflow", "jax", "worker=4", "worker", 3);
         assert_eq!(
             get(&env, "COORDINATOR_ADDRESS"),
             Some("j-worker-0.j.ns.svc")

@@ -130,10 +130,10 @@ pub trait Framework: Sync {
     /// Framework env vars for `member` (the generic `DLJOB_*` vars are added
     /// by the caller).
     fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env);
-    /// What the training-operator's images for this framework read besides
-    /// [`Framework::env`], for a job with `dljob.dev/compat: kubeflow`: the
-    /// operator's own names for the same wiring.
-    fn kubeflow_env(&self, _job: &Job<'_>, _member: &Member<'_>, _env: &mut Env) {}
+    /// What an operator's images for this framework read besides
+    /// [`Framework::env`], for a job with `dljob.dev/compat: COMPAT`
+    /// (`job.compat`): the operator's own names for the same wiring.
+    fn compat_env(&self, _job: &Job<'_>, _member: &Member<'_>, _env: &mut Env) {}
     /// Topology rules beyond per-role counts; messages name the fix.
     fn check_topology(&self, _topology: &Topology) -> Vec<String> {
         Vec::new()
@@ -534,9 +534,15 @@ pub(crate) mod test_support {
         env
     }
 
-    /// [`env_of`] and, as under `dljob.dev/compat: kubeflow`, the
-    /// training-operator's names after it.
-    pub fn kubeflow_env_of(framework: &str, topology: &str, role: &str, index: u32) -> Env {
+    /// [`env_of`] and, as under `dljob.dev/compat: COMPAT`, the operator's
+    /// names after it.
+    pub fn compat_env_of(
+        compat: &'static str,
+        framework: &str,
+        topology: &str,
+        role: &str,
+        index: u32,
+    ) -> Env {
         let f = by_name(framework).unwrap();
         let mut env = env_of(framework, topology, role, index, None);
         let topology = Topology::parse(topology).unwrap();
@@ -549,14 +555,14 @@ pub(crate) mod test_support {
             slots: &crate::contract::Slots::uniform(1),
             elastic: None,
             backoff_limit: 3,
-            compat: Some(crate::contract::COMPAT_KUBEFLOW),
+            compat: Some(compat),
         };
         let member = Member {
             role,
             index,
             gpus: None,
         };
-        f.kubeflow_env(&job, &member, &mut env);
+        f.compat_env(&job, &member, &mut env);
         env
     }
 

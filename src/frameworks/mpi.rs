@@ -2,7 +2,7 @@
 //! out as the MPI operator does, and the OpenMPI settings pointing at it.
 
 use super::{push_hostfile_lines, set, Env, Framework, Job, Member, RoleRule, Roles};
-use crate::contract::{Topology, HOSTFILE_PATH};
+use crate::contract::{Topology, COMPAT_MPI_OPERATOR, HOSTFILE_PATH};
 
 pub(crate) struct Mpi;
 
@@ -43,6 +43,17 @@ impl Framework for Mpi {
         }
         push_hostfile_lines(&mut out, job, "worker");
         Some(out)
+    }
+    /// The MPI operator's launcher that runs no ranks hides the node's
+    /// GPUs from its container (the operator's images may rely on it).
+    fn compat_env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+        if job.compat == Some(COMPAT_MPI_OPERATOR)
+            && member.role == "launcher"
+            && !lists_launcher(member)
+        {
+            set(env, "NVIDIA_VISIBLE_DEVICES", "");
+            set(env, "NVIDIA_DRIVER_CAPABILITIES", "");
+        }
     }
     fn uses_slots(&self) -> bool {
         true

@@ -1,7 +1,7 @@
 //! PyTorch DDP and torchrun (`PET_*`), including elastic rendezvous.
 
 use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
-use crate::contract::Topology;
+use crate::contract::{Topology, COMPAT_KUBEFLOW};
 
 pub(crate) struct PyTorch;
 
@@ -25,7 +25,10 @@ impl Framework for PyTorch {
     }
     /// The training-operator's PyTorchJob reads dljob's names; it also
     /// unbuffers Python's output.
-    fn kubeflow_env(&self, _job: &Job<'_>, _member: &Member<'_>, env: &mut Env) {
+    fn compat_env(&self, job: &Job<'_>, _member: &Member<'_>, env: &mut Env) {
+        if job.compat != Some(COMPAT_KUBEFLOW) {
+            return;
+        }
         set(env, "PYTHONUNBUFFERED", "1");
     }
     fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {

@@ -199,7 +199,41 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
     container_warning(&member, object, &mut warnings);
     pinned_launcher_warning(&member, object, config, &mut warnings);
     ssh_user_warnings(&member, object, &mut warnings);
+    sshd_command_warning(&member, object, &mut warnings);
     Ok(Some(Parsed { member, warnings }))
+}
+
+/// mpi/chainer: a member the launcher reaches over ssh whose framework
+/// container's command does not start sshd. Said where the user writes the
+/// pod (or its template).
+fn sshd_command_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>) {
+    let Some(client) = m.framework.ssh_client_role() else {
+        return;
+    };
+    if m.role == client || m.owner != PodOwner::None {
+        return;
+    }
+    let Some(pod) = at(object, m.kind.pod_path()) else {
+        return;
+    };
+    let Some(i) = framework_container(m, pod) else {
+        return;
+    };
+    let container = &object::containers(&pod["spec"])[i];
+    let words: Vec<&str> = ["command", "args"]
+        .iter()
+        .filter_map(|k| container.get(*k).and_then(Value::as_array))
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    // None: the image's default command, which may well be sshd.
+    if !words.is_empty() && !words.iter().any(|w| w.contains("sshd")) {
+        let shown = c::cut(&words.join(" "), c::MAX_QUOTED).into_owned();
+        warnings.push(format!(
+            "the {}'s framework container runs \"{shown}\", which does not start sshd; the {client} reaches it over ssh and would be refused: run /usr/sbin/sshd -De (in the foreground), as the MPI operator's workers do",
+            m.role
+        ));
+    }
 }
 
 /// mpi/chainer: whether the user the framework container runs as can use
@@ -238,8 +272,12 @@ fn ssh_user_warnings(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>)
         None if non_root => Some("a non-root user (runAsNonRoot)".to_owned()),
         None => None,
     };
+    // The MPI operator's layout: world-readable files outside /root/.ssh
+    // (its images' sshd runs with StrictModes no).
+    let operator_modes = m.spec.compat.as_deref() == Some(c::COMPAT_MPI_OPERATOR)
+        && m.ssh_path() != DEFAULT_SSH_PATH;
     if let Some(user) = &user {
-        if fs_group.is_none() {
+        if fs_group.is_none() && !operator_modes {
             warnings.push(format!(
                 "the {}'s framework container runs as {user} and the pod sets no fsGroup: the SSH Secret's files are mounted root-owned and 0600, so {reads}; set spec.securityContext.fsGroup to the user's group (e.g. 1000): the kubelet then makes them 0640 in that group, which sshd and ssh accept",
                 m.role
