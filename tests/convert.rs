@@ -52,6 +52,8 @@ fn a_pytorchjob_becomes_one_indexed_job_per_replica_type_with_its_comments() {
     let out = values(&run.stdout);
     assert_eq!(out.len(), 2);
     let wanted_annotations = json!({
+        // The operator's default, not dljob's (Running).
+        "dljob.dev/clean-pod-policy": "None",
         "dljob.dev/compat": "kubeflow",
         "dljob.dev/framework": "pytorch",
         "dljob.dev/port": "23456",
@@ -183,6 +185,13 @@ fn elastic_and_mpi_policies_map_to_dljob_keys() {
     assert!(run.success(), "{run:?}");
     let out = values(&run.stdout);
     let a = annotations(&out[0]);
+    // The MPI operator's defaults: the launcher restarts OnFailure, the
+    // workers not at all.
+    let restart = |v: &Value| v["spec"]["template"]["spec"]["restartPolicy"].clone();
+    assert_eq!(restart(&out[0]), "OnFailure");
+    assert_eq!(restart(&out[1]), "Never");
+    assert_eq!(a["dljob.dev/restart-policy"], "Never");
+    assert_eq!(a["dljob.dev/clean-pod-policy"], "Running");
     assert_eq!(a["dljob.dev/slots"], "1");
     assert_eq!(a["dljob.dev/ssh-path"], "/home/mpiuser/.ssh");
     assert_eq!(a["dljob.dev/ttl-seconds-after-finished"], "60");
@@ -328,4 +337,176 @@ fn validate_mutate_and_label_point_at_convert() {
             .contains("Job/vc: this is a Job (batch.volcano.sh/v1alpha1), which dljob does not read, and `dljob convert` does not convert yet"),
         "{run:?}"
     );
+}
+
+/// The framework container's env of every pod the converted job makes, by
+/// pod name, as `dljob mutate --pods` prints it.
+fn pod_env(fixture_name: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let run = convert(&fixture(fixture_name));
+    assert!(run.success(), "{run:?}");
+    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
+    assert!(pods.success(), "{pods:?}");
+    values(&pods.stdout)
+        .iter()
+        .map(|pod| {
+            let env = pod["spec"]["containers"][0]["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    let value = e.get("value").and_then(Value::as_str).unwrap_or("<from>");
+                    (e["name"].as_str().unwrap().to_owned(), value.to_owned())
+                })
+                .collect();
+            (pod["spec"]["hostname"].as_str().unwrap().to_owned(), env)
+        })
+        .collect()
+}
+
+/// Checks that each pod's env holds exactly the values the operator's
+/// source sets for that replica (read from training-operator v1.9.0
+/// `pkg/controller.v1/*/`, mpi-operator v0.8 `pkg/controller/`). Where the
+/// operator names a host `<job>-<type>-<i>` (reached through the per-pod
+/// Service it creates), dljob's value is that host's name under the job's
+/// headless Service, `<job>-<type>-<i>.<job>.<ns>.svc`: `expected` writes
+/// those.
+fn assert_operator_env(fixture_name: &str, expected: &[(&str, &[(&str, &str)])]) {
+    let pods = pod_env(fixture_name);
+    assert_eq!(pods.len(), expected.len(), "{fixture_name}: {pods:?}");
+    for ((host, env), (want_host, want)) in pods.iter().zip(expected) {
+        assert_eq!(host, want_host);
+        for (name, value) in *want {
+            let got: Vec<&str> = env
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+                .collect();
+            assert_eq!(got, [*value], "{fixture_name}: {host}: {name}");
+        }
+    }
+}
+
+#[test]
+fn each_pod_gets_the_env_the_operators_source_sets_for_its_replica() {
+    // pytorch/envvar.go and master.go: no elasticPolicy, no nprocPerNode.
+    let master = "pytorch-simple-master-0.pytorch-simple.kubeflow.svc";
+    let pytorch = |rank: &'static str| -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("PYTHONUNBUFFERED", "1"),
+            ("MASTER_PORT", "23456"),
+            ("PET_MASTER_PORT", "23456"),
+            ("MASTER_ADDR", master),
+            ("PET_MASTER_ADDR", master),
+            ("WORLD_SIZE", "2"),
+            ("RANK", rank),
+            ("PET_NODE_RANK", rank),
+            ("PET_NNODES", "2"),
+        ]
+    };
+    let (m, w) = (pytorch("0"), pytorch("1"));
+    assert_operator_env(
+        "pytorchjob-simple.yaml",
+        &[
+            ("pytorch-simple-master-0", &m),
+            ("pytorch-simple-worker-0", &w),
+        ],
+    );
+
+    // jax/envvar.go.
+    let coordinator = "jaxjob-simple-worker-0.jaxjob-simple.default.svc";
+    let jax = |id: &'static str| -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("PYTHONUNBUFFERED", "1"),
+            ("COORDINATOR_PORT", "6666"),
+            ("COORDINATOR_ADDRESS", coordinator),
+            ("NUM_PROCESSES", "2"),
+            ("PROCESS_ID", id),
+        ]
+    };
+    let (w0, w1) = (jax("0"), jax("1"));
+    assert_operator_env(
+        "jaxjob-cpu.yaml",
+        &[
+            ("jaxjob-simple-worker-0", &w0),
+            ("jaxjob-simple-worker-1", &w1),
+        ],
+    );
+
+    // xgboost/xgboost.go: the named port (9991), workers listed after the
+    // master.
+    let job = "xgboost-dist-iris-test-train";
+    let master = format!("{job}-master-0.{job}.default.svc");
+    let workers = format!("{job}-worker-0.{job}.default.svc,{job}-worker-1.{job}.default.svc");
+    let xgb = |rank: &'static str| -> Vec<(&str, &str)> {
+        vec![
+            ("MASTER_PORT", "9991"),
+            ("MASTER_ADDR", master.as_str()),
+            ("WORLD_SIZE", "3"),
+            ("RANK", rank),
+            ("PYTHONUNBUFFERED", "1"),
+            ("WORKER_PORT", "9991"),
+            ("WORKER_ADDRS", workers.as_str()),
+        ]
+    };
+    let (m, w0, w1) = (xgb("0"), xgb("1"), xgb("2"));
+    let names = [
+        format!("{job}-master-0"),
+        format!("{job}-worker-0"),
+        format!("{job}-worker-1"),
+    ];
+    assert_operator_env(
+        "xgboostjob.yaml",
+        &[(&names[0], &m), (&names[1], &w0), (&names[2], &w1)],
+    );
+
+    // mpi-operator pkg/controller/mpi_job_controller.go: the launcher's
+    // OpenMPI settings (its hostfile is at /etc/dljob/hostfile, and at
+    // /etc/mpi/hostfile where the operator's is), the workers' role.
+    let launcher: &[(&str, &str)] = &[
+        ("K_MPI_JOB_ROLE", "launcher"),
+        ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
+        ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
+        ("OMPI_MCA_orte_set_default_slots", "1"),
+        ("NVIDIA_VISIBLE_DEVICES", ""),
+        ("NVIDIA_DRIVER_CAPABILITIES", ""),
+    ];
+    let worker: &[(&str, &str)] = &[("K_MPI_JOB_ROLE", "worker")];
+    assert_operator_env(
+        "mpijob-pi.yaml",
+        &[
+            ("pi-launcher-0", launcher),
+            ("pi-worker-0", worker),
+            ("pi-worker-1", worker),
+        ],
+    );
+}
+
+#[test]
+fn a_tfjobs_tf_config_is_the_operators() {
+    // tensorflow/tensorflow.go genTFConfigJSONStr: every replica type's
+    // hosts (lower-case type), the task, environment "cloud".
+    let pods = pod_env("tfjob-dist-mnist.yaml");
+    let host = |r: &str, i: u32| format!("dist-mnist-{r}-{i}.dist-mnist.default.svc:2222");
+    let cluster = json!({
+        "ps": [host("ps", 0), host("ps", 1)],
+        "worker": (0..4).map(|i| host("worker", i)).collect::<Vec<_>>(),
+    });
+    assert_eq!(pods.len(), 6);
+    for (hostname, env) in &pods {
+        let (role, index) = {
+            let rest = hostname.strip_prefix("dist-mnist-").unwrap();
+            let (r, i) = rest.rsplit_once('-').unwrap();
+            (r.to_owned(), i.parse::<u32>().unwrap())
+        };
+        let tf: Value = env
+            .iter()
+            .find(|(n, _)| n == "TF_CONFIG")
+            .map(|(_, v)| serde_json::from_str(v).unwrap())
+            .unwrap();
+        assert_eq!(
+            tf,
+            json!({"cluster": cluster, "task": {"type": role, "index": index}, "environment": "cloud"}),
+            "{hostname}"
+        );
+    }
 }

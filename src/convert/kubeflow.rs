@@ -35,6 +35,8 @@ pub(crate) struct Operator {
     port: Option<(&'static str, u16)>,
     /// A replica's restartPolicy when the job gives none.
     default_restart: &'static str,
+    /// Replica types whose default restartPolicy is another.
+    restart_overrides: &'static [(&'static str, &'static str)],
     /// Spec fields besides the replica specs and `runPolicy`.
     extra_fields: &'static [&'static str],
     /// The compatibility mode whose env the operator's images read.
@@ -52,6 +54,7 @@ pub(crate) const PYTORCH: Operator = Operator {
     container: Some("pytorch"),
     port: Some(("pytorchjob-port", 23456)),
     default_restart: "OnFailure",
+    restart_overrides: &[],
     extra_fields: &["elasticPolicy", "nprocPerNode"],
     compat: KUBEFLOW,
 };
@@ -71,6 +74,7 @@ pub(crate) const TENSORFLOW: Operator = Operator {
     container: Some("tensorflow"),
     port: Some(("tfjob-port", 2222)),
     default_restart: "Never",
+    restart_overrides: &[],
     extra_fields: &["successPolicy", "enableDynamicWorker"],
     compat: KUBEFLOW,
 };
@@ -84,6 +88,7 @@ pub(crate) const XGBOOST: Operator = Operator {
     container: Some("xgboost"),
     port: Some(("xgboostjob-port", 9999)),
     default_restart: "Never",
+    restart_overrides: &[],
     extra_fields: &[],
     compat: KUBEFLOW,
 };
@@ -96,7 +101,8 @@ pub(crate) const PADDLE: Operator = Operator {
     unsupported_types: &[],
     container: Some("paddle"),
     port: Some(("master", 36543)),
-    default_restart: "Never",
+    default_restart: "OnFailure",
+    restart_overrides: &[],
     extra_fields: &["elasticPolicy"],
     compat: KUBEFLOW,
 };
@@ -110,6 +116,7 @@ pub(crate) const JAX: Operator = Operator {
     container: Some("jax"),
     port: Some(("jaxjob-port", 6666)),
     default_restart: "Never",
+    restart_overrides: &[],
     extra_fields: &[],
     compat: KUBEFLOW,
 };
@@ -140,13 +147,20 @@ pub(crate) const MXNET: Operator = Operator {
     container: Some("mxnet"),
     port: Some(("mxjob-port", 9091)),
     default_restart: "Never",
+    restart_overrides: &[],
     extra_fields: &["jobMode"],
     compat: KUBEFLOW,
 };
 
-/// The MPI operator's MPIJob (v2beta1) and the training-operator's (v1):
-/// launcher and workers over ssh. Neither names a container or a port.
+/// The MPI operator's MPIJob (v2beta1): launcher and workers over ssh; it
+/// names no container or port, and its launcher restarts OnFailure.
 pub(crate) const MPI: Operator = Operator {
+    restart_overrides: &[("Launcher", "OnFailure")],
+    ..MPI_V1
+};
+
+/// The training-operator's MPIJob (v1).
+pub(crate) const MPI_V1: Operator = Operator {
     kind: "MPIJob",
     framework: "mpi",
     specs: "mpiReplicaSpecs",
@@ -155,6 +169,7 @@ pub(crate) const MPI: Operator = Operator {
     container: None,
     port: None,
     default_restart: "Never",
+    restart_overrides: &[],
     extra_fields: &[
         "slotsPerWorker",
         "sshAuthMountPath",
@@ -376,8 +391,13 @@ fn replica_specs<'v>(
             ));
             continue;
         }
+        let default_restart = op
+            .restart_overrides
+            .iter()
+            .find(|(t, _)| t.eq_ignore_ascii_case(type_name))
+            .map_or(op.default_restart, |(_, p)| *p);
         let restart = match rs.get("restartPolicy") {
-            None | Some(Value::Null) => op.default_restart,
+            None | Some(Value::Null) => default_restart,
             Some(v) => match v.as_str() {
                 Some(p @ ("Always" | "OnFailure" | "Never" | "ExitCode")) => p,
                 _ => {
@@ -494,6 +514,9 @@ fn run_policy_of(
 
 /// runPolicy's own fields as dljob keys (schedulingPolicy is [`gang`]'s).
 fn run_policy_keys(rp: &Map<String, Value>, keys: &mut Keys, problems: &mut Vec<String>) {
+    // Both operators default to None (leave every pod as it is); dljob to
+    // Running. The job keeps its operator's behaviour.
+    keys.insert(c::CLEAN_POD_POLICY, "None".into());
     if let Some(v) = rp.get("cleanPodPolicy").filter(|v| !v.is_null()) {
         match v.as_str() {
             Some(p @ ("Running" | "All" | "None")) => {

@@ -113,7 +113,8 @@ fn convert_one(source: Source, value: &Value) -> Result<kubeflow::Converted, Vec
         ("kubeflow.org/v1", "PaddleJob") => Some(&kubeflow::PADDLE),
         ("kubeflow.org/v1", "JAXJob") => Some(&kubeflow::JAX),
         ("kubeflow.org/v1" | "kubeflow.org/v1beta1", "MXJob") => Some(&kubeflow::MXNET),
-        ("kubeflow.org/v1" | "kubeflow.org/v2beta1", "MPIJob") => Some(&kubeflow::MPI),
+        ("kubeflow.org/v1", "MPIJob") => Some(&kubeflow::MPI_V1),
+        ("kubeflow.org/v2beta1", "MPIJob") => Some(&kubeflow::MPI),
         _ => None,
     };
     match op {

@@ -4,7 +4,7 @@
 //! runs `RabitTracker(n_workers=WORLD_SIZE, sortby="task")`.
 
 use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
-use crate::contract::Topology;
+use crate::contract::{Topology, COMPAT_KUBEFLOW};
 
 pub(crate) struct XgBoost;
 
@@ -44,11 +44,24 @@ impl Framework for XgBoost {
         set(env, "DMLC_TASK_ID", format!("{r:0>width$}"));
         set(env, "DMLC_NUM_WORKER", world);
     }
+    /// The training-operator's XGBoostJob (also what its LightGBM images
+    /// read): every worker's host, and unbuffered Python.
+    fn compat_env(&self, job: &Job<'_>, _member: &Member<'_>, env: &mut Env) {
+        if job.compat != Some(COMPAT_KUBEFLOW) {
+            return;
+        }
+        set(env, "PYTHONUNBUFFERED", "1");
+        let workers = job.topology.count_or_zero("worker");
+        if workers > 0 {
+            let hosts: Vec<String> = (0..workers).map(|i| job.host("worker", i)).collect();
+            set(env, "WORKER_ADDRS", hosts.join(","));
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::frameworks::test_support::{env_of, get};
+    use crate::frameworks::test_support::{compat_env_of, env_of, get};
 
     #[test]
     fn tracker_is_the_master() {
@@ -58,11 +71,24 @@ mod tests {
         assert_eq!(get(&env, "WORLD_SIZE"), Some("3"));
         assert_eq!(get(&env, "RANK"), Some("2"));
         assert_eq!(get(&env, "WORKER_PORT"), Some("9999"));
-        assert_eq!(get(&env, "WORKER_ADDRS"), None);
+        assert_eq!(get(&env, "WORKER_ADDRS"), None, "only under compat");
         assert_eq!(get(&env, "DMLC_TRACKER_URI"), Some("j-master-0.j.ns.svc"));
         assert_eq!(get(&env, "DMLC_TRACKER_PORT"), Some("9999"));
         assert_eq!(get(&env, "DMLC_TASK_ID"), Some("2"));
         assert_eq!(get(&env, "DMLC_NUM_WORKER"), Some("3"));
+    }
+
+    #[test]
+    fn the_operators_worker_list_under_kubeflow_compat() {
+        let env = compat_env_of("kubeflow", "xgboost", "master=1,worker=2", "master", 0);
+        assert_eq!(
+            get(&env, "WORKER_ADDRS"),
+            Some("j-worker-0.j.ns.svc,j-worker-1.j.ns.svc")
+        );
+        assert_eq!(get(&env, "WORKER_PORT"), Some("9999"));
+        assert_eq!(get(&env, "PYTHONUNBUFFERED"), Some("1"));
+        let alone = compat_env_of("kubeflow", "xgboost", "master=1", "master", 0);
+        assert_eq!(get(&alone, "WORKER_ADDRS"), None);
     }
 
     #[test]
