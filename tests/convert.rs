@@ -510,3 +510,17 @@ fn a_tfjobs_tf_config_is_the_operators() {
         );
     }
 }
+
+#[test]
+fn the_migration_guides_before_and_after_are_the_fixture_and_its_conversion() {
+    let doc = std::fs::read_to_string(common::repo().join("docs/migration.md")).unwrap();
+    let blocks: Vec<&str> = doc
+        .split("```yaml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    let before = std::fs::read_to_string(fixture("pytorchjob-simple.yaml")).unwrap();
+    let after = convert(&fixture("pytorchjob-simple.yaml"));
+    assert!(after.success(), "{after:?}");
+    assert_eq!(blocks, [before.as_str(), after.stdout.as_str()]);
+}
