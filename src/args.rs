@@ -389,8 +389,9 @@ pub struct LabelArgs {
 }
 
 /// Reads kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob,
-/// MXJob and MPIJob, MXJob v1beta1 and the MPI operator's v2beta1 MPIJob,
-/// and prints, per job, one workload per replica type named
+/// MXJob and MPIJob, MXJob v1beta1, the MPI operator's v2beta1 MPIJob, and
+/// the first forms (TfJob mlkube.io/v1beta1, TFJob and MXJob
+/// kubeflow.org/v1alpha1), and prints, per job, one workload per replica type named
 /// `<job>-<role>`: an Indexed Job (completions = parallelism = replicas)
 /// for a replica type whose restartPolicy is OnFailure, Never or ExitCode,
 /// since it runs to completion; a StatefulSet for one whose restartPolicy

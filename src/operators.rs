@@ -32,8 +32,9 @@ const SOURCES: &[Source] = &[
     source("kubeflow.org/v1", "MPIJob", true),
     source("kubeflow.org/v2beta1", "MPIJob", true),
     source("kubeflow.org/v1alpha1", "ChainerJob", false),
-    source("kubeflow.org/v1alpha1", "MXJob", false),
-    source("mlkube.io/v1beta1", "TfJob", false),
+    source("kubeflow.org/v1alpha1", "MXJob", true),
+    source("kubeflow.org/v1alpha1", "TFJob", true),
+    source("mlkube.io/v1beta1", "TfJob", true),
     source("batch.volcano.sh/v1alpha1", "Job", false),
 ];
 

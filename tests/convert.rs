@@ -524,3 +524,68 @@ fn the_migration_guides_before_and_after_are_the_fixture_and_its_conversion() {
     assert!(after.success(), "{after:?}");
     assert_eq!(blocks, [before.as_str(), after.stdout.as_str()]);
 }
+
+#[test]
+fn the_first_operators_list_forms_convert_by_their_own_field_names() {
+    let run = convert(&fixture("tfjob-mlkube-v1beta1.yaml"));
+    assert!(run.success(), "{run:?}");
+    let out = values(&run.stdout);
+    let names: Vec<&str> = out
+        .iter()
+        .map(|v| v["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["tf-smoke-master", "tf-smoke-worker", "tf-smoke-ps"]);
+    let a = annotations(&out[0]);
+    assert_eq!(a["dljob.dev/replicas"], "master=1,worker=1,ps=2");
+    assert_eq!(a["dljob.dev/port"], "2222");
+    // These operators deleted every pod of a finished job.
+    assert_eq!(a["dljob.dev/clean-pod-policy"], "All");
+    assert!(run
+        .stdout
+        .contains("# dljob convert: TfJob/tf-smoke, spec.replica_specs[2] (role ps)\n"));
+    assert!(run
+        .stdout
+        .contains("\n        # The parameter servers serve until the job ends.\n"));
+
+    let run = convert(&fixture("mxjob-v1alpha1.yaml"));
+    assert!(run.success(), "{run:?}");
+    let out = values(&run.stdout);
+    let a = annotations(&out[0]);
+    // The scheduler's PsRootPort is the job's port.
+    assert_eq!(a["dljob.dev/port"], "9000");
+    assert_eq!(a["dljob.dev/replicas"], "scheduler=1,server=1,worker=2");
+    assert_eq!(a["dljob.dev/framework"], "mxnet");
+
+    let bad = r#"
+apiVersion: kubeflow.org/v1alpha1
+kind: TFJob
+metadata: {name: old}
+spec:
+  terminationPolicy: {chief: {replicaName: WORKER, replicaIndex: 1}}
+  tensorboard: {logDir: /tmp}
+  replicaSpecs:
+    - tfReplicaType: MASTER
+      template:
+        spec:
+          containers: [{name: tensorflow, image: tf}]
+    - tfReplicaType: CHIEF
+      template: {spec: {containers: [{name: tensorflow, image: tf}], restartPolicy: Never}}
+    - tfReplicaType: PS
+      tfPort: 2223
+      template: {spec: {containers: [{name: tensorflow, image: tf}], restartPolicy: Never}}
+    - tfReplicaType: WORKER
+      tfPort: 2222
+      template: {spec: {containers: [{name: tensorflow, image: tf}], restartPolicy: Never}}
+"#;
+    let run = dljob(&["convert", "-f", "-"], Some(bad));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    for said in [
+        "TFJob/old: spec.tensorboard is not a field of TFJob that dljob convert knows",
+        "TFJob/old: spec.replicaSpecs[0].template.spec.restartPolicy is missing: the operator ran each replica as a Job, which needs OnFailure or Never",
+        "TFJob/old: spec.replicaSpecs[1].tfReplicaType: TFJob has no replica type \"CHIEF\"; its types are MASTER, WORKER, PS",
+        "TFJob/old: spec.replicaSpecs[3].tfPort is 2222 and spec.replicaSpecs[2].tfPort is 2223",
+        "TFJob/old: spec.terminationPolicy.chief is WORKER 1: a dljob job ends when its coordinator (WORKER 0) exits",
+    ] {
+        assert!(run.stderr.contains(said), "{said}: {run:?}");
+    }
+}

@@ -43,6 +43,13 @@ pub(crate) struct Operator {
     pub(crate) compat: &'static str,
 }
 
+impl Operator {
+    /// The spec field holding the replica specs.
+    pub(crate) fn specs_field(&self) -> &'static str {
+        self.specs
+    }
+}
+
 const KUBEFLOW: &str = "kubeflow";
 
 pub(crate) const PYTORCH: Operator = Operator {
@@ -211,6 +218,16 @@ const NOT_COPIED: &[&str] = &["kubectl.kubernetes.io/last-applied-configuration"
 
 /// Converts one job of `op`'s kind; every problem found, not the first.
 pub(crate) fn convert(op: &Operator, job: &Value) -> Result<Converted, Vec<String>> {
+    convert_with_port(op, job, None)
+}
+
+/// [`convert`], the job's port given (a form that names it outside the
+/// containers' ports) rather than read from the operator's named port.
+pub(crate) fn convert_with_port(
+    op: &Operator,
+    job: &Value,
+    port: Option<u16>,
+) -> Result<Converted, Vec<String>> {
     let mut problems = Vec::new();
     let mut out = Converted::default();
     let name = object::str_at(job, &["metadata", "name"]).unwrap_or("");
@@ -282,8 +299,21 @@ pub(crate) fn convert(op: &Operator, job: &Value) -> Result<Converted, Vec<Strin
         &mut problems,
         &mut out.warnings,
     );
-    if let Some(port) = port_of(op, &replicas, &mut problems) {
-        keys.insert(c::PORT, port.to_string());
+    let named = match port {
+        Some(p) => Some((p, true)),
+        None => port_of(op, &replicas, &mut problems),
+    };
+    match (keys.get(c::PORT), named) {
+        // PyTorch's elasticPolicy.rdzvPort, where no port is named.
+        (Some(_), Some((_, false)) | None) => {}
+        (Some(rdzv), Some((p, true))) if *rdzv != p.to_string() => problems.push(format!(
+            "spec.elasticPolicy.rdzvPort ({rdzv}) and the named port {} ({p}) differ: dljob's rendezvous is on the job's one port (dljob.dev/port); make them equal",
+            op.port.map_or("", |(n, _)| n)
+        )),
+        (_, Some((p, _))) => {
+            keys.insert(c::PORT, p.to_string());
+        }
+        (None, None) => {}
     }
     if !problems.is_empty() {
         return Err(problems);
@@ -868,8 +898,12 @@ fn container_index(op: &Operator, template: &Value, main: Option<&str>) -> usize
 }
 
 /// The port the operator reads: its named port in each replica's wired
-/// container, else its default. Every replica must agree.
-fn port_of(op: &Operator, replicas: &[ReplicaSpec<'_>], problems: &mut Vec<String>) -> Option<u16> {
+/// container (`true`: named), else its default. Every replica must agree.
+fn port_of(
+    op: &Operator,
+    replicas: &[ReplicaSpec<'_>],
+    problems: &mut Vec<String>,
+) -> Option<(u16, bool)> {
     let (port_name, default) = op.port?;
     let mut found: Option<(u16, &str)> = None;
     for r in replicas {
@@ -896,7 +930,7 @@ fn port_of(op: &Operator, replicas: &[ReplicaSpec<'_>], problems: &mut Vec<Strin
             _ => {}
         }
     }
-    Some(found.map_or(default, |(p, _)| p))
+    Some(found.map_or((default, false), |(p, _)| (p, true)))
 }
 
 /// The workload for one replica type: an Indexed Job for a replica that

@@ -5,6 +5,7 @@
 //! other documents pass through byte for byte.
 
 mod kubeflow;
+mod legacy;
 
 use std::str::FromStr;
 
@@ -117,6 +118,15 @@ fn convert_one(source: Source, value: &Value) -> Result<kubeflow::Converted, Vec
         ("kubeflow.org/v2beta1", "MPIJob") => Some(&kubeflow::MPI),
         _ => None,
     };
+    let form = match (source.api_version, source.kind) {
+        ("mlkube.io/v1beta1", "TfJob") => Some(&legacy::TFJOB_MLKUBE),
+        ("kubeflow.org/v1alpha1", "TFJob") => Some(&legacy::TFJOB_V1ALPHA1),
+        ("kubeflow.org/v1alpha1", "MXJob") => Some(&legacy::MXJOB_V1ALPHA1),
+        _ => None,
+    };
+    if let (Some(form), true) = (form, source.convertible) {
+        return legacy::convert(form, value);
+    }
     match op {
         Some(op) if source.convertible => kubeflow::convert(op, value),
         _ => Err(vec![format!(
@@ -184,9 +194,19 @@ fn header(name: &str, r: &kubeflow::Replica, job_text: &str) -> String {
         .filter(|l| !l.trim().is_empty())
         .map(|l| format!("{l}\n"))
         .collect();
+    let mut place = String::new();
+    for key in &r.template_path[..3] {
+        if key.parse::<usize>().is_ok() {
+            place.push_str(&format!("[{key}]"));
+        } else {
+            if !place.is_empty() {
+                place.push('.');
+            }
+            place.push_str(key);
+        }
+    }
     h.push_str(&format!(
-        "# dljob convert: {name}, {} (role {})\n",
-        r.template_path[..3].join("."),
+        "# dljob convert: {name}, {place} (role {})\n",
         r.role
     ));
     h
@@ -199,10 +219,15 @@ fn with_comments(job_text: &str, job: &Value, r: &kubeflow::Replica) -> Option<S
     let pointer: String = r.template_path.iter().map(|k| format!("/{k}")).collect();
     let original = job.pointer(&pointer)?;
     let job_doc = yaml_edit::Document::from_str(job_text).ok()?;
-    let mut node = job_doc.as_mapping()?;
+    let mut node = yaml_edit::YamlNode::Mapping(job_doc.as_mapping()?);
     for key in &r.template_path {
-        node = node.get_mapping(key.as_str())?;
+        node = match (&node, key.parse::<usize>()) {
+            (yaml_edit::YamlNode::Sequence(s), Ok(i)) => s.get(i)?,
+            (yaml_edit::YamlNode::Mapping(m), _) => m.get(key.as_str())?,
+            _ => return None,
+        };
     }
+    let node = node.as_mapping()?.clone();
     let want = &r.workload;
     let mut skeleton = want.clone();
     skeleton["spec"]["template"] = serde_json::json!({});
