@@ -18,7 +18,9 @@ and without touching it:
     injects does not resolve (the sandbox's resolver is a closed port on
     127.0.0.1, so nothing leaves the machine);
   - /etc/dljob/hostfile, the downward-API projection of the pod's
-    `dljob.dev/hostfile` annotation;
+    `dljob.dev/hostfile` annotation, and every other file a downwardAPI
+    volume of the framework container's projects from the pod's
+    annotations into /etc (Volcano's /etc/volcano/<task>.host);
 * dljob's init container (`dljob-wait-for-names`), run as the kubelet runs
   it, before the pod's program, in the pod's sandbox;
 * its own loopback address 127.0.0.N (the network namespace is shared, so
@@ -58,11 +60,12 @@ NAMES_AFTER = 2.0
 # The init container dljob adds to wait for the job's names.
 WAIT_FOR_NAMES = "dljob-wait-for-names"
 # The in-sandbox setup: private /etc overlay, hosts file, hostfile, hostname.
-# Arguments: hostname pod-dir hostsfile hostfile-or-empty, then argv. Every
+# Arguments: hostname pod-dir hostsfile projections-dir-or-empty (a tree of
+# files to put under /, all in /etc), then argv. Every
 # entry gets its own overlay dirs: processes of one pod may run at once.
 _ENTER = r"""
 set -e
-hn=$1 dir=$2 hosts=$3 hostfile=$4; shift 4
+hn=$1 dir=$2 hosts=$3 projected=$4; shift 4
 ovl=$(mktemp -d "$dir/overlay.XXXXXX")
 mkdir "$ovl/upper" "$ovl/work"
 mount -t overlay overlay -o "lowerdir=/etc,upperdir=$ovl/upper,workdir=$ovl/work" /etc
@@ -70,7 +73,7 @@ touch /etc/hosts
 mount --bind "$hosts" /etc/hosts
 rm -f /etc/resolv.conf
 printf 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n' > /etc/resolv.conf
-if [ -n "$hostfile" ]; then mkdir -p /etc/dljob && cp "$hostfile" /etc/dljob/hostfile; fi
+if [ -n "$projected" ]; then cp -r "$projected/etc/." /etc/; fi
 hostname "$hn"
 exec "$@"
 """
@@ -133,6 +136,28 @@ class Pod:
     @property
     def hostfile(self) -> str | None:
         return self.obj["metadata"].get("annotations", {}).get("dljob.dev/hostfile")
+
+    def projections(self) -> dict[str, str]:
+        """What the framework container's downwardAPI volumes project from
+        the pod's annotations: path → content, every path under /etc (the
+        sandbox's private overlay)."""
+        annotations = self.obj["metadata"].get("annotations", {})
+        volumes = {v["name"]: v["downwardAPI"] for v in self.obj["spec"].get("volumes", [])
+                   if "downwardAPI" in v}
+        out: dict[str, str] = {}
+        for mount in self.framework_container.get("volumeMounts", []):
+            source = volumes.get(mount["name"])
+            if source is None:
+                continue
+            base = mount["mountPath"].rstrip("/")
+            if not base.startswith("/etc/"):
+                raise ValueError(f"pod {self.name}: a downwardAPI mount at {base} is not simulated")
+            for item in source.get("items", []):
+                m = re.fullmatch(r"metadata\.annotations\['(.+)'\]", item["fieldRef"]["fieldPath"])
+                if not m:
+                    raise ValueError(f"pod {self.name}: {item} is not simulated")
+                out[f"{base}/{item['path']}"] = annotations.get(m.group(1), "")
+        return out
 
     @property
     def framework_container(self) -> dict:
@@ -238,8 +263,10 @@ class Job:
         if not d.exists():
             d.mkdir(parents=True)
             (d / "hosts").write_text(self.hosts_file(pod, self.published))
-            if pod.hostfile is not None:
-                (d / "hostfile").write_text(pod.hostfile)
+            for path, content in pod.projections().items():
+                f = d / "projected" / path.lstrip("/")
+                f.parent.mkdir(parents=True, exist_ok=True)
+                f.write_text(content)
         return d
 
     def _write_state(self) -> None:
@@ -276,7 +303,7 @@ class Job:
             "--propagation", "private",
             "sh", "-c", _ENTER, "podsim-enter",
             pod.hostname, str(d), str(d / "hosts"),
-            str(d / "hostfile") if pod.hostfile is not None else "",
+            str(d / "projected") if (d / "projected").exists() else "",
         ]
 
     def base_env(self) -> dict[str, str]:

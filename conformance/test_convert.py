@@ -87,3 +87,28 @@ def test_a_tfjobs_cluster_is_what_tensorflow_resolves(tmp_path):
             assert len(r["cluster"]["worker"]) == 4
             assert len(r["cluster"]["ps"]) == 2
             assert all(a.endswith(":2222") for a in r["cluster"]["ps"])
+
+
+def test_volcanos_tensorflow_script_builds_its_cluster_from_the_host_files(tmp_path):
+    """Volcano's TensorFlow example converted (dljob.dev/compat: volcano):
+    each pod's own `sh -c` script reads /etc/volcano/ps.host and
+    worker.host and VK_TASK_INDEX to build TF_CONFIG; its last line, the
+    training program, is replaced by the resolver stand-in, which says
+    what TensorFlow makes of that TF_CONFIG."""
+    with new_job(converted(tmp_path, "volcano-tensorflow.yaml")) as job:
+        def script(pod):
+            command = pod.framework_container["command"]
+            assert command[:2] == ["sh", "-c"], command
+            body = command[2].replace("python /var/tf_dist_mnist/dist_mnist.py",
+                                      f"exec {PYTHON} {program('tf_resolver.py')}")
+            assert body != command[2]
+            return ["sh", "-c", body]
+
+        out = run(job, script, timeout=180)
+        hosts = {role: [f"{p.svc_host}:2222" for p in sorted(job.pods, key=lambda p: p.index)
+                        if p.role == role] for role in ("ps", "worker")}
+        assert [len(hosts["ps"]), len(hosts["worker"])] == [1, 2]
+        for pod in job.pods:
+            r = result(out[pod.hostname])
+            assert r["cluster"] == hosts
+            assert (r["task_type"], r["task_id"]) == (pod.role, pod.index)

@@ -40,9 +40,10 @@ pub enum Command {
     /// rewrites the files with --in-place).
     Label(LabelArgs),
     /// Convert other operators' jobs into dljob jobs: each PyTorchJob,
-    /// TFJob, XGBoostJob, PaddleJob, JAXJob, MXJob or MPIJob becomes one
-    /// labelled Indexed Job (or StatefulSet) per replica type; prints the
-    /// manifests (or rewrites the files with --in-place).
+    /// TFJob, XGBoostJob, PaddleJob, JAXJob, MXJob, MPIJob or Volcano Job
+    /// becomes one labelled Indexed Job (or StatefulSet) per replica type
+    /// or task; prints the manifests (or rewrites the files with
+    /// --in-place).
     #[command(after_help = CONVERT_EXAMPLES)]
     Convert(ConvertArgs),
     /// Print the DLJob CustomResourceDefinition generated from the Rust types.
@@ -391,7 +392,8 @@ pub struct LabelArgs {
 /// Reads kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob,
 /// MXJob and MPIJob, MXJob v1beta1, the MPI operator's v2beta1 MPIJob, and
 /// the first forms (TfJob mlkube.io/v1beta1, TFJob and MXJob
-/// kubeflow.org/v1alpha1), and prints, per job, one workload per replica type named
+/// kubeflow.org/v1alpha1) and Volcano's batch.volcano.sh/v1alpha1 Job, and
+/// prints, per job, one workload per replica type named
 /// `<job>-<role>`: an Indexed Job (completions = parallelism = replicas)
 /// for a replica type whose restartPolicy is OnFailure, Never or ExitCode,
 /// since it runs to completion; a StatefulSet for one whose restartPolicy

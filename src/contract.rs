@@ -86,6 +86,62 @@ pub(crate) const COMPAT: &str = "dljob.dev/compat";
 /// The `dljob.dev/compat` values.
 pub(crate) const COMPAT_KUBEFLOW: &str = "kubeflow";
 pub(crate) const COMPAT_MPI_OPERATOR: &str = "mpi-operator";
+/// `volcano`, or `volcano:ROLE=TASK,…` naming the Volcano task of each role
+/// whose task was named otherwise (Volcano's env and files are named by
+/// task).
+pub(crate) const COMPAT_VOLCANO: &str = "volcano";
+/// Where admission puts Volcano's host files (`<task>.host`).
+pub const VOLCANO_DIR: &str = "/etc/volcano";
+/// The downwardAPI volume that projects them.
+pub const VOLCANO_VOLUME: &str = "dljob-volcano";
+/// Prefix of the pod annotations holding them (`<prefix><task>.host`):
+/// written by admission, read by the kubelet only, so not in dljob.dev/.
+pub const VOLCANO_HOSTS_PREFIX: &str = "volcano.dljob.dev/";
+/// Longest Volcano task name under compat: `<task>.host` names an
+/// annotation, whose name part holds at most 63 characters.
+const MAX_VOLCANO_TASK: usize = 58;
+
+/// Checks a `dljob.dev/compat` value.
+pub(crate) fn check_compat(text: &str) -> Result<(), String> {
+    let shown = quoted(text);
+    if [COMPAT_KUBEFLOW, COMPAT_MPI_OPERATOR, COMPAT_VOLCANO].contains(&text) {
+        return Ok(());
+    }
+    let Some(pairs) = text.strip_prefix("volcano:") else {
+        return Err(format!(
+            "{COMPAT} \"{shown}\" is not an operator dljob knows the images of; use {COMPAT_KUBEFLOW}, {COMPAT_MPI_OPERATOR} or {COMPAT_VOLCANO} (volcano:ROLE=TASK,… where a role's Volcano task has another name)"
+        ));
+    };
+    for pair in pairs.split(',') {
+        let ok = pair.split_once('=').is_some_and(|(role, task)| {
+            is_dns_label(role) && is_dns_label(task) && task.len() <= MAX_VOLCANO_TASK
+        });
+        if !ok {
+            return Err(format!(
+                "{COMPAT} \"{shown}\": \"{}\" is not ROLE=TASK (each a DNS label, the task at most {MAX_VOLCANO_TASK} characters)",
+                quoted(pair)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Under `dljob.dev/compat: volcano[:…]`, the Volcano task name of `role`;
+/// `None` under another compat or none.
+pub(crate) fn volcano_task<'a>(compat: Option<&'a str>, role: &'a str) -> Option<&'a str> {
+    let compat = compat?;
+    if compat == COMPAT_VOLCANO {
+        return Some(role);
+    }
+    let pairs = compat.strip_prefix("volcano:")?;
+    Some(
+        pairs
+            .split(',')
+            .filter_map(|p| p.split_once('='))
+            .find(|(r, _)| *r == role)
+            .map_or(role, |(_, t)| t),
+    )
+}
 
 /// Kubernetes-owned keys dljob reads.
 pub(crate) const K8S_DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";

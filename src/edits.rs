@@ -276,7 +276,7 @@ impl<'e> Seen<'e, '_> {
 pub(crate) struct PodEdits<'a> {
     pod: &'a Value,
     labels: Vec<(&'static str, String)>,
-    annotations: Vec<(&'static str, String)>,
+    annotations: Vec<(Cow<'static, str>, String)>,
     removed_annotations: Vec<&'static str>,
     spec: Vec<(&'static str, Value)>,
     /// Keys of a container: (container index, key, value).
@@ -317,8 +317,8 @@ impl<'a> PodEdits<'a> {
     }
 
     /// Sets `metadata.annotations[key]`.
-    pub(crate) fn set_annotation(&mut self, key: &'static str, value: String) {
-        self.annotations.push((key, value));
+    pub(crate) fn set_annotation(&mut self, key: impl Into<Cow<'static, str>>, value: String) {
+        self.annotations.push((key.into(), value));
     }
 
     /// Removes `metadata.annotations[key]` (the original pod's).
@@ -433,22 +433,23 @@ impl<'a> PodEdits<'a> {
 /// Sets keys of the map at `path`: the whole map when it is absent (its
 /// keys sorted, the last value of a key set twice, as a JSON tree has
 /// them), else one add/replace per key that differs.
-fn set_keys<V: Serialize + PartialEq<Value>>(
+fn set_keys<K: AsRef<str> + Ord + Serialize, V: Serialize + PartialEq<Value>>(
     ops: &mut Vec<Operation>,
     path: &str,
     existing: Option<&Value>,
-    keys: Vec<(&'static str, V)>,
+    keys: Vec<(K, V)>,
 ) {
     if keys.is_empty() {
         return;
     }
     match existing.and_then(Value::as_object) {
         None => {
-            let map: BTreeMap<&str, V> = keys.into_iter().collect();
+            let map: BTreeMap<K, V> = keys.into_iter().collect();
             ops.push(operation(Op::Add, path.to_owned(), &map));
         }
         Some(map) => {
             for (k, v) in keys {
+                let k = k.as_ref();
                 let op = match map.get(k) {
                     Some(old) if v == *old => continue,
                     Some(_) => Op::Replace,

@@ -290,6 +290,9 @@ struct PodPlan {
     field_env: &'static [(&'static str, &'static str)],
     env: Env,
     hostfile: Option<String>,
+    /// Under `dljob.dev/compat: volcano`: per Volcano task, its hosts one
+    /// per line (`/etc/volcano/<task>.host`).
+    volcano_hosts: Vec<(String, String)>,
     container: usize,
 }
 
@@ -309,9 +312,21 @@ fn plan_pod_at(m: &MemberSpec, pod: &Value, config: &Config, index: u32) -> Opti
     let mut env = Env::with_capacity(24);
     m.framework.env(&job, &member, &mut env);
     m.framework.compat_env(&job, &member, &mut env);
+    frameworks::volcano_env(m.framework, &job, &member, &mut env);
     frameworks::generic_env(m.framework, &job, &member, &mut env);
+    let volcano_hosts = match c::volcano_task(job.compat, &m.role) {
+        None => Vec::new(),
+        Some(_) => frameworks::rank_order(m.framework, job.topology)
+            .into_iter()
+            .map(|role| {
+                let task = c::volcano_task(job.compat, role).unwrap_or(role);
+                (task.to_owned(), job.hosts(role).join("\n"))
+            })
+            .collect(),
+    };
     Some(PodPlan {
         index,
+        volcano_hosts,
         hostname: c::pod_hostname(&m.job, &m.role, index),
         field_env: m.framework.field_env(&job, &member),
         hostfile: m.framework.hostfile(&job, &member),
@@ -463,7 +478,14 @@ fn pod_patch(
     if let Some(hostfile) = plan.hostfile {
         edits.set_annotation(c::HOSTFILE, hostfile);
     }
-    let volumes = framework_volumes(m, has_hostfile);
+    let volcano_tasks: Vec<String> = plan.volcano_hosts.iter().map(|(t, _)| t.clone()).collect();
+    for (task, hosts) in plan.volcano_hosts {
+        edits.set_annotation(format!("{}{task}.host", c::VOLCANO_HOSTS_PREFIX), hosts);
+    }
+    let mut volumes = framework_volumes(m, has_hostfile);
+    if !volcano_tasks.is_empty() {
+        volumes.push(volcano_volume(&volcano_tasks));
+    }
 
     let containers = object::containers(spec);
     let fc = plan.container;
@@ -863,6 +885,24 @@ fn gang_marks(
 /// directory is the image's own, or one the container runtime makes (root,
 /// 0755). The Secret is created once, so a file mount's missing updates
 /// cost nothing.
+/// Volcano's host files: `<task>.host` for every task, projected from
+/// the pod's annotations into /etc/volcano.
+fn volcano_volume(tasks: &[String]) -> (Value, Vec<Value>) {
+    let items: Vec<Value> = tasks
+        .iter()
+        .map(|task| {
+            json!({
+                "path": format!("{task}.host"),
+                "fieldRef": {"fieldPath": format!("metadata.annotations['{}{task}.host']", c::VOLCANO_HOSTS_PREFIX)}
+            })
+        })
+        .collect();
+    (
+        json!({"name": c::VOLCANO_VOLUME, "downwardAPI": {"items": items}}),
+        vec![json!({"name": c::VOLCANO_VOLUME, "mountPath": c::VOLCANO_DIR, "readOnly": true})],
+    )
+}
+
 /// Where the MPI operator mounts its launcher's hostfile
 /// (`/etc/mpi/hostfile`).
 const MPI_OPERATOR_CONFIG_DIR: &str = "/etc/mpi";
@@ -890,21 +930,29 @@ fn framework_volumes(m: &MemberSpec, hostfile: bool) -> Vec<(Value, Vec<Value>)>
         ));
     }
     let dir = m.ssh_path().trim_end_matches('/');
-    if m.framework.ssh_client_role().is_some()
-        && m.spec.compat.as_deref() == Some(c::COMPAT_MPI_OPERATOR)
-    {
+    let operator_layout = match m.spec.compat.as_deref() {
+        Some(c::COMPAT_MPI_OPERATOR) => Some(false),
+        compat if c::volcano_task(compat, &m.role).is_some() => Some(true),
+        _ => None,
+    };
+    if let (true, Some(with_config)) = (m.framework.ssh_client_role().is_some(), operator_layout) {
         // The MPI operator's layout, which its images read: every member
         // has the key as id_rsa (its sshd's host key too) and the public
         // key as id_rsa.pub and authorized_keys; 0600 under /root/.ssh,
         // else readable by all (the images' user is not root, and their
         // sshd has StrictModes no). No ssh config: the images' own sets
         // the port (2222) and host-key checking.
+        // Volcano's ssh plugin lays it out the same way, with an ssh
+        // config.
         let mode = if dir == "/root/.ssh" { SSH_MODE } else { 0o644 };
-        let items = [
+        let mut items = vec![
             (c::SSH_PRIVATE_KEY, "id_rsa"),
             (c::SSH_PUBLIC_KEY, "id_rsa.pub"),
             (c::SSH_AUTHORIZED_KEYS, c::SSH_AUTHORIZED_KEYS),
         ];
+        if with_config {
+            items.push((c::SSH_CONFIG, c::SSH_CONFIG));
+        }
         let secret = json!({
             "secretName": ssh_secret_name(&m.job),
             "defaultMode": mode,
@@ -951,7 +999,7 @@ fn host_mount(hv: &HostVolume) -> Value {
 /// The names of the volumes dljob adds to member pods: reserved, a user's
 /// volume or mount may not use one for anything else.
 pub(crate) fn reserved_volume_names(config: &Config) -> Vec<&str> {
-    let mut names = vec![HOSTFILE_VOLUME, SSH_VOLUME];
+    let mut names = vec![HOSTFILE_VOLUME, SSH_VOLUME, c::VOLCANO_VOLUME];
     for acc in config.accelerators.values() {
         names.extend(acc.volumes.iter().map(|hv| hv.name.as_str()));
     }

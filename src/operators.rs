@@ -35,7 +35,7 @@ const SOURCES: &[Source] = &[
     source("kubeflow.org/v1alpha1", "MXJob", true),
     source("kubeflow.org/v1alpha1", "TFJob", true),
     source("mlkube.io/v1beta1", "TfJob", true),
-    source("batch.volcano.sh/v1alpha1", "Job", false),
+    source("batch.volcano.sh/v1alpha1", "Job", true),
 ];
 
 /// Kinds of the `kubeflow.org` group, in API versions not listed above.
@@ -97,7 +97,12 @@ mod tests {
         let of = |v: &str, k: &str| recognise(&json!({"apiVersion": v, "kind": k}));
         assert!(of("kubeflow.org/v1", "PyTorchJob").unwrap().convertible);
         assert!(of("kubeflow.org/v2beta1", "MPIJob").unwrap().convertible);
-        assert!(!of("batch.volcano.sh/v1alpha1", "Job").unwrap().convertible);
+        assert!(of("batch.volcano.sh/v1alpha1", "Job").unwrap().convertible);
+        assert!(
+            !of("kubeflow.org/v1alpha1", "ChainerJob")
+                .unwrap()
+                .convertible
+        );
         assert!(!of("kubeflow.org/v1beta2", "TFJob").unwrap().convertible);
         assert_eq!(of("batch/v1", "Job"), None);
         assert_eq!(of("kubeflow.org/v1", "Notebook"), None);

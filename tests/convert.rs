@@ -328,13 +328,13 @@ fn validate_mutate_and_label_point_at_convert() {
     assert_eq!(label.code, Some(1), "{label:?}");
     assert!(label.stderr.contains(said), "{label:?}");
 
-    let volcano =
-        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: vc}\nspec: {}\n";
-    let run = dljob(&["validate", "-f", "-"], Some(volcano));
+    let chainer =
+        "apiVersion: kubeflow.org/v1alpha1\nkind: ChainerJob\nmetadata: {name: cj}\nspec: {}\n";
+    let run = dljob(&["validate", "-f", "-"], Some(chainer));
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(
         run.stdout
-            .contains("Job/vc: this is a Job (batch.volcano.sh/v1alpha1), which dljob does not read, and `dljob convert` does not convert yet"),
+            .contains("ChainerJob/cj: this is a ChainerJob (kubeflow.org/v1alpha1), which dljob does not read, and `dljob convert` does not convert yet"),
         "{run:?}"
     );
 }
@@ -585,6 +585,204 @@ spec:
         "TFJob/old: spec.replicaSpecs[1].tfReplicaType: TFJob has no replica type \"CHIEF\"; its types are MASTER, WORKER, PS",
         "TFJob/old: spec.replicaSpecs[3].tfPort is 2222 and spec.replicaSpecs[2].tfPort is 2223",
         "TFJob/old: spec.terminationPolicy.chief is WORKER 1: a dljob job ends when its coordinator (WORKER 0) exits",
+    ] {
+        assert!(run.stderr.contains(said), "{said}: {run:?}");
+    }
+}
+
+#[test]
+fn a_volcano_job_becomes_a_job_whose_pods_get_volcanos_files_and_env() {
+    let run = convert(&fixture("volcano-tensorflow.yaml"));
+    assert!(run.success(), "{run:?}");
+    let out = values(&run.stdout);
+    // The worker task completes the job (TaskCompleted → CompleteJob): it
+    // is the generic job's coordinator, so its role comes first.
+    let names: Vec<&str> = out
+        .iter()
+        .map(|v| v["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["tensorflow-dist-mnist-worker", "tensorflow-dist-mnist-ps"]
+    );
+    assert_eq!(
+        annotations(&out[0]),
+        json!({
+            "dljob.dev/backoff-limit": "3",
+            "dljob.dev/compat": "volcano",
+            "dljob.dev/framework": "generic",
+            "dljob.dev/gang": "volcano",
+            "dljob.dev/queue": "default",
+            "dljob.dev/replicas": "worker=2,ps=1",
+            // PodEvicted → RestartJob.
+            "dljob.dev/restart-scope": "Job",
+        })
+    );
+    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
+    assert!(pods.success(), "{pods:?}");
+    let pods = values(&pods.stdout);
+    let host = |r: &str, i: u32| {
+        format!("tensorflow-dist-mnist-{r}-{i}.tensorflow-dist-mnist.default.svc")
+    };
+    for pod in &pods {
+        let index = pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let env: Vec<(String, String)> = pod["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| {
+                Some((
+                    e["name"].as_str()?.to_owned(),
+                    e["value"].as_str()?.to_owned(),
+                ))
+            })
+            .collect();
+        let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+        // The env plugin's and the svc plugin's names.
+        assert_eq!(get("VK_TASK_INDEX"), Some(index.clone()));
+        assert_eq!(get("VC_TASK_INDEX"), Some(index));
+        assert_eq!(get("VC_PS_HOSTS"), Some(host("ps", 0)));
+        assert_eq!(get("VC_PS_NUM").as_deref(), Some("1"));
+        assert_eq!(
+            get("VC_WORKER_HOSTS"),
+            Some(format!("{},{}", host("worker", 0), host("worker", 1)))
+        );
+        assert_eq!(get("VC_WORKER_NUM").as_deref(), Some("2"));
+        // The svc plugin's host files, one host a line, projected from the
+        // pod's annotations into /etc/volcano.
+        let a = &pod["metadata"]["annotations"];
+        assert_eq!(a["volcano.dljob.dev/ps.host"], host("ps", 0));
+        assert_eq!(
+            a["volcano.dljob.dev/worker.host"],
+            format!("{}\n{}", host("worker", 0), host("worker", 1))
+        );
+        let volume = pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "dljob-volcano")
+            .unwrap();
+        assert_eq!(
+            volume["downwardAPI"]["items"],
+            json!([
+                {"path": "worker.host", "fieldRef": {"fieldPath": "metadata.annotations['volcano.dljob.dev/worker.host']"}},
+                {"path": "ps.host", "fieldRef": {"fieldPath": "metadata.annotations['volcano.dljob.dev/ps.host']"}}
+            ])
+        );
+        assert!(pod["spec"]["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .contains(
+                &json!({"name": "dljob-volcano", "mountPath": "/etc/volcano", "readOnly": true})
+            ));
+    }
+}
+
+#[test]
+fn volcano_plugins_name_the_framework_and_map_task_names_to_its_roles() {
+    let job = r#"
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: lm-mpi-job}
+spec:
+  minAvailable: 3
+  plugins:
+    ssh: []
+    svc: []
+    mpi: ["--master=mpimaster", "--worker=mpiworker", "--port=22"]
+  tasks:
+    - replicas: 1
+      name: mpimaster
+      policies:
+        - event: TaskCompleted
+          action: CompleteJob
+      template:
+        spec:
+          containers: [{name: mpimaster, image: volcanosh/example-mpi:0.0.3, command: [mpiexec, --allow-run-as-root, --host, "${MPI_HOST}", -np, "2", mpi_hello_world]}]
+          restartPolicy: OnFailure
+    - replicas: 2
+      name: mpiworker
+      template:
+        spec:
+          containers: [{name: mpiworker, image: volcanosh/example-mpi:0.0.3, command: [/bin/sh, -c, "mkdir -p /var/run/sshd; /usr/sbin/sshd -D;"]}]
+          restartPolicy: OnFailure
+"#;
+    let run = dljob(&["convert", "-f", "-"], Some(job));
+    assert!(run.success(), "{run:?}");
+    let out = values(&run.stdout);
+    let a = annotations(&out[0]);
+    assert_eq!(a["dljob.dev/framework"], "mpi");
+    assert_eq!(a["dljob.dev/replicas"], "launcher=1,worker=2");
+    assert_eq!(a["dljob.dev/port"], "22");
+    // Volcano's env and files are named by task.
+    assert_eq!(
+        a["dljob.dev/compat"],
+        "volcano:launcher=mpimaster,worker=mpiworker"
+    );
+    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
+    assert!(pods.success(), "{pods:?}");
+    let launcher = &values(&pods.stdout)[0];
+    let env = launcher["spec"]["containers"][0]["env"].as_array().unwrap();
+    let get = |n: &str| {
+        env.iter()
+            .find(|e| e["name"] == n)
+            .map(|e| e["value"].clone())
+    };
+    let workers =
+        "lm-mpi-job-worker-0.lm-mpi-job.default.svc,lm-mpi-job-worker-1.lm-mpi-job.default.svc";
+    assert_eq!(get("MPI_HOST"), Some(json!(workers)));
+    assert_eq!(get("VC_MPIWORKER_HOSTS"), Some(json!(workers)));
+    assert_eq!(get("VC_MPIMASTER_NUM"), Some(json!("1")));
+    assert_eq!(
+        launcher["metadata"]["annotations"]["volcano.dljob.dev/mpiworker.host"],
+        json!(workers.replace(',', "\n"))
+    );
+    // Volcano's ssh plugin's layout: the key as id_rsa, with an ssh config.
+    let ssh = launcher["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "dljob-ssh")
+        .unwrap();
+    let paths: Vec<&str> = ssh["secret"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["id_rsa", "id_rsa.pub", "authorized_keys", "config"]);
+
+    // What has no dljob equivalent is named.
+    let bad = r#"
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: vc}
+spec:
+  minAvailable: 1
+  volumes: [{mountPath: /data, volumeClaimName: data}]
+  plugins: {pytorch: ["--master=master", "--wrker=worker"], ray: []}
+  policies:
+    - {exitCode: 3, action: RestartJob}
+    - {event: PodFailed, action: CompleteJob}
+  tasks:
+    - name: master
+      template: {spec: {containers: [{name: c, image: i}], restartPolicy: OnFailure}}
+    - name: trainer
+      replicas: 2
+      template: {spec: {containers: [{name: c, image: i}], restartPolicy: OnFailure}}
+"#;
+    let run = dljob(&["convert", "-f", "-"], Some(bad));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    for said in [
+        "Job/vc: spec.volumes is not a field of a Volcano Job that dljob convert knows",
+        "Job/vc: spec.plugins.ray: dljob has no equivalent of Volcano's ray plugin",
+        "Job/vc: spec.plugins.pytorch: --wrker is not a flag of the plugin",
+        "Job/vc: spec.tasks[1]: task \"trainer\" is none of the pytorch plugin's (master, worker)",
+        "Job/vc: spec.policies[0]: a policy on an exit code or a timeout has no dljob equivalent",
+        "Job/vc: spec.policies[1]: PodFailed → CompleteJob has no dljob equivalent",
     ] {
         assert!(run.stderr.contains(said), "{said}: {run:?}");
     }

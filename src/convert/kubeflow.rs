@@ -193,7 +193,7 @@ pub(crate) const MPI_V1: Operator = Operator {
 #[derive(Debug)]
 pub(crate) struct Replica {
     /// The dljob role.
-    pub(crate) role: &'static str,
+    pub(crate) role: String,
     /// The workload, as it will be printed.
     pub(crate) workload: Value,
     /// Where in the job its pod template came from, e.g.
@@ -210,7 +210,7 @@ pub(crate) struct Converted {
 }
 
 /// The policies of a job, as dljob annotations.
-type Keys = BTreeMap<&'static str, String>;
+pub(crate) type Keys = BTreeMap<&'static str, String>;
 
 /// Labels and annotations that describe the job object itself, not its
 /// replicas: not copied onto the workloads.
@@ -230,19 +230,7 @@ pub(crate) fn convert_with_port(
 ) -> Result<Converted, Vec<String>> {
     let mut problems = Vec::new();
     let mut out = Converted::default();
-    let name = object::str_at(job, &["metadata", "name"]).unwrap_or("");
-    if name.is_empty() {
-        return Err(vec![
-            "metadata.name is missing: a dljob job is named by it (its pods' host names start with it); give the job a name (generateName is not enough)".into(),
-        ]);
-    }
-    if !c::is_dns1035_label(name) || name.len() > c::MAX_JOB_NAME {
-        problems.push(format!(
-            "metadata.name \"{}\" cannot name a dljob job: job names are DNS labels of at most {} characters that start with a letter (each pod's host name is <job>-<role>-<index>); rename the job",
-            c::quoted(name),
-            c::MAX_JOB_NAME
-        ));
-    }
+    let name = job_name(job, &mut problems)?;
     let Some(spec) = job.get("spec").and_then(Value::as_object) else {
         return Err(vec!["spec is missing or not a mapping".into()]);
     };
@@ -268,7 +256,12 @@ pub(crate) fn convert_with_port(
         .collect::<Vec<_>>()
         .join(",");
     keys.insert(c::REPLICAS, topology);
-    restart_policy(op, &replicas, &mut keys, &mut problems);
+    restart_policy(
+        &format!("spec.{}", op.specs),
+        &replicas,
+        &mut keys,
+        &mut problems,
+    );
 
     let run_policy = run_policy_of(op, spec, &mut problems);
     let mut template_edits = TemplateEdits::default();
@@ -320,9 +313,9 @@ pub(crate) fn convert_with_port(
     }
     let meta = job.get("metadata").and_then(Value::as_object);
     for r in replicas {
-        let workload = workload(name, meta, &r, &keys, &template_edits, op);
+        let workload = workload(name, meta, &r, &keys, &template_edits, op.container);
         out.replicas.push(Replica {
-            role: r.role,
+            role: r.role.clone(),
             workload,
             template_path: vec![
                 "spec".into(),
@@ -335,15 +328,36 @@ pub(crate) fn convert_with_port(
     Ok(out)
 }
 
+/// The job's name, which names the dljob job: `Err` when there is none.
+pub(crate) fn job_name<'v>(
+    job: &'v Value,
+    problems: &mut Vec<String>,
+) -> Result<&'v str, Vec<String>> {
+    let name = object::str_at(job, &["metadata", "name"]).unwrap_or("");
+    if name.is_empty() {
+        return Err(vec![
+            "metadata.name is missing: a dljob job is named by it (its pods' host names start with it); give the job a name (generateName is not enough)".into(),
+        ]);
+    }
+    if !c::is_dns1035_label(name) || name.len() > c::MAX_JOB_NAME {
+        problems.push(format!(
+            "metadata.name \"{}\" cannot name a dljob job: job names are DNS labels of at most {} characters that start with a letter (each pod's host name is <job>-<role>-<index>); rename the job",
+            c::quoted(name),
+            c::MAX_JOB_NAME
+        ));
+    }
+    Ok(name)
+}
+
 /// A replica spec, read.
 #[derive(Debug)]
-struct ReplicaSpec<'v> {
+pub(crate) struct ReplicaSpec<'v> {
     /// The replica type as the job spells it.
-    type_name: String,
-    role: &'static str,
-    count: u32,
-    restart: &'v str,
-    template: &'v Value,
+    pub(crate) type_name: String,
+    pub(crate) role: String,
+    pub(crate) count: u32,
+    pub(crate) restart: &'v str,
+    pub(crate) template: &'v Value,
 }
 
 /// The job's replica specs in the framework's role order.
@@ -367,7 +381,7 @@ fn replica_specs<'v>(
             .types
             .iter()
             .find(|(t, _)| t.eq_ignore_ascii_case(type_name))
-            .map(|(_, r)| *r);
+            .map(|(_, r)| (*r).to_owned());
         let Some(role) = role else {
             match op
                 .unsupported_types
@@ -466,8 +480,8 @@ fn replica_specs<'v>(
 /// with either of dljob's; ExitCode is dljob's `ExitCode`, Never its
 /// `Never`, and a job that mixes the two asks for what dljob's job-wide
 /// policy cannot give.
-fn restart_policy(
-    op: &Operator,
+pub(crate) fn restart_policy(
+    at: &str,
     replicas: &[ReplicaSpec<'_>],
     keys: &mut Keys,
     problems: &mut Vec<String>,
@@ -482,8 +496,7 @@ fn restart_policy(
     let (exit_code, never) = (with("ExitCode"), with("Never"));
     match (exit_code.is_empty(), never.is_empty()) {
         (false, false) => problems.push(format!(
-            "spec.{}: restartPolicy is ExitCode for {} and Never for {}: dljob's retry policy is one for the whole job (dljob.dev/restart-policy); give every replica type the same one",
-            op.specs,
+            "{at}: restartPolicy is ExitCode for {} and Never for {}: dljob's retry policy is one for the whole job (dljob.dev/restart-policy); give every replica type the same one",
             exit_code.join(", "),
             never.join(", ")
         )),
@@ -587,11 +600,11 @@ fn run_policy_keys(rp: &Map<String, Value>, keys: &mut Keys, problems: &mut Vec<
 
 /// Edits every replica's pod template gets.
 #[derive(Debug, Default)]
-struct TemplateEdits {
+pub(crate) struct TemplateEdits {
     /// `spec.priorityClassName` when the template has none.
-    priority_class: Option<String>,
+    pub(crate) priority_class: Option<String>,
     /// Env of the framework container (name, value) when it sets none.
-    env: Vec<(&'static str, String)>,
+    pub(crate) env: Vec<(&'static str, String)>,
 }
 
 /// PyTorchJob's `elasticPolicy` and `nprocPerNode`.
@@ -889,9 +902,9 @@ fn gang(
 }
 
 /// The index of the container the operator wires in `template`.
-fn container_index(op: &Operator, template: &Value, main: Option<&str>) -> usize {
+fn container_index(default: Option<&str>, template: &Value, main: Option<&str>) -> usize {
     let containers = object::containers(template.get("spec").unwrap_or(&Value::Null));
-    let wanted = main.or(op.container);
+    let wanted = main.or(default);
     wanted
         .and_then(|w| containers.iter().position(|c| object::name_of(c) == w))
         .unwrap_or(0)
@@ -907,7 +920,7 @@ fn port_of(
     let (port_name, default) = op.port?;
     let mut found: Option<(u16, &str)> = None;
     for r in replicas {
-        let i = container_index(op, r.template, None);
+        let i = container_index(op.container, r.template, None);
         let container = &object::containers(&r.template["spec"])[i];
         let named = container
             .get("ports")
@@ -937,15 +950,15 @@ fn port_of(
 /// runs to completion (restartPolicy OnFailure, Never, ExitCode), a
 /// StatefulSet for one the kubelet restarts forever (Always: the only
 /// policy a StatefulSet allows, and one a Job refuses).
-fn workload(
+pub(crate) fn workload(
     name: &str,
     meta: Option<&Map<String, Value>>,
     r: &ReplicaSpec<'_>,
     keys: &Keys,
     edits: &TemplateEdits,
-    op: &Operator,
+    default_container: Option<&str>,
 ) -> Value {
-    let labels = job_labels(name, r.role);
+    let labels = job_labels(name, &r.role);
     let mut metadata = Map::new();
     metadata.insert("name".into(), json!(format!("{name}-{}", r.role)));
     if let Some(ns) = meta.and_then(|m| m.get("namespace")) {
@@ -977,7 +990,7 @@ fn workload(
     }
     if !edits.env.is_empty() {
         let main = keys.get(c::CONTAINER).map(String::as_str);
-        let i = container_index(op, r.template, main);
+        let i = container_index(default_container, r.template, main);
         if let Some(container) = template
             .pointer_mut(&format!("/spec/containers/{i}"))
             .and_then(Value::as_object_mut)

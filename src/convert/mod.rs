@@ -6,6 +6,7 @@
 
 mod kubeflow;
 mod legacy;
+mod volcano;
 
 use std::str::FromStr;
 
@@ -126,6 +127,9 @@ fn convert_one(source: Source, value: &Value) -> Result<kubeflow::Converted, Vec
     };
     if let (Some(form), true) = (form, source.convertible) {
         return legacy::convert(form, value);
+    }
+    if (source.api_version, source.kind) == ("batch.volcano.sh/v1alpha1", "Job") {
+        return volcano::convert(value);
     }
     match op {
         Some(op) if source.convertible => kubeflow::convert(op, value),

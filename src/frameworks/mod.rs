@@ -360,6 +360,13 @@ impl Job<'_> {
         s
     }
 
+    /// Every host of `role`, in index order.
+    pub(crate) fn hosts(&self, role: &str) -> Vec<String> {
+        (0..self.topology.count_or_zero(role))
+            .map(|i| self.host(role, i))
+            .collect()
+    }
+
     /// Every host as a pattern: `j-{role}-{index}.j.ns.svc[.domain]`.
     pub(crate) fn host_pattern(&self) -> String {
         let mut s = format!(
@@ -431,6 +438,36 @@ pub(crate) fn generic_env(
     env.push(("DLJOB_HOST_PATTERN".into(), job.host_pattern()));
     if let Some((role, index)) = framework.coordinator(job.topology) {
         env.push(("DLJOB_COORDINATOR".into(), job.host(role, index)));
+    }
+}
+
+/// What Volcano's job plugins give every pod, for a job with
+/// `dljob.dev/compat: volcano`: the env plugin's task index (`VK_TASK_INDEX`,
+/// `VC_TASK_INDEX`), the svc plugin's hosts and count of every task
+/// (`VC_<TASK>_HOSTS`, `VC_<TASK>_NUM`, the task's name upper-cased with
+/// `-` as `_`), and the mpi plugin's `MPI_HOST` (the workers) on an MPI
+/// launcher. Hosts are the job's names.
+pub(crate) fn volcano_env(
+    framework: &dyn Framework,
+    job: &Job<'_>,
+    member: &Member<'_>,
+    env: &mut Env,
+) {
+    if crate::contract::volcano_task(job.compat, member.role).is_none() {
+        return;
+    }
+    let index = member.index.to_string();
+    env.push(("VK_TASK_INDEX".into(), index.clone()));
+    env.push(("VC_TASK_INDEX".into(), index));
+    for role in rank_order(framework, job.topology) {
+        let task = crate::contract::volcano_task(job.compat, role).unwrap_or(role);
+        let key = task.replace('-', "_").to_uppercase();
+        let count = job.topology.count_or_zero(role);
+        env.push((format!("VC_{key}_HOSTS"), job.hosts(role).join(",")));
+        env.push((format!("VC_{key}_NUM"), count.to_string()));
+    }
+    if framework.ssh_client_role() == Some(member.role) && framework.name() == "mpi" {
+        env.push(("MPI_HOST".into(), job.hosts("worker").join(",")));
     }
 }
 

@@ -272,9 +272,12 @@ fn ssh_user_warnings(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>)
         None if non_root => Some("a non-root user (runAsNonRoot)".to_owned()),
         None => None,
     };
-    // The MPI operator's layout: world-readable files outside /root/.ssh
-    // (its images' sshd runs with StrictModes no).
-    let operator_modes = m.spec.compat.as_deref() == Some(c::COMPAT_MPI_OPERATOR)
+    // The MPI operator's and Volcano's layout: world-readable files
+    // outside /root/.ssh (the MPI operator's images' sshd runs with
+    // StrictModes no).
+    let compat = m.spec.compat.as_deref();
+    let operator_modes = (compat == Some(c::COMPAT_MPI_OPERATOR)
+        || c::volcano_task(compat, &m.role).is_some())
         && m.ssh_path() != DEFAULT_SSH_PATH;
     if let Some(user) = &user {
         if fs_group.is_none() && !operator_modes {

@@ -50,20 +50,13 @@ pub(super) fn job_spec(
 /// `dljob.dev/compat`: one of the operators whose images admission knows.
 pub(super) fn compat(meta: &Meta<'_>, v: &mut Violations) -> Option<String> {
     let text = meta.annotation(c::COMPAT)?;
-    if [c::COMPAT_KUBEFLOW, c::COMPAT_MPI_OPERATOR].contains(&text) {
-        return Some(text.to_owned());
+    match c::check_compat(text) {
+        Ok(()) => Some(text.to_owned()),
+        Err(e) => {
+            v.push(Rule::InvalidValue, e);
+            None
+        }
     }
-    v.push(
-        Rule::InvalidValue,
-        format!(
-            "{} \"{}\" is not an operator dljob knows the images of; use {} or {}",
-            c::COMPAT,
-            c::quoted(text),
-            c::COMPAT_KUBEFLOW,
-            c::COMPAT_MPI_OPERATOR
-        ),
-    );
-    None
 }
 
 /// `dljob.dev/tensorboard` as written; whether the pod has, mounts and

@@ -1,0 +1,494 @@
+//! Volcano's Job (`batch.volcano.sh/v1alpha1`): tasks, each a workload;
+//! the framework from the job's plugins (pytorch, tensorflow, mpi; none: a
+//! generic job whose roles are the task names), the task names mapped to
+//! the framework's roles by the plugin's own flags; the job's policies
+//! onto dljob's keys. `dljob.dev/compat: volcano` gives the pods what
+//! Volcano's env, svc, ssh and mpi plugins give them.
+
+use serde_json::{Map, Value};
+
+use super::kubeflow::{self, Converted, Keys, Replica, ReplicaSpec, TemplateEdits};
+use crate::contract as c;
+use crate::object;
+
+/// Spec fields dljob reads.
+const FIELDS: &[&str] = &[
+    "tasks",
+    "minAvailable",
+    "schedulerName",
+    "queue",
+    "plugins",
+    "policies",
+    "maxRetry",
+    "ttlSecondsAfterFinished",
+    "priorityClassName",
+];
+
+/// A task's fields dljob reads.
+const TASK_FIELDS: &[&str] = &[
+    "name",
+    "replicas",
+    "template",
+    "policies",
+    "minAvailable",
+    "maxRetry",
+];
+
+/// The framework plugins: name, dljob framework, and each flag naming a
+/// task with its default task name and the dljob role it is.
+struct Plugin {
+    name: &'static str,
+    framework: &'static str,
+    roles: &'static [(&'static str, &'static str, &'static str)],
+}
+
+const PLUGINS: &[Plugin] = &[
+    Plugin {
+        name: "pytorch",
+        framework: "pytorch",
+        roles: &[
+            ("master", "master", "master"),
+            ("worker", "worker", "worker"),
+        ],
+    },
+    Plugin {
+        name: "tensorflow",
+        framework: "tensorflow",
+        roles: &[
+            ("chief", "chief", "chief"),
+            ("worker", "worker", "worker"),
+            ("ps", "ps", "ps"),
+            ("evaluator", "evaluator", "evaluator"),
+        ],
+    },
+    Plugin {
+        name: "mpi",
+        framework: "mpi",
+        roles: &[
+            ("master", "master", "launcher"),
+            ("worker", "worker", "worker"),
+        ],
+    },
+];
+
+/// Plugins dljob's wiring stands for (env, svc, ssh) besides the framework
+/// ones.
+const OTHER_PLUGINS: &[&str] = &["env", "svc", "ssh"];
+
+/// Converts one Volcano Job: every problem found, not the first.
+pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
+    let mut problems = Vec::new();
+    let name = kubeflow::job_name(job, &mut problems)?;
+    let Some(spec) = job.get("spec").and_then(Value::as_object) else {
+        return Err(vec!["spec is missing or not a mapping".into()]);
+    };
+    for key in spec.keys() {
+        if !FIELDS.contains(&key.as_str()) {
+            problems.push(format!(
+                "spec.{key} is not a field of a Volcano Job that dljob convert knows, so it cannot carry it over: remove it"
+            ));
+        }
+    }
+    let plugins = plugins(spec, &mut problems);
+    let framework_plugin = plugins
+        .iter()
+        .find_map(|(n, args)| PLUGINS.iter().find(|p| p.name == *n).map(|p| (p, args)));
+    let framework = framework_plugin.map_or("generic", |(p, _)| p.framework);
+    // Task name → role, and the port, from the plugin's flags.
+    let (names, port) = match framework_plugin {
+        Some((plugin, args)) => flags(plugin, args, &mut problems),
+        None => (Vec::new(), None),
+    };
+    if plugins.iter().any(|(n, _)| *n == "ssh") && framework != "mpi" {
+        problems.push("spec.plugins.ssh: dljob gives a job ssh keys only as an MPI job (the mpi plugin); add the mpi plugin or remove ssh".into());
+    }
+
+    let Some(tasks) = spec.get("tasks").and_then(Value::as_array) else {
+        problems.push("spec.tasks is missing or not a list".into());
+        return Err(problems);
+    };
+    let mut replicas: Vec<ReplicaSpec<'_>> = Vec::new();
+    let mut places: Vec<usize> = Vec::new();
+    let mut renamed: Vec<(String, String)> = Vec::new();
+    let mut keys = Keys::new();
+    // The tasks whose completion completes the job.
+    let mut completing: Vec<String> = Vec::new();
+    let job_retry = spec.get("maxRetry").and_then(Value::as_u64).unwrap_or(3);
+    for (i, task) in tasks.iter().enumerate() {
+        let at = format!("spec.tasks[{i}]");
+        let Some(task) = task.as_object() else {
+            problems.push(format!("{at} is not a mapping"));
+            continue;
+        };
+        for key in task.keys() {
+            if !TASK_FIELDS.contains(&key.as_str()) {
+                problems.push(format!(
+                    "{at}.{key} is not a task field dljob convert knows: remove it"
+                ));
+            }
+        }
+        let Some(task_name) = task.get("name").and_then(Value::as_str) else {
+            problems.push(format!(
+                "{at}.name is missing: dljob names the task's role by it"
+            ));
+            continue;
+        };
+        let role = match framework_plugin {
+            None if c::is_dns_label(task_name) => task_name.to_owned(),
+            None => {
+                problems.push(format!(
+                    "{at}.name \"{}\" cannot be a role: a role is a DNS label",
+                    c::quoted(task_name)
+                ));
+                continue;
+            }
+            Some((plugin, _)) => match names.iter().find(|(t, _)| t == task_name) {
+                Some((_, role)) => (*role).to_owned(),
+                None => {
+                    problems.push(format!(
+                        "{at}: task \"{}\" is none of the {} plugin's ({}): name it as the plugin does, or pass the plugin its name (e.g. --worker={})",
+                        c::quoted(task_name),
+                        plugin.name,
+                        names.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", "),
+                        c::quoted(task_name)
+                    ));
+                    continue;
+                }
+            },
+        };
+        if task_name != role {
+            renamed.push((role.clone(), task_name.to_owned()));
+        }
+        if task_name.len() > 58 {
+            problems.push(format!(
+                "{at}.name is {} characters: Volcano's host file of a task is named after it, which dljob keeps in an annotation of at most 58 characters before .host; shorten it",
+                task_name.len()
+            ));
+        }
+        let count = match task.get("replicas") {
+            None | Some(Value::Null) => 1,
+            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) if n > 0 => n,
+                _ => {
+                    problems.push(format!(
+                        "{at}.replicas is {v}: a role has at least one replica"
+                    ));
+                    continue;
+                }
+            },
+        };
+        if let Some(min) = task.get("minAvailable").and_then(Value::as_u64) {
+            if min != u64::from(count) {
+                problems.push(format!(
+                    "{at}.minAvailable is {min} of {count}: a dljob gang is the whole job; remove it"
+                ));
+            }
+        }
+        if let Some(retry) = task.get("maxRetry").and_then(Value::as_u64) {
+            if retry != job_retry {
+                problems.push(format!(
+                    "{at}.maxRetry is {retry} and the job's {job_retry}: dljob's retry limit is one for the job (dljob.dev/backoff-limit); make them equal or remove the task's"
+                ));
+            }
+        }
+        if let Some(policies) = task.get("policies") {
+            let at = format!("{at}.policies");
+            if policies_keys(&at, policies, Some(&role), &mut keys, &mut problems) {
+                completing.push(role.clone());
+            }
+        }
+        let Some(template) = task.get("template").filter(|t| t.is_object()) else {
+            problems.push(format!("{at}.template is missing"));
+            continue;
+        };
+        // Volcano creates the task's pods as the template says; Kubernetes'
+        // default is Always.
+        let restart = match object::str_at(template, &["spec", "restartPolicy"]) {
+            None => "Always",
+            Some(p @ ("Always" | "OnFailure" | "Never")) => p,
+            Some(other) => {
+                problems.push(format!(
+                    "{at}.template.spec.restartPolicy \"{}\" is not a pod's",
+                    c::quoted(other)
+                ));
+                continue;
+            }
+        };
+        replicas.push(ReplicaSpec {
+            type_name: task_name.to_owned(),
+            role,
+            count,
+            restart,
+            template,
+        });
+        places.push(i);
+    }
+    if let Some(policies) = spec.get("policies") {
+        policies_keys("spec.policies", policies, None, &mut keys, &mut problems);
+    }
+    // A template's restartPolicy is the kubelet's; what a failed pod does
+    // to the job is the policies' (none: dljob's default, ExitCode).
+    let total: u32 = replicas.iter().map(|r| r.count).sum();
+    if let Some(min) = spec.get("minAvailable").and_then(Value::as_u64) {
+        if min != u64::from(total) {
+            problems.push(format!(
+                "spec.minAvailable is {min} of {total}: a dljob gang is the whole job; remove it"
+            ));
+        }
+    }
+    keys.insert(c::FRAMEWORK, framework.to_owned());
+    let mut compat = c::COMPAT_VOLCANO.to_owned();
+    if !renamed.is_empty() {
+        let pairs: Vec<String> = renamed.iter().map(|(r, t)| format!("{r}={t}")).collect();
+        compat = format!("{compat}:{}", pairs.join(","));
+    }
+    keys.insert(c::COMPAT, compat);
+    let order: Vec<&str> = match framework_plugin {
+        Some((plugin, _)) => crate::frameworks::by_name(plugin.framework)
+            .map(|f| match f.roles() {
+                crate::frameworks::Roles::Fixed(rules) => rules.iter().map(|r| r.name).collect(),
+                crate::frameworks::Roles::Any => Vec::new(),
+            })
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let mut indexed: Vec<(ReplicaSpec<'_>, usize)> = replicas.into_iter().zip(places).collect();
+    if !order.is_empty() {
+        indexed.sort_by_key(|(r, _)| order.iter().position(|o| *o == r.role));
+    }
+    // A dljob job completes when its coordinator exits 0: the task whose
+    // completion completes the Volcano Job must be it. A generic job's
+    // coordinator is its first role, so that task goes first.
+    match (completing.as_slice(), framework_plugin) {
+        ([], _) => {}
+        ([role], None) => indexed.sort_by_key(|(r, _)| r.role != *role),
+        ([role], Some(_)) => {
+            let topology = indexed
+                .iter()
+                .map(|(r, _)| format!("{}={}", r.role, r.count))
+                .collect::<Vec<_>>()
+                .join(",");
+            let coordinator = c::Topology::parse(&topology).ok().and_then(|t| {
+                crate::frameworks::by_name(framework)
+                    .and_then(|f| f.coordinator(&t).map(|(r, _)| r.to_owned()))
+            });
+            if coordinator.as_deref() != Some(role.as_str()) {
+                problems.push(format!(
+                    "a TaskCompleted → CompleteJob policy on the {role} task: a {framework} job completes when its coordinator ({}) exits 0; move the policy or remove it",
+                    coordinator.unwrap_or_default()
+                ));
+            }
+        }
+        (many, _) => problems.push(format!(
+            "TaskCompleted → CompleteJob policies on {} tasks ({}): a dljob job completes when its one coordinator exits 0; keep one",
+            many.len(),
+            many.join(", ")
+        )),
+    }
+    keys.insert(
+        c::REPLICAS,
+        indexed
+            .iter()
+            .map(|(r, _)| format!("{}={}", r.role, r.count))
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    if let Some(p) = port {
+        keys.insert(c::PORT, p.to_string());
+    }
+    keys.insert(c::BACKOFF_LIMIT, job_retry.to_string());
+    if let Some(ttl) = spec.get("ttlSecondsAfterFinished").and_then(Value::as_u64) {
+        keys.insert(c::TTL_SECONDS_AFTER_FINISHED, ttl.to_string());
+    }
+    // A Volcano Job is gang-scheduled by Volcano unless it names another
+    // scheduler.
+    match spec.get("schedulerName").and_then(Value::as_str) {
+        None | Some("volcano") => {
+            keys.insert(c::GANG, "volcano".into());
+            if let Some(q) = spec.get("queue").and_then(Value::as_str) {
+                keys.insert(c::QUEUE, q.to_owned());
+            }
+        }
+        Some(other) => problems.push(format!(
+            "spec.schedulerName \"{}\": a Volcano Job that another scheduler places is not gang-scheduled; dljob gangs with volcano, kueue, coscheduling or kubernetes: remove it",
+            c::quoted(other)
+        )),
+    }
+    let edits = TemplateEdits {
+        priority_class: spec
+            .get("priorityClassName")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        env: Vec::new(),
+    };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let meta = job.get("metadata").and_then(Value::as_object);
+    let mut out = Converted::default();
+    for (r, i) in indexed {
+        out.replicas.push(Replica {
+            role: r.role.clone(),
+            workload: kubeflow::workload(name, meta, &r, &keys, &edits, None),
+            template_path: vec![
+                "spec".into(),
+                "tasks".into(),
+                i.to_string(),
+                "template".into(),
+            ],
+        });
+    }
+    Ok(out)
+}
+
+/// The job's plugins: name and arguments.
+fn plugins<'v>(
+    spec: &'v Map<String, Value>,
+    problems: &mut Vec<String>,
+) -> Vec<(&'v str, Vec<&'v str>)> {
+    let Some(plugins) = spec.get("plugins").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (name, args) in plugins {
+        let known =
+            PLUGINS.iter().any(|p| p.name == name) || OTHER_PLUGINS.contains(&name.as_str());
+        if !known {
+            problems.push(format!(
+                "spec.plugins.{name}: dljob has no equivalent of Volcano's {name} plugin; remove it"
+            ));
+            continue;
+        }
+        let args: Vec<&str> = args
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        out.push((name.as_str(), args));
+    }
+    if out
+        .iter()
+        .filter(|(n, _)| PLUGINS.iter().any(|p| p.name == *n))
+        .count()
+        > 1
+    {
+        problems.push("spec.plugins: more than one framework plugin (pytorch, tensorflow, mpi); a job has one framework".into());
+    }
+    out
+}
+
+/// The plugin's task names (its flags, else their defaults) with their
+/// roles, and its `--port`.
+fn flags(
+    plugin: &Plugin,
+    args: &[&str],
+    problems: &mut Vec<String>,
+) -> (Vec<(String, &'static str)>, Option<u16>) {
+    let mut names: Vec<(String, &'static str)> = plugin
+        .roles
+        .iter()
+        .map(|(_, task, role)| ((*task).to_owned(), *role))
+        .collect();
+    let mut port = None;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].trim_start_matches('-');
+        let (flag, value) = match arg.split_once('=') {
+            Some((f, v)) => (f, Some(v)),
+            None => (arg, args.get(i + 1).copied()),
+        };
+        if !arg.contains('=') {
+            i += 1;
+        }
+        i += 1;
+        let Some(value) = value else {
+            problems.push(format!(
+                "spec.plugins.{}: --{flag} has no value",
+                plugin.name
+            ));
+            continue;
+        };
+        if flag == "port" {
+            match value.parse::<u16>() {
+                Ok(p) => port = Some(p),
+                Err(_) => problems.push(format!(
+                    "spec.plugins.{}: --port \"{}\" is not a port",
+                    plugin.name,
+                    c::quoted(value)
+                )),
+            }
+        } else if let Some(at) = plugin.roles.iter().position(|(f, _, _)| *f == flag) {
+            names[at].0 = value.to_owned();
+        } else {
+            problems.push(format!(
+                "spec.plugins.{}: --{flag} is not a flag of the plugin dljob convert knows: remove it",
+                plugin.name
+            ));
+        }
+    }
+    (names, port)
+}
+
+/// Volcano's lifecycle policies that dljob's keys can say.
+/// Returns whether a task's policies complete the job when it completes.
+fn policies_keys(
+    at: &str,
+    policies: &Value,
+    task_role: Option<&str>,
+    keys: &mut Keys,
+    problems: &mut Vec<String>,
+) -> bool {
+    let mut completes = false;
+    let Some(list) = policies.as_array() else {
+        problems.push(format!("{at} is not a list"));
+        return false;
+    };
+    for (i, p) in list.iter().enumerate() {
+        let at = format!("{at}[{i}]");
+        let mut events: Vec<&str> = p
+            .get("events")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if let Some(e) = p.get("event").and_then(Value::as_str) {
+            events.push(e);
+        }
+        let action = p.get("action").and_then(Value::as_str).unwrap_or("");
+        if p.get("exitCode").is_some() || p.get("timeout").is_some() {
+            problems.push(format!(
+                "{at}: a policy on an exit code or a timeout has no dljob equivalent: dljob retries exit codes 128-255 and fails on 1-127 (dljob.dev/restart-policy: ExitCode); remove it"
+            ));
+            continue;
+        }
+        let failures = !events.is_empty()
+            && events
+                .iter()
+                .all(|e| matches!(*e, "PodFailed" | "PodEvicted" | "Unknown" | "*"));
+        let (key, value) = match (failures, action, task_role) {
+            (true, "RestartJob", _) => (c::RESTART_SCOPE, "Job"),
+            (true, "RestartTask" | "RestartPod", _) => (c::RESTART_SCOPE, "Pod"),
+            (true, "AbortJob" | "TerminateJob", _) => (c::RESTART_POLICY, "Never"),
+            // The job completes when its coordinator's task does: dljob's
+            // own rule, said of any one task.
+            (false, "CompleteJob", Some(_)) if events == ["TaskCompleted"] => {
+                completes = true;
+                continue;
+            }
+            _ => {
+                problems.push(format!(
+                    "{at}: {} → {action} has no dljob equivalent (dljob restarts a pod or the job on a failure, fails the job, or completes it when its coordinator exits 0); remove it",
+                    if events.is_empty() { "no event".to_owned() } else { events.join(", ") }
+                ));
+                continue;
+            }
+        };
+        match keys.get(key) {
+            Some(old) if old != value => problems.push(format!(
+                "{at}: {action} contradicts another policy ({key} {old}); keep one"
+            )),
+            _ => {
+                keys.insert(key, value.to_owned());
+            }
+        }
+    }
+    completes
+}
