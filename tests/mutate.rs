@@ -782,6 +782,41 @@ fn mpi_operator_compat_lays_the_secret_out_as_the_operators_images_read_it() {
 }
 
 #[test]
+fn volcano_compat_is_idempotent_and_its_patch_reproduces_the_pod() {
+    let p = pod(
+        "vc",
+        "worker",
+        "generic",
+        "worker=2,ps=1",
+        json!({"dljob.dev/compat": "volcano:ps=param-server", "dljob.dev/index": "1"}),
+    );
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    assert_eq!(
+        m.object["metadata"]["annotations"]["volcano.dljob.dev/param-server.host"],
+        "vc-ps-0.vc.ml.svc"
+    );
+    assert_eq!(env(&m.object, "VC_PARAM_SERVER_NUM").as_deref(), Some("1"));
+    assert_eq!(env(&m.object, "VK_TASK_INDEX").as_deref(), Some("1"));
+    assert_idempotent(Kind::Pod, &m.object, &Config::default());
+    assert_patch_reproduces(&p, &m.object);
+    // A task name too long for its annotation is refused where it is set.
+    let long = format!("volcano:ps={}", "p".repeat(59));
+    let bad = pod(
+        "vc",
+        "worker",
+        "generic",
+        "worker=2,ps=1",
+        json!({"dljob.dev/compat": long, "dljob.dev/index": "1"}),
+    );
+    let err = refused(&bad);
+    assert!(
+        err.to_string().contains("the task at most 58 characters"),
+        "{err}"
+    );
+}
+
+#[test]
 fn an_mpi_worker_whose_command_starts_no_sshd_is_warned_about() {
     let mut worker = pod("pi", "worker", "mpi", "launcher=1,worker=1", json!({}));
     worker["spec"]["containers"][0]["command"] = json!(["sleep", "infinity"]);
@@ -795,6 +830,28 @@ fn an_mpi_worker_whose_command_starts_no_sshd_is_warned_about() {
     assert!(create(Kind::Pod, &worker, &Config::default())
         .warnings
         .is_empty());
+    // An sshd told another port than the job's, which the launcher dials.
+    worker["spec"]["containers"][0]["args"] = json!(["-De", "-p", "2222"]);
+    assert_eq!(
+        create(Kind::Pod, &worker, &Config::default()).warnings,
+        vec!["the worker's sshd listens on port 2222 (its command line) but the job's port is 22 (dljob.dev/port), which the launcher's ssh dials: set dljob.dev/port: \"2222\" on every member"]
+    );
+    worker["metadata"]["annotations"]["dljob.dev/port"] = json!("2222");
+    assert!(create(Kind::Pod, &worker, &Config::default())
+        .warnings
+        .is_empty());
+    worker["spec"]["containers"][0]["command"] = json!([
+        "sh",
+        "-c",
+        "mkdir -p /run/sshd; /usr/sbin/sshd -D -oPort=2200;"
+    ]);
+    worker["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("args");
+    assert!(
+        create(Kind::Pod, &worker, &Config::default()).warnings[0].contains("listens on port 2200")
+    );
 }
 
 #[test]

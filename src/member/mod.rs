@@ -203,6 +203,29 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
     Ok(Some(Parsed { member, warnings }))
 }
 
+/// The port an sshd command line gives (`-p N`, `-pN`, `-o Port=N`,
+/// `-oPort=N`), if any; the words may be one `sh -c` script.
+fn sshd_port(words: &[&str]) -> Option<u16> {
+    let words: Vec<&str> = words.iter().flat_map(|w| w.split_whitespace()).collect();
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i];
+        let next = words.get(i + 1).copied();
+        let value = match w {
+            "-p" => next,
+            "-o" => next.and_then(|n| n.strip_prefix("Port=")),
+            _ => w
+                .strip_prefix("-oPort=")
+                .or_else(|| w.strip_prefix("-p").filter(|v| !v.is_empty())),
+        };
+        if let Some(port) = value.and_then(|v| v.trim_end_matches(';').parse().ok()) {
+            return Some(port);
+        }
+        i += 1;
+    }
+    None
+}
+
 /// mpi/chainer: a member the launcher reaches over ssh whose framework
 /// container's command does not start sshd. Said where the user writes the
 /// pod (or its template).
@@ -226,6 +249,22 @@ fn sshd_command_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<Strin
         .flatten()
         .filter_map(Value::as_str)
         .collect();
+    // Where sshd is told its port on the command line, the launcher's ssh
+    // must dial it: dljob's ssh config says the job's port (not under the
+    // MPI operator's layout, whose images' own client config says theirs).
+    let listens = sshd_port(&words);
+    let dialed = m.spec.compat.as_deref() != Some(c::COMPAT_MPI_OPERATOR);
+    if let (Some(port), true) = (listens, dialed) {
+        if port != m.spec.port {
+            warnings.push(format!(
+                "the {}'s sshd listens on port {port} (its command line) but the job's port is {} ({}), which the {client}'s ssh dials: set {}: \"{port}\" on every member",
+                m.role,
+                m.spec.port,
+                c::PORT,
+                c::PORT
+            ));
+        }
+    }
     // None: the image's default command, which may well be sshd.
     if !words.is_empty() && !words.iter().any(|w| w.contains("sshd")) {
         let shown = c::cut(&words.join(" "), c::MAX_QUOTED).into_owned();
