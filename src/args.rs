@@ -40,7 +40,8 @@ pub enum Command {
     /// rewrites the files with --in-place).
     Label(LabelArgs),
     /// Convert other operators' jobs into dljob jobs: each PyTorchJob,
-    /// TFJob, XGBoostJob, PaddleJob, JAXJob, MXJob, MPIJob or Volcano Job
+    /// TFJob, XGBoostJob, PaddleJob, JAXJob, MXJob, MPIJob, ChainerJob or
+    /// Volcano Job
     /// becomes one labelled Indexed Job (or StatefulSet) per replica type
     /// or task; prints the manifests (or rewrites the files with
     /// --in-place).
@@ -392,8 +393,8 @@ pub struct LabelArgs {
 /// Reads kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob,
 /// MXJob and MPIJob, MXJob v1beta1, the MPI operator's v2beta1 MPIJob, and
 /// the first forms (TfJob mlkube.io/v1beta1, TFJob and MXJob
-/// kubeflow.org/v1alpha1) and Volcano's batch.volcano.sh/v1alpha1 Job, and
-/// prints, per job, one workload per replica type named
+/// kubeflow.org/v1alpha1), the chainer-operator's ChainerJob and Volcano's
+/// batch.volcano.sh/v1alpha1 Job, and prints, per job, one workload per replica type named
 /// `<job>-<role>`: an Indexed Job (completions = parallelism = replicas)
 /// for a replica type whose restartPolicy is OnFailure, Never or ExitCode,
 /// since it runs to completion; a StatefulSet for one whose restartPolicy

@@ -31,7 +31,7 @@ const SOURCES: &[Source] = &[
     source("kubeflow.org/v1beta1", "MXJob", true),
     source("kubeflow.org/v1", "MPIJob", true),
     source("kubeflow.org/v2beta1", "MPIJob", true),
-    source("kubeflow.org/v1alpha1", "ChainerJob", false),
+    source("kubeflow.org/v1alpha1", "ChainerJob", true),
     source("kubeflow.org/v1alpha1", "MXJob", true),
     source("kubeflow.org/v1alpha1", "TFJob", true),
     source("mlkube.io/v1beta1", "TfJob", true),
@@ -62,7 +62,7 @@ pub(crate) fn recognise(value: &Value) -> Option<Source> {
     }
     let group = api_version.split('/').next().unwrap_or("");
     let kind = KUBEFLOW_KINDS.iter().find(|k| **k == kind)?;
-    (group == "kubeflow.org").then(|| source("kubeflow.org (an older version)", kind, false))
+    (group == "kubeflow.org").then(|| source("kubeflow.org, another version", kind, false))
 }
 
 impl Source {
@@ -99,7 +99,7 @@ mod tests {
         assert!(of("kubeflow.org/v2beta1", "MPIJob").unwrap().convertible);
         assert!(of("batch.volcano.sh/v1alpha1", "Job").unwrap().convertible);
         assert!(
-            !of("kubeflow.org/v1alpha1", "ChainerJob")
+            of("kubeflow.org/v1alpha1", "ChainerJob")
                 .unwrap()
                 .convertible
         );

@@ -328,13 +328,12 @@ fn validate_mutate_and_label_point_at_convert() {
     assert_eq!(label.code, Some(1), "{label:?}");
     assert!(label.stderr.contains(said), "{label:?}");
 
-    let chainer =
-        "apiVersion: kubeflow.org/v1alpha1\nkind: ChainerJob\nmetadata: {name: cj}\nspec: {}\n";
-    let run = dljob(&["validate", "-f", "-"], Some(chainer));
+    let old = "apiVersion: kubeflow.org/v1beta2\nkind: TFJob\nmetadata: {name: tf}\nspec: {}\n";
+    let run = dljob(&["validate", "-f", "-"], Some(old));
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(
         run.stdout
-            .contains("ChainerJob/cj: this is a ChainerJob (kubeflow.org/v1alpha1), which dljob does not read, and `dljob convert` does not convert yet"),
+            .contains("TFJob/tf: this is a TFJob (kubeflow.org, another version), which dljob does not read, and `dljob convert` does not convert yet"),
         "{run:?}"
     );
 }
@@ -786,4 +785,65 @@ spec:
     ] {
         assert!(run.stderr.contains(said), "{said}: {run:?}");
     }
+}
+
+#[test]
+fn a_chainerjobs_worker_sets_become_statefulsets_running_sshd() {
+    let run = convert(&fixture("chainerjob-mn.yaml"));
+    assert!(run.success(), "{run:?}");
+    let out = values(&run.stdout);
+    let kinds: Vec<(&str, &str)> = out
+        .iter()
+        .map(|v| {
+            (
+                v["kind"].as_str().unwrap(),
+                v["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("Job", "example-job-mn-master"),
+            ("StatefulSet", "example-job-mn-worker-ws0"),
+            ("StatefulSet", "example-job-mn-worker-ws1"),
+        ]
+    );
+    for v in &out {
+        let a = annotations(v);
+        assert_eq!(a["dljob.dev/framework"], "chainer");
+        assert_eq!(a["dljob.dev/replicas"], "master=1,worker=3");
+        // The master's 1 slot; ws0's 1 each (workers 0-1); ws1's 2, from
+        // its container's GPU limit as the operator defaults it.
+        assert_eq!(a["dljob.dev/slots"], "1,0-1=1,2=2");
+        assert_eq!(a["dljob.dev/backoff-limit"], "60");
+        assert_eq!(a["dljob.dev/active-deadline-seconds"], "6000");
+    }
+    assert_eq!(annotations(&out[1])["dljob.dev/index-offset"], "0");
+    assert_eq!(annotations(&out[2])["dljob.dev/index-offset"], "2");
+    assert_eq!(
+        out[1]["spec"]["selector"]["matchLabels"]["chainerjob.kubeflow.org/workersetname"],
+        "ws0"
+    );
+    // The sleeping workers run sshd now, and the user is told.
+    let container = &out[1]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["command"], json!(["/usr/sbin/sshd", "-De"]));
+    assert!(run.stderr.contains(
+        "ChainerJob/example-job-mn: spec.workerSets.ws0: the workers' command (\"sh -c while true; do sleep 1 & wait; done\") is replaced by /usr/sbin/sshd -De"
+    ), "{run:?}");
+    // The master's hostfile: the workers with their slots, the master last.
+    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
+    assert!(pods.success(), "{pods:?}");
+    let master = &values(&pods.stdout)[0];
+    let host = |r: &str, i: u32| format!("example-job-mn-{r}-{i}.example-job-mn.default.svc");
+    assert_eq!(
+        master["metadata"]["annotations"]["dljob.dev/hostfile"],
+        format!(
+            "{} slots=1\n{} slots=1\n{} slots=2\n{} slots=1\n",
+            host("worker", 0),
+            host("worker", 1),
+            host("worker", 2),
+            host("master", 0)
+        )
+    );
 }

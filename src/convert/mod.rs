@@ -4,6 +4,7 @@
 //! template kept whole and its policies mapped onto dljob's keys; the
 //! other documents pass through byte for byte.
 
+mod chainer;
 mod kubeflow;
 mod legacy;
 mod volcano;
@@ -72,7 +73,7 @@ pub fn convert(
                                 Some(text) => format!("{header}{text}"),
                                 None => {
                                     out.warnings.push(format!(
-                                        "{name}: {}'s template is written anew, without its comments or formatting",
+                                        "{name}: {} is written anew, without its comments or formatting",
                                         r.template_path.join(".")
                                     ));
                                     format!("{header}{}", to_yaml(&r.workload))
@@ -128,8 +129,10 @@ fn convert_one(source: Source, value: &Value) -> Result<kubeflow::Converted, Vec
     if let (Some(form), true) = (form, source.convertible) {
         return legacy::convert(form, value);
     }
-    if (source.api_version, source.kind) == ("batch.volcano.sh/v1alpha1", "Job") {
-        return volcano::convert(value);
+    match (source.api_version, source.kind) {
+        ("batch.volcano.sh/v1alpha1", "Job") => return volcano::convert(value),
+        ("kubeflow.org/v1alpha1", "ChainerJob") => return chainer::convert(value),
+        _ => {}
     }
     match op {
         Some(op) if source.convertible => kubeflow::convert(op, value),

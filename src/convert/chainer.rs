@@ -1,0 +1,283 @@
+//! The chainer-operator's ChainerJob (`kubeflow.org/v1alpha1`): its master
+//! (a Job that runs `mpiexec`) and its worker sets (StatefulSets), each
+//! with its hostfile slots. The operator reached its workers with `kubectl
+//! exec` (they ran a sleep loop); dljob's chainer master reaches them over
+//! ssh, so a worker set whose command starts no sshd runs `sshd -De`
+//! instead, said in a warning.
+
+use serde_json::{json, Value};
+
+use super::kubeflow::{self, Converted, Keys, Replica, ReplicaSpec, TemplateEdits};
+use crate::contract as c;
+use crate::object;
+
+/// The operator's container name, default slots and the label naming a
+/// worker set.
+const CONTAINER: &str = "chainer";
+const WORKER_SET_LABEL: &str = "chainerjob.kubeflow.org/workersetname";
+
+/// Converts one ChainerJob: every problem found, not the first.
+pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+    let name = kubeflow::job_name(job, &mut problems)?;
+    let Some(spec) = job.get("spec").and_then(Value::as_object) else {
+        return Err(vec!["spec is missing or not a mapping".into()]);
+    };
+    for key in spec.keys() {
+        if !matches!(key.as_str(), "backend" | "master" | "workerSets") {
+            problems.push(format!(
+                "spec.{key} is not a field of ChainerJob that dljob convert knows, so it cannot carry it over: remove it"
+            ));
+        }
+    }
+    if let Some(b) = spec.get("backend").and_then(Value::as_str) {
+        if b != "mpi" {
+            problems.push(format!(
+                "spec.backend \"{}\": dljob runs ChainerMN over MPI only",
+                c::quoted(b)
+            ));
+        }
+    }
+    let mut keys = Keys::new();
+    keys.insert(c::FRAMEWORK, "chainer".into());
+    let Some(master) = spec.get("master").and_then(Value::as_object) else {
+        problems.push("spec.master is missing: a ChainerJob has one master".into());
+        return Err(problems);
+    };
+    for key in master.keys() {
+        if !matches!(
+            key.as_str(),
+            "activeDeadlineSeconds" | "backoffLimit" | "mpiConfig" | "template" | "replicas"
+        ) {
+            problems.push(format!(
+                "spec.master.{key} is not a master field dljob convert knows: remove it"
+            ));
+        }
+    }
+    if master
+        .get("replicas")
+        .and_then(Value::as_u64)
+        .is_some_and(|n| n != 1)
+    {
+        problems.push("spec.master.replicas: a ChainerJob has exactly one master".into());
+    }
+    for (field, key) in [
+        ("activeDeadlineSeconds", c::ACTIVE_DEADLINE_SECONDS),
+        ("backoffLimit", c::BACKOFF_LIMIT),
+    ] {
+        if let Some(v) = master.get(field).filter(|v| !v.is_null()) {
+            match v.as_u64() {
+                Some(n) => {
+                    keys.insert(key, n.to_string());
+                }
+                None => problems.push(format!("spec.master.{field} is {v}, not a whole number")),
+            }
+        }
+    }
+    let Some(master_template) = master.get("template").filter(|t| t.is_object()) else {
+        problems.push("spec.master.template is missing".into());
+        return Err(problems);
+    };
+    let master_slots = slots(
+        "spec.master",
+        master.get("mpiConfig"),
+        master_template,
+        &mut problems,
+    );
+    // The operator ran the master as a Job, Never unless the template says.
+    let master_restart = match object::str_at(master_template, &["spec", "restartPolicy"]) {
+        None => "Never",
+        Some(p @ ("OnFailure" | "Never")) => p,
+        Some(other) => {
+            problems.push(format!(
+                "spec.master.template.spec.restartPolicy \"{}\": the master is a Job, which takes OnFailure or Never",
+                c::quoted(other)
+            ));
+            "Never"
+        }
+    };
+    let empty = serde_json::Map::new();
+    let sets = spec
+        .get("workerSets")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    // Worker sets in name order (the operator's map has none), each a
+    // range of worker indexes.
+    let mut workers: Vec<(String, u32, u32, Value)> = Vec::new();
+    for (set, ws) in sets {
+        let at = format!("spec.workerSets.{set}");
+        if !c::is_dns_label(set) {
+            problems.push(format!("{at}: a worker set's name is a DNS label"));
+            continue;
+        }
+        for key in ws
+            .as_object()
+            .map(|m| m.keys().collect())
+            .unwrap_or_else(Vec::new)
+        {
+            if !matches!(key.as_str(), "replicas" | "mpiConfig" | "template") {
+                problems.push(format!(
+                    "{at}.{key} is not a worker set field dljob convert knows: remove it"
+                ));
+            }
+        }
+        let count = match ws
+            .get("replicas")
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+        {
+            Some(n) if n > 0 => n,
+            _ => {
+                problems.push(format!("{at}.replicas must be a count of at least 1"));
+                continue;
+            }
+        };
+        let Some(template) = ws.get("template").filter(|t| t.is_object()) else {
+            problems.push(format!("{at}.template is missing"));
+            continue;
+        };
+        let n = slots(&at, ws.get("mpiConfig"), template, &mut problems);
+        let mut template = template.clone();
+        sshd(&at, &mut template, &mut warnings);
+        workers.push((set.clone(), count, n, template));
+    }
+    let total_workers: u32 = workers.iter().map(|(_, n, _, _)| n).sum();
+    keys.insert(
+        c::REPLICAS,
+        if total_workers > 0 {
+            format!("master=1,worker={total_workers}")
+        } else {
+            "master=1".into()
+        },
+    );
+    // dljob.dev/slots: the master's as the bare number, each set's range.
+    let mut slots_text = master_slots.to_string();
+    let mut from = 0;
+    let uniform = workers.iter().all(|(_, _, n, _)| *n == master_slots);
+    if !uniform {
+        for (_, count, n, _) in &workers {
+            let to = from + count - 1;
+            if from == to {
+                slots_text.push_str(&format!(",{from}={n}"));
+            } else {
+                slots_text.push_str(&format!(",{from}-{to}={n}"));
+            }
+            from += count;
+        }
+    }
+    keys.insert(c::SLOTS, slots_text);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let meta = job.get("metadata").and_then(Value::as_object);
+    let edits = TemplateEdits::default();
+    let mut out = Converted {
+        warnings,
+        ..Converted::default()
+    };
+    let master_spec = ReplicaSpec {
+        type_name: "master".into(),
+        role: "master".into(),
+        count: 1,
+        restart: master_restart,
+        template: master_template,
+    };
+    out.replicas.push(Replica {
+        role: "master".into(),
+        workload: kubeflow::workload(name, meta, &master_spec, &keys, &edits, Some(CONTAINER)),
+        template_path: vec!["spec".into(), "master".into(), "template".into()],
+    });
+    let several = workers.len() > 1;
+    let mut offset = 0u32;
+    for (set, count, _, template) in &workers {
+        let r = ReplicaSpec {
+            type_name: set.clone(),
+            role: "worker".into(),
+            count: *count,
+            restart: "Always",
+            template,
+        };
+        let mut w = kubeflow::workload(name, meta, &r, &keys, &edits, Some(CONTAINER));
+        if several {
+            // One StatefulSet per set: its own name, selector label and
+            // range of worker indexes.
+            w["metadata"]["name"] = json!(format!("{name}-worker-{set}"));
+            w["metadata"]["annotations"][c::INDEX_OFFSET] = json!(offset.to_string());
+            w["spec"]["selector"]["matchLabels"][WORKER_SET_LABEL] = json!(set);
+            w["spec"]["template"]["metadata"]["labels"][WORKER_SET_LABEL] = json!(set);
+        }
+        offset += count;
+        out.replicas.push(Replica {
+            role: "worker".into(),
+            workload: w,
+            template_path: vec![
+                "spec".into(),
+                "workerSets".into(),
+                set.clone(),
+                "template".into(),
+            ],
+        });
+    }
+    Ok(out)
+}
+
+/// A member's hostfile slots: its `mpiConfig.slots`, else (as the
+/// operator defaults it) the GPUs its `chainer` container's limits ask
+/// for, else 1.
+fn slots(at: &str, config: Option<&Value>, template: &Value, problems: &mut Vec<String>) -> u32 {
+    if let Some(v) = config.and_then(|c| c.get("slots")).filter(|v| !v.is_null()) {
+        return match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(n) if n > 0 => n,
+            _ => {
+                problems.push(format!("{at}.mpiConfig.slots is {v}, not a count"));
+                1
+            }
+        };
+    }
+    object::containers(&template["spec"])
+        .iter()
+        .find(|c| object::name_of(c) == CONTAINER)
+        .and_then(|c| c.pointer("/resources/limits/nvidia.com~1gpu"))
+        .and_then(object::whole_quantity)
+        .filter(|n| *n > 0)
+        .unwrap_or(1)
+}
+
+/// A worker set whose container starts no sshd gets `/usr/sbin/sshd -De`:
+/// the operator's workers slept while `kubectl exec` reached them, dljob's
+/// master reaches them over ssh.
+fn sshd(at: &str, template: &mut Value, warnings: &mut Vec<String>) {
+    let containers = object::containers(&template["spec"]);
+    let i = containers
+        .iter()
+        .position(|c| object::name_of(c) == CONTAINER)
+        .unwrap_or(0);
+    let Some(container) = template
+        .pointer_mut(&format!("/spec/containers/{i}"))
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let words: Vec<String> = ["command", "args"]
+        .iter()
+        .filter_map(|k| container.get(*k).and_then(Value::as_array))
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    if words.iter().any(|w| w.contains("sshd")) {
+        return;
+    }
+    container.insert("command".into(), json!(["/usr/sbin/sshd", "-De"]));
+    container.remove("args");
+    warnings.push(format!(
+        "{at}: the workers' command ({}) is replaced by /usr/sbin/sshd -De: the operator reached its workers with kubectl exec, dljob's master reaches them over ssh, so the image needs sshd (and its host keys)",
+        if words.is_empty() {
+            "the image's default".to_owned()
+        } else {
+            let text = words.join(" ").split_whitespace().collect::<Vec<_>>().join(" ");
+            format!("\"{}\"", c::cut(&text, c::MAX_QUOTED))
+        }
+    ));
+}
