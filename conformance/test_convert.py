@@ -11,7 +11,9 @@ import subprocess
 import yaml
 
 import podsim
-from harness import REPO, PYTHON, manifest, new_job, program, result, run
+from harness import REPO, PYTHON, manifest, new_job, program, result, results, run
+
+TORCHRUN = str(podsim.VENV_BIN / "torchrun")
 
 OPERATORS = REPO / "tests" / "fixtures" / "operators"
 
@@ -112,3 +114,44 @@ def test_volcanos_tensorflow_script_builds_its_cluster_from_the_host_files(tmp_p
             r = result(out[pod.hostname])
             assert r["cluster"] == hosts
             assert (r["task_type"], r["task_id"]) == (pod.role, pod.index)
+
+
+def test_an_elastic_pytorchjobs_killed_worker_is_restarted_in_place(tmp_path):
+    """The elastic PyTorchJob converted: elasticPolicy.maxRestarts (100)
+    reaches torchrun as PET_MAX_RESTARTS; one worker process killed with
+    SIGKILL on the first attempt is restarted in place by torchrun, and the
+    next round's world holds every node's processes."""
+    with new_job(converted(tmp_path, "pytorchjob-elastic.yaml")) as job:
+        for pod in job.pods:
+            env = pod.env()
+            assert env["PET_MAX_RESTARTS"] == "100"
+            assert env["PET_NNODES"] == "1:2"
+            assert env["PYTHONUNBUFFERED"] == "1"
+        out = run(job, lambda p: [TORCHRUN, program("torch_restart.py")], timeout=300)
+        reported = [r for o in out.values() for r in results(o)]
+        world = reported[0]["world"] if reported else 0
+        assert world >= 2 and len(reported) == world, out
+        assert sorted(r["rank"] for r in reported) == list(range(world)), reported
+        assert all(r["world"] == world and r["sum"] == world * (world + 1) / 2 for r in reported)
+        # Both nodes are in the world, and the killed node's agent restarted.
+        assert {r["hostname"] for r in reported} == {p.hostname for p in job.pods}, reported
+        assert any(r["attempt"] == 1 for r in reported), reported
+
+
+def test_an_xgboostjob_trains_on_the_operators_port(tmp_path):
+    """The XGBoostJob converted: its named port (9991) is the tracker's,
+    and the real tracker and collective train one model over every pod."""
+    with new_job(converted(tmp_path, "xgboostjob.yaml")) as job:
+        master = job.pod("master")
+        for pod in job.pods:
+            env = pod.env()
+            assert env["DMLC_TRACKER_URI"] == master.svc_host
+            assert env["DMLC_TRACKER_PORT"] == env["MASTER_PORT"] == "9991"
+        out = run(job, lambda p: [PYTHON, program("xgb_train.py")], timeout=180)
+        models = set()
+        for pod in job.pods:
+            r = result(out[pod.hostname])
+            assert r["world"] == 3
+            assert r["rank"] == int(pod.env()["RANK"])
+            models.add(r["model"])
+        assert len(models) == 1, "members trained different models"
