@@ -99,7 +99,7 @@ pub const VOLCANO_VOLUME: &str = "dljob-volcano";
 pub const VOLCANO_HOSTS_PREFIX: &str = "volcano.dljob.dev/";
 /// Longest Volcano task name under compat: `<task>.host` names an
 /// annotation, whose name part holds at most 63 characters.
-const MAX_VOLCANO_TASK: usize = 58;
+pub(crate) const MAX_VOLCANO_TASK: usize = 58;
 
 /// Checks a `dljob.dev/compat` value.
 pub(crate) fn check_compat(text: &str) -> Result<(), String> {

@@ -290,17 +290,37 @@ pub fn validate(
         .flat_map(objects)
         .filter_map(|v| Kind::of(v).map(|k| (k, v)))
         .collect();
-    let peers = validate::peers_of(members.iter().copied(), namespace, config);
+    // Each member parsed once, in document order: an object with no name
+    // (generateName) cannot be told from itself by name, so its peers are
+    // the others by position.
+    let parsed: Vec<Vec<_>> = members
+        .iter()
+        .map(|m| validate::peers_of([*m], namespace, config))
+        .collect();
+    let peers: Vec<_> = parsed.iter().flatten().cloned().collect();
     let mut problems = operator_jobs(docs);
     let mut warnings = Vec::new();
-    for (kind, value) in &members {
+    for (i, (kind, value)) in members.iter().enumerate() {
         let name = describe(value);
         problems.extend(
             manifest_problems(value)
                 .into_iter()
                 .map(|p| (name.clone(), p)),
         );
-        match validate::validate(*kind, value, None, namespace, config, &peers) {
+        let unnamed = crate::object::str_at(value, &["metadata", "name"]).is_none_or(str::is_empty);
+        let others: Vec<_>;
+        let peers = if unnamed {
+            others = parsed
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .flat_map(|(_, p)| p.iter().cloned())
+                .collect();
+            &others
+        } else {
+            &peers
+        };
+        match validate::validate(*kind, value, None, namespace, config, peers) {
             Ok(w) => warnings.extend(w.into_iter().map(|w| format!("{name}: {w}"))),
             Err(v) => problems.extend(v.0.into_iter().map(|p| (name.clone(), p.message))),
         }

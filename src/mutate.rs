@@ -415,19 +415,32 @@ fn plan_size_violations(m: &MemberSpec, pod: &Value, plan: &PodPlan) -> Vec<Stri
             m.role,
         ));
     }
+    // The annotations that carry host lists: the hostfile, Volcano's.
+    let mut ours: Vec<(String, usize)> = Vec::new();
     if let Some(hostfile) = &plan.hostfile {
+        ours.push((c::HOSTFILE.to_owned(), hostfile.len()));
+    }
+    for (task, hosts) in &plan.volcano_hosts {
+        ours.push((
+            format!("{}{task}.host", c::VOLCANO_HOSTS_PREFIX),
+            hosts.len(),
+        ));
+    }
+    if !ours.is_empty() {
         let others: usize = object::string_map(pod, &[], "annotations")
             .into_iter()
             .flatten()
-            .filter(|(k, _)| k.as_str() != c::HOSTFILE)
+            .filter(|(k, _)| !ours.iter().any(|(o, _)| o == k.as_str()))
             .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
             .sum();
-        let total = others + c::HOSTFILE.len() + hostfile.len();
+        let values: usize = ours.iter().map(|(_, n)| n).sum();
+        let total = others + values + ours.iter().map(|(k, _)| k.len()).sum::<usize>();
         if total > MAX_ANNOTATIONS {
+            let names: Vec<&str> = ours.iter().map(|(k, _)| k.as_str()).collect();
             problems.push(format!(
-                "the {} annotation ({} bytes, one line per host) would bring the pod's annotations to {total} bytes; the API server refuses more than {MAX_ANNOTATIONS}: {fix}",
-                c::HOSTFILE,
-                hostfile.len(),
+                "the {} annotation{} ({values} bytes, one line per host) would bring the pod's annotations to {total} bytes; the API server refuses more than {MAX_ANNOTATIONS}: {fix}",
+                names.join(", "),
+                if names.len() == 1 { "" } else { "s" },
             ));
         }
     }
@@ -478,13 +491,9 @@ fn pod_patch(
     if let Some(hostfile) = plan.hostfile {
         edits.set_annotation(c::HOSTFILE, hostfile);
     }
-    let volcano_tasks: Vec<String> = plan.volcano_hosts.iter().map(|(t, _)| t.clone()).collect();
+    let volumes = dljob_volumes(m, has_hostfile, &plan.volcano_hosts);
     for (task, hosts) in plan.volcano_hosts {
         edits.set_annotation(format!("{}{task}.host", c::VOLCANO_HOSTS_PREFIX), hosts);
-    }
-    let mut volumes = framework_volumes(m, has_hostfile);
-    if !volcano_tasks.is_empty() {
-        volumes.push(volcano_volume(&volcano_tasks));
     }
 
     let containers = object::containers(spec);
@@ -871,26 +880,26 @@ fn gang_marks(
     }
 }
 
-/// The hostfile volume (where the framework's launcher reads one) and the
-/// SSH Secret's (where members use SSH), each with its mounts in the
-/// framework container. The Secret is whole (private key, client config)
-/// in the pods of the role that runs `mpirun`, and only its
-/// `authorized_keys` in the others, whose sshd needs nothing else.
-///
-/// The Secret's files are mounted one by one (`subPath`) into the SSH
-/// directory, never the volume as that directory: the kubelet makes a
-/// Secret volume's own directory world-writable (1777, 2777 with an
-/// fsGroup), and sshd's default `StrictModes yes` then refuses every key
-/// in it ("bad ownership or modes for directory"). Mounted by file, the
-/// directory is the image's own, or one the container runtime makes (root,
-/// 0755). The Secret is created once, so a file mount's missing updates
-/// cost nothing.
+/// Every volume dljob adds to a member's pod, with its mounts in the
+/// framework container: [`framework_volumes`] and Volcano's host files.
+fn dljob_volumes(
+    m: &MemberSpec,
+    hostfile: bool,
+    volcano_hosts: &[(String, String)],
+) -> Vec<(Value, Vec<Value>)> {
+    let mut volumes = framework_volumes(m, hostfile);
+    if !volcano_hosts.is_empty() {
+        volumes.push(volcano_volume(volcano_hosts));
+    }
+    volumes
+}
+
 /// Volcano's host files: `<task>.host` for every task, projected from
 /// the pod's annotations into /etc/volcano.
-fn volcano_volume(tasks: &[String]) -> (Value, Vec<Value>) {
-    let items: Vec<Value> = tasks
+fn volcano_volume(volcano_hosts: &[(String, String)]) -> (Value, Vec<Value>) {
+    let items: Vec<Value> = volcano_hosts
         .iter()
-        .map(|task| {
+        .map(|(task, _)| {
             json!({
                 "path": format!("{task}.host"),
                 "fieldRef": {"fieldPath": format!("metadata.annotations['{}{task}.host']", c::VOLCANO_HOSTS_PREFIX)}
@@ -907,6 +916,20 @@ fn volcano_volume(tasks: &[String]) -> (Value, Vec<Value>) {
 /// (`/etc/mpi/hostfile`).
 const MPI_OPERATOR_CONFIG_DIR: &str = "/etc/mpi";
 
+/// The hostfile volume (where the framework's launcher reads one) and the
+/// SSH Secret's (where members use SSH), each with its mounts in the
+/// framework container. The Secret is whole (private key, client config)
+/// in the pods of the role that runs `mpirun`, and only its
+/// `authorized_keys` in the others, whose sshd needs nothing else.
+///
+/// The Secret's files are mounted one by one (`subPath`) into the SSH
+/// directory, never the volume as that directory: the kubelet makes a
+/// Secret volume's own directory world-writable (1777, 2777 with an
+/// fsGroup), and sshd's default `StrictModes yes` then refuses every key
+/// in it ("bad ownership or modes for directory"). Mounted by file, the
+/// directory is the image's own, or one the container runtime makes (root,
+/// 0755). The Secret is created once, so a file mount's missing updates
+/// cost nothing.
 fn framework_volumes(m: &MemberSpec, hostfile: bool) -> Vec<(Value, Vec<Value>)> {
     let mut volumes = Vec::with_capacity(2);
     if hostfile {
@@ -951,6 +974,8 @@ fn framework_volumes(m: &MemberSpec, hostfile: bool) -> Vec<(Value, Vec<Value>)>
             (c::SSH_AUTHORIZED_KEYS, c::SSH_AUTHORIZED_KEYS),
         ];
         if with_config {
+            // dljob's ssh config names the key by its own name.
+            items.push((c::SSH_PRIVATE_KEY, c::SSH_PRIVATE_KEY));
             items.push((c::SSH_CONFIG, c::SSH_CONFIG));
         }
         let secret = json!({
@@ -1030,7 +1055,7 @@ fn reserved_volume_problems(
     // dljob's own: (volume, [(container index, mount)]).
     let mut ours: Vec<(Value, Vec<(usize, Value)>)> = Vec::new();
     if let Some(plan) = plan {
-        for (volume, mounts) in framework_volumes(m, plan.hostfile.is_some()) {
+        for (volume, mounts) in dljob_volumes(m, plan.hostfile.is_some(), &plan.volcano_hosts) {
             ours.push((
                 volume,
                 mounts
@@ -1058,6 +1083,8 @@ fn reserved_volume_problems(
             "the job's hostfile".to_owned()
         } else if name == SSH_VOLUME {
             format!("the job's SSH Secret {}", ssh_secret_name(&m.job))
+        } else if name == c::VOLCANO_VOLUME {
+            format!("Volcano's host files in {}", c::VOLCANO_DIR)
         } else {
             let resources: Vec<&str> = config
                 .accelerators
@@ -1129,8 +1156,8 @@ fn reserved_volume_problems(
     problems
 }
 
-/// Adds each var, before the user's own, unless the container sets it; a different user value is
-/// kept and named in a warning.
+/// Adds each var, before the container's own, unless the container sets
+/// it; a different user value is kept and named in a warning.
 fn merge_env<'a>(
     edits: &mut PodEdits<'a>,
     container: usize,

@@ -644,3 +644,14 @@ fn validate_config_says_an_accelerator_env_replaces_the_images_own() {
         )]
     );
 }
+
+#[test]
+fn a_pod_with_only_a_generate_name_is_not_its_own_peer() {
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  generateName: train-worker-\n  labels: {dljob.dev/job: train, dljob.dev/role: worker}\n  annotations: {dljob.dev/framework: pytorch, dljob.dev/replicas: \"master=1,worker=1\"}\nspec:\n  containers: [{name: pytorch, image: torch}]\n";
+    let one = dljob(&["validate", "-f", "-"], Some(pod));
+    assert!(one.success(), "{one:?}");
+    // Two of them still claim the same replica.
+    let two = dljob(&["validate", "-f", "-"], Some(&format!("{pod}---\n{pod}")));
+    assert_eq!(two.code, Some(1), "{two:?}");
+    assert!(two.stdout.contains("already is worker 0"), "{two:?}");
+}

@@ -30,6 +30,15 @@ fn values(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Each pod `dljob mutate --pods` printed passes `dljob validate` on its
+/// own (the pods carry no names, so they are not each other's peers).
+fn assert_each_pod_validates(pods: &str) {
+    for doc in manifest::parse(pods).expect("parses") {
+        let check = dljob(&["validate", "-f", "-"], Some(&doc.text));
+        assert!(check.success(), "{check:?}\n{}", doc.text);
+    }
+}
+
 fn annotations(v: &Value) -> Value {
     v["metadata"]["annotations"].clone()
 }
@@ -208,6 +217,9 @@ fn the_converted_pods_get_the_framework_wiring() {
     assert!(run.success(), "{run:?}");
     let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
     assert!(pods.success(), "{pods:?}");
+    // The validating webhook accepts what admission made of them (the
+    // /etc/volcano volume is dljob's own).
+    assert_each_pod_validates(&pods.stdout);
     let pods = values(&pods.stdout);
     assert_eq!(pods.len(), 3);
     let env = |pod: &Value, name: &str| -> Option<String> {
@@ -580,7 +592,7 @@ spec:
     assert_eq!(run.code, Some(1), "{run:?}");
     for said in [
         "TFJob/old: spec.tensorboard is not a field of TFJob that dljob convert knows",
-        "TFJob/old: spec.replicaSpecs[0].template.spec.restartPolicy is missing: the operator ran each replica as a Job, which needs OnFailure or Never",
+        "TFJob/old: spec.replicaSpecs[0].template.spec.restartPolicy is missing: the operator ran each replica as a Job of the template's policy; set OnFailure or Never",
         "TFJob/old: spec.replicaSpecs[1].tfReplicaType: TFJob has no replica type \"CHIEF\"; its types are MASTER, WORKER, PS",
         "TFJob/old: spec.replicaSpecs[3].tfPort is 2222 and spec.replicaSpecs[2].tfPort is 2223",
         "TFJob/old: spec.terminationPolicy.chief is WORKER 1: a dljob job ends when its coordinator (WORKER 0) exits",
@@ -619,6 +631,9 @@ fn a_volcano_job_becomes_a_job_whose_pods_get_volcanos_files_and_env() {
     );
     let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
     assert!(pods.success(), "{pods:?}");
+    // The validating webhook accepts what admission made of them (the
+    // /etc/volcano volume is dljob's own).
+    assert_each_pod_validates(&pods.stdout);
     let pods = values(&pods.stdout);
     let host = |r: &str, i: u32| {
         format!("tensorflow-dist-mnist-{r}-{i}.tensorflow-dist-mnist.default.svc")
@@ -723,7 +738,7 @@ spec:
     );
     let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
     assert!(pods.success(), "{pods:?}");
-    let launcher = &values(&pods.stdout)[0];
+    let launcher = &values(&pods.stdout)[0].clone();
     let env = launcher["spec"]["containers"][0]["env"].as_array().unwrap();
     let get = |n: &str| {
         env.iter()
@@ -739,7 +754,10 @@ spec:
         launcher["metadata"]["annotations"]["volcano.dljob.dev/mpiworker.host"],
         json!(workers.replace(',', "\n"))
     );
-    // Volcano's ssh plugin's layout: the key as id_rsa, with an ssh config.
+    assert_each_pod_validates(&pods.stdout);
+    // Volcano's ssh plugin's layout: the key as id_rsa, with an ssh config
+    // (dljob's, which names the key id_ed25519: mounted under that name
+    // too).
     let ssh = launcher["spec"]["volumes"]
         .as_array()
         .unwrap()
@@ -752,7 +770,16 @@ spec:
         .iter()
         .map(|i| i["path"].as_str().unwrap())
         .collect();
-    assert_eq!(paths, ["id_rsa", "id_rsa.pub", "authorized_keys", "config"]);
+    assert_eq!(
+        paths,
+        [
+            "id_rsa",
+            "id_rsa.pub",
+            "authorized_keys",
+            "id_ed25519",
+            "config"
+        ]
+    );
 
     // What has no dljob equivalent is named.
     let bad = r#"
@@ -762,7 +789,7 @@ metadata: {name: vc}
 spec:
   minAvailable: 1
   volumes: [{mountPath: /data, volumeClaimName: data}]
-  plugins: {pytorch: ["--master=master", "--wrker=worker"], ray: []}
+  plugins: {pytorch: ["--master=master", "--wrker=worker"], ray: [], ssh: ["--ssh-private-key=xyz"]}
   policies:
     - {exitCode: 3, action: RestartJob}
     - {event: PodFailed, action: CompleteJob}
@@ -779,6 +806,7 @@ spec:
         "Job/vc: spec.volumes is not a field of a Volcano Job that dljob convert knows",
         "Job/vc: spec.plugins.ray: dljob has no equivalent of Volcano's ray plugin",
         "Job/vc: spec.plugins.pytorch: --wrker is not a flag of the plugin",
+        "Job/vc: spec.plugins.ssh: \"--ssh-private-key=xyz\" has no dljob equivalent",
         "Job/vc: spec.tasks[1]: task \"trainer\" is none of the pytorch plugin's (master, worker)",
         "Job/vc: spec.policies[0]: a policy on an exit code or a timeout has no dljob equivalent",
         "Job/vc: spec.policies[1]: PodFailed → CompleteJob has no dljob equivalent",
@@ -846,4 +874,60 @@ fn a_chainerjobs_worker_sets_become_statefulsets_running_sshd() {
             host("master", 0)
         )
     );
+}
+
+#[test]
+fn paddle_and_mxnet_pods_get_what_the_operators_source_sets() {
+    // paddlepaddle/envvar.go, collective mode (no master): the rendezvous
+    // on worker 0, which the operator gives its own IP as
+    // `$(POD_IP_DUMMY):port` and dljob as `$(POD_IP):port` (the same
+    // address once the kubelet expands it).
+    let w0 = "paddle-simple-cpu-worker-0.paddle-simple-cpu.kubeflow.svc:37777";
+    let first: &[(&str, &str)] = &[
+        ("PYTHONUNBUFFERED", "1"),
+        ("PADDLE_JOB_ID", "paddle-simple-cpu"),
+        ("PADDLE_NNODES", "2"),
+        ("PADDLE_MASTER", "$(POD_IP):37777"),
+    ];
+    let second: &[(&str, &str)] = &[
+        ("PYTHONUNBUFFERED", "1"),
+        ("PADDLE_JOB_ID", "paddle-simple-cpu"),
+        ("PADDLE_NNODES", "2"),
+        ("PADDLE_MASTER", w0),
+    ];
+    assert_operator_env(
+        "paddlejob.yaml",
+        &[
+            ("paddle-simple-cpu-worker-0", first),
+            ("paddle-simple-cpu-worker-1", second),
+        ],
+    );
+
+    // mxnet/mxnet.go (training-operator v1.7.0, the last with MXJob): the
+    // DMLC_* of ps-lite and MX_CONFIG.
+    let pods = pod_env("mxjob-v1.yaml");
+    let host = |r: &str| format!("mxnet-job-{r}-0.mxnet-job.default.svc");
+    let url = |r: &str| json!([{"url": host(r), "port": 9991}]);
+    assert_eq!(pods.len(), 3);
+    for ((hostname, env), role) in pods.iter().zip(["scheduler", "server", "worker"]) {
+        assert_eq!(hostname, &format!("mxnet-job-{role}-0"));
+        let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+        assert_eq!(get("DMLC_PS_ROOT_PORT").as_deref(), Some("9991"));
+        assert_eq!(get("DMLC_PS_ROOT_URI"), Some(host("scheduler")));
+        assert_eq!(get("DMLC_NUM_SERVER").as_deref(), Some("1"));
+        assert_eq!(get("DMLC_NUM_WORKER").as_deref(), Some("1"));
+        assert_eq!(get("DMLC_ROLE").as_deref(), Some(role));
+        assert_eq!(get("DMLC_USE_KUBERNETES").as_deref(), Some("1"));
+        let worker_id = (role == "worker").then(|| "0".to_owned());
+        assert_eq!(get("DMLC_WORKER_ID"), worker_id);
+        let config: Value = serde_json::from_str(&get("MX_CONFIG").unwrap()).unwrap();
+        assert_eq!(
+            config,
+            json!({
+                "cluster": {"scheduler": url("scheduler"), "server": url("server"), "worker": url("worker")},
+                "labels": {"scheduler": "", "server": "", "worker": ""},
+                "task": {"type": role, "index": 0},
+            })
+        );
+    }
 }

@@ -800,6 +800,22 @@ fn volcano_compat_is_idempotent_and_its_patch_reproduces_the_pod() {
     assert_eq!(env(&m.object, "VK_TASK_INDEX").as_deref(), Some("1"));
     assert_idempotent(Kind::Pod, &m.object, &Config::default());
     assert_patch_reproduces(&p, &m.object);
+    // Two roles may not be one task, nor may the mapping name a role the
+    // job has not.
+    for compat in ["volcano:ps=worker", "volcano:chief=c"] {
+        let bad = pod(
+            "vc",
+            "worker",
+            "generic",
+            "worker=2,ps=1",
+            json!({"dljob.dev/compat": compat, "dljob.dev/index": "1"}),
+        );
+        let err = refused(&bad).to_string();
+        assert!(
+            err.contains("give each role its own task"),
+            "{compat}: {err}"
+        );
+    }
     // A task name too long for its annotation is refused where it is set.
     let long = format!("volcano:ps={}", "p".repeat(59));
     let bad = pod(
@@ -837,6 +853,16 @@ fn an_mpi_worker_whose_command_starts_no_sshd_is_warned_about() {
         vec!["the worker's sshd listens on port 2222 (its command line) but the job's port is 22 (dljob.dev/port), which the launcher's ssh dials: set dljob.dev/port: \"2222\" on every member"]
     );
     worker["metadata"]["annotations"]["dljob.dev/port"] = json!("2222");
+    assert!(create(Kind::Pod, &worker, &Config::default())
+        .warnings
+        .is_empty());
+    // Only sshd's own arguments count.
+    worker["spec"]["containers"][0]["command"] =
+        json!(["sh", "-c", "python t.py -p 8; /usr/sbin/sshd -D"]);
+    worker["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("args");
     assert!(create(Kind::Pod, &worker, &Config::default())
         .warnings
         .is_empty());
@@ -1353,6 +1379,28 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         v.0[0].message.starts_with("the dljob.dev/hostfile annotation (307890 bytes, one line per host) would bring the pod's annotations to 307970 bytes; the API server refuses more than 262144: "),
         "{}",
         v.0[0].message
+    );
+    // Volcano's host files are annotations of every pod, bounded alike.
+    let volcano = pod(
+        "resnet50-imagenet-hparam-sweep-trial7",
+        "worker",
+        "generic",
+        "ps=1,worker=3000",
+        json!({"dljob.dev/index": "0", "dljob.dev/compat": "volcano"}),
+    );
+    let v = mutate_patch(
+        Kind::Pod,
+        &volcano,
+        Some("ml"),
+        Operation::Create,
+        &Config::default(),
+    )
+    .expect_err("refused");
+    assert!(
+        v.0.iter().any(|p| p.message.starts_with(
+            "the volcano.dljob.dev/ps.host, volcano.dljob.dev/worker.host annotations ("
+        )),
+        "{v}"
     );
     // Workers carry no hostfile: they are not refused for it.
     let worker = pod(

@@ -41,6 +41,8 @@ pub(crate) struct Operator {
     extra_fields: &'static [&'static str],
     /// The compatibility mode whose env the operator's images read.
     pub(crate) compat: &'static str,
+    /// What every job of this kind should know, said as a warning.
+    note: Option<&'static str>,
 }
 
 impl Operator {
@@ -64,6 +66,7 @@ pub(crate) const PYTORCH: Operator = Operator {
     restart_overrides: &[],
     extra_fields: &["elasticPolicy", "nprocPerNode"],
     compat: KUBEFLOW,
+    note: None,
 };
 
 pub(crate) const TENSORFLOW: Operator = Operator {
@@ -84,6 +87,7 @@ pub(crate) const TENSORFLOW: Operator = Operator {
     restart_overrides: &[],
     extra_fields: &["successPolicy", "enableDynamicWorker"],
     compat: KUBEFLOW,
+    note: None,
 };
 
 pub(crate) const XGBOOST: Operator = Operator {
@@ -98,6 +102,7 @@ pub(crate) const XGBOOST: Operator = Operator {
     restart_overrides: &[],
     extra_fields: &[],
     compat: KUBEFLOW,
+    note: None,
 };
 
 pub(crate) const PADDLE: Operator = Operator {
@@ -112,6 +117,7 @@ pub(crate) const PADDLE: Operator = Operator {
     restart_overrides: &[],
     extra_fields: &["elasticPolicy"],
     compat: KUBEFLOW,
+    note: None,
 };
 
 pub(crate) const JAX: Operator = Operator {
@@ -126,6 +132,7 @@ pub(crate) const JAX: Operator = Operator {
     restart_overrides: &[],
     extra_fields: &[],
     compat: KUBEFLOW,
+    note: None,
 };
 
 pub(crate) const MXNET: Operator = Operator {
@@ -157,12 +164,21 @@ pub(crate) const MXNET: Operator = Operator {
     restart_overrides: &[],
     extra_fields: &["jobMode"],
     compat: KUBEFLOW,
+    note: None,
 };
 
 /// The MPI operator's MPIJob (v2beta1): launcher and workers over ssh; it
 /// names no container or port, and its launcher restarts OnFailure.
 pub(crate) const MPI: Operator = Operator {
     restart_overrides: &[("Launcher", "OnFailure")],
+    extra_fields: &[
+        "slotsPerWorker",
+        "sshAuthMountPath",
+        "launcherCreationPolicy",
+        "mpiImplementation",
+        "runLauncherAsWorker",
+    ],
+    note: None,
     ..MPI_V1
 };
 
@@ -187,6 +203,7 @@ pub(crate) const MPI_V1: Operator = Operator {
         "cleanPodPolicy",
     ],
     compat: "mpi-operator",
+    note: Some("the training-operator's v1 MPIJob reached its workers with kubectl exec (its workers with no command slept); dljob's launcher reaches them over ssh, so the workers' image needs sshd (a worker with no command runs /usr/sbin/sshd -De) and the launcher's ssh"),
 };
 
 /// One replica type of a job, converted.
@@ -247,6 +264,9 @@ pub(crate) fn convert_with_port(
     let mut keys = Keys::new();
     keys.insert(c::FRAMEWORK, op.framework.to_owned());
     keys.insert(c::COMPAT, op.compat.to_owned());
+    if let Some(note) = op.note {
+        out.warnings.push(note.to_owned());
+    }
 
     let replicas = replica_specs(op, spec, &mut problems);
     let total: u32 = replicas.iter().map(|r| r.count).sum();

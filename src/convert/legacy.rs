@@ -167,7 +167,7 @@ pub(crate) fn convert(form: &Form, job: &Value) -> Result<kubeflow::Converted, V
         let restart = object::str_at(template, &["spec", "restartPolicy"]);
         let Some(restart @ ("OnFailure" | "Never" | "Always")) = restart else {
             problems.push(format!(
-                "{at}.template.spec.restartPolicy is {}: the operator ran each replica as a Job, which needs OnFailure or Never; set one",
+                "{at}.template.spec.restartPolicy is {}: the operator ran each replica as a Job of the template's policy; set OnFailure or Never (Always makes the replica a StatefulSet)",
                 restart.map_or("missing".to_owned(), |r| format!("\"{}\"", c::quoted(r)))
             ));
             continue;

@@ -90,6 +90,8 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
         }
     }
     let plugins = plugins(spec, &mut problems);
+    let mut keys = Keys::new();
+    other_plugin_flags(&plugins, &mut keys, &mut problems);
     let framework_plugin = plugins
         .iter()
         .find_map(|(n, args)| PLUGINS.iter().find(|p| p.name == *n).map(|p| (p, args)));
@@ -110,7 +112,6 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
     let mut replicas: Vec<ReplicaSpec<'_>> = Vec::new();
     let mut places: Vec<usize> = Vec::new();
     let mut renamed: Vec<(String, String)> = Vec::new();
-    let mut keys = Keys::new();
     // The tasks whose completion completes the job.
     let mut completing: Vec<String> = Vec::new();
     let job_retry = spec.get("maxRetry").and_then(Value::as_u64).unwrap_or(3);
@@ -374,6 +375,35 @@ fn plugins<'v>(
         problems.push("spec.plugins: more than one framework plugin (pytorch, tensorflow, mpi); a job has one framework".into());
     }
     out
+}
+
+/// The env, svc and ssh plugins' flags: what dljob does anyway is taken,
+/// the ssh key's directory mapped, the rest refused by name.
+fn other_plugin_flags(plugins: &[(&str, Vec<&str>)], keys: &mut Keys, problems: &mut Vec<String>) {
+    for (name, args) in plugins {
+        if !OTHER_PLUGINS.contains(name) {
+            continue;
+        }
+        for arg in args {
+            let (flag, value) = arg
+                .trim_start_matches('-')
+                .split_once('=')
+                .unwrap_or((arg.trim_start_matches('-'), ""));
+            match (*name, flag) {
+                // dljob's Service publishes pods before they are ready,
+                // makes no NetworkPolicy and gives the hosts as env.
+                ("svc", "publish-not-ready-addresses" | "disable-network-policy") => {}
+                ("svc", "inject-hosts-env") if value != "false" => {}
+                ("ssh", "ssh-key-file-path") if !value.is_empty() => {
+                    keys.insert(c::SSH_PATH, value.to_owned());
+                }
+                _ => problems.push(format!(
+                    "spec.plugins.{name}: \"{}\" has no dljob equivalent (dljob makes the job's key pair, names every host in its ssh config, and gives the hosts as env and files): remove it",
+                    c::quoted(arg)
+                )),
+            }
+        }
+    }
 }
 
 /// The plugin's task names (its flags, else their defaults) with their

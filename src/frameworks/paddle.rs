@@ -3,7 +3,7 @@
 //! `POD_IP` itself.
 
 use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
-use crate::contract::Topology;
+use crate::contract::{Topology, COMPAT_KUBEFLOW};
 
 pub(crate) struct Paddle;
 
@@ -35,6 +35,21 @@ impl Framework for Paddle {
         _member: &Member<'_>,
     ) -> &'static [(&'static str, &'static str)] {
         &[(POD_IP, "status.podIP")]
+    }
+    /// The training-operator's PaddleJob: unbuffered Python and, with a
+    /// master (parameter-server mode), one server or trainer per pod.
+    fn compat_env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+        if job.compat != Some(COMPAT_KUBEFLOW) {
+            return;
+        }
+        set(env, "PYTHONUNBUFFERED", "1");
+        if job.topology.count("master").is_some() {
+            if member.role == "master" {
+                set(env, "PADDLE_SERVER_NUM", "1");
+            } else {
+                set(env, "PADDLE_TRAINER_NUM", "1");
+            }
+        }
     }
     fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
         let Some((role, index)) = self.coordinator(job.topology) else {

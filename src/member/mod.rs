@@ -207,21 +207,30 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
 /// `-oPort=N`), if any; the words may be one `sh -c` script.
 fn sshd_port(words: &[&str]) -> Option<u16> {
     let words: Vec<&str> = words.iter().flat_map(|w| w.split_whitespace()).collect();
-    let mut i = 0;
-    while i < words.len() {
-        let w = words[i];
-        let next = words.get(i + 1).copied();
-        let value = match w {
-            "-p" => next,
-            "-o" => next.and_then(|n| n.strip_prefix("Port=")),
-            _ => w
-                .strip_prefix("-oPort=")
-                .or_else(|| w.strip_prefix("-p").filter(|v| !v.is_empty())),
-        };
-        if let Some(port) = value.and_then(|v| v.trim_end_matches(';').parse().ok()) {
-            return Some(port);
+    // sshd's own arguments: after a word that runs it, to the end of that
+    // command.
+    let runs = |w: &&str| !w.ends_with(';') && w.ends_with("sshd");
+    let separator = |w: &str| w.ends_with(';') || matches!(w, "&&" | "||" | "&" | "|");
+    for (start, _) in words.iter().enumerate().filter(|(_, w)| runs(w)) {
+        let args = &words[start + 1..];
+        let end = args
+            .iter()
+            .position(|w| separator(w))
+            .map_or(args.len(), |e| e + 1);
+        let args = &args[..end];
+        for (i, w) in args.iter().enumerate() {
+            let next = args.get(i + 1).copied();
+            let value = match *w {
+                "-p" => next,
+                "-o" => next.and_then(|n| n.strip_prefix("Port=")),
+                _ => w
+                    .strip_prefix("-oPort=")
+                    .or_else(|| w.strip_prefix("-p").filter(|v| !v.is_empty())),
+            };
+            if let Some(port) = value.and_then(|v| v.trim_end_matches(';').parse().ok()) {
+                return Some(port);
+            }
         }
-        i += 1;
     }
     None
 }

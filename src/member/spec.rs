@@ -26,7 +26,7 @@ pub(super) fn job_spec(
             .ok()
     });
     let tensorboard = tensorboard(meta, v);
-    let compat = compat(meta, v);
+    let compat = compat(meta, topology, v);
     let (framework, topology) = (framework?, topology?);
     if meta.annotation(c::RESTART_SCOPE).is_none() {
         policies.restart_scope = framework.default_restart_scope();
@@ -48,15 +48,62 @@ pub(super) fn job_spec(
 }
 
 /// `dljob.dev/compat`: one of the operators whose images admission knows.
-pub(super) fn compat(meta: &Meta<'_>, v: &mut Violations) -> Option<String> {
+/// Under `volcano`, every role's task names files and annotations: the
+/// tasks must be distinct, short enough, and name roles of the job.
+pub(super) fn compat(
+    meta: &Meta<'_>,
+    topology: Option<&Topology>,
+    v: &mut Violations,
+) -> Option<String> {
     let text = meta.annotation(c::COMPAT)?;
-    match c::check_compat(text) {
-        Ok(()) => Some(text.to_owned()),
-        Err(e) => {
-            v.push(Rule::InvalidValue, e);
-            None
+    if let Err(e) = c::check_compat(text) {
+        v.push(Rule::InvalidValue, e);
+        return None;
+    }
+    if let (Some(topology), Some(pairs)) = (topology, text.strip_prefix("volcano")) {
+        let mut problems = Vec::new();
+        for (role, _) in pairs
+            .trim_start_matches(':')
+            .split(',')
+            .filter_map(|p| p.split_once('='))
+        {
+            if topology.count(role).is_none() {
+                problems.push(format!(
+                    "it names role \"{}\", which the job has not",
+                    c::quoted(role)
+                ));
+            }
+        }
+        let mut tasks: Vec<&str> = Vec::new();
+        for (role, _) in topology.roles() {
+            let task = c::volcano_task(Some(text), role).unwrap_or(role);
+            if tasks.contains(&task) {
+                problems.push(format!("two roles are task \"{task}\""));
+            }
+            if task.len() > c::MAX_VOLCANO_TASK {
+                problems.push(format!(
+                    "task \"{}\" is over {} characters (it names the annotation of its host file)",
+                    c::quoted(task),
+                    c::MAX_VOLCANO_TASK
+                ));
+            }
+            tasks.push(task);
+        }
+        if !problems.is_empty() {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "{} \"{}\": {}; give each role its own task of at most {} characters",
+                    c::COMPAT,
+                    c::quoted(text),
+                    problems.join("; "),
+                    c::MAX_VOLCANO_TASK
+                ),
+            );
+            return None;
         }
     }
+    Some(text.to_owned())
 }
 
 /// `dljob.dev/tensorboard` as written; whether the pod has, mounts and
