@@ -125,7 +125,7 @@ def mpirun_command(pod: podsim.Pod) -> list[str]:
     `sh -c` script is split at && and ;)."""
     container = pod.framework_container
     argv = list(container.get("command", [])) + list(container.get("args", []))
-    if argv[:1] in (["sh"], ["bash"]) and "-c" in argv:
+    if argv and Path(argv[0]).name in ("sh", "bash") and "-c" in argv:
         script = argv[argv.index("-c") + 1]
         for part in script.replace(";", "&&").split("&&"):
             words = shlex.split(part)

@@ -40,6 +40,7 @@ user without fsGroup (cannot read the files), root's ssh with an fsGroup
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -291,7 +292,12 @@ class Cluster:
     def mpirun(self, launcher: podsim.Pod, mounts: list[dict] | None = None, image: str = "") -> Run:
         """The launcher's own mpirun command line (its program replaced by
         the rank stand-in) with the real ssh, as the launcher's user."""
-        words = mpirun_command(launcher)
+        # The shell the command ran in would expand the launcher's env
+        # (Volcano's `--host ${MPI_HOST}`).
+        launcher_env = launcher.env()
+        words = [re.sub(r"\$\{(\w+)\}|\$(\w+)",
+                        lambda m: launcher_env.get(m.group(1) or m.group(2), m.group(0)), w)
+                 for w in mpirun_command(launcher)]
         # The program: a python's, else the last word (a binary's).
         prog = next((i for i, w in enumerate(words) if i > 0 and Path(w).name.startswith("python")),
                     len(words) - 1)
@@ -493,3 +499,31 @@ def test_without_compat_the_mpi_operators_images_do_not_start(cluster_of, tmp_pa
     proc.wait(timeout=10)
     assert proc.returncode != 0, cluster.sshd_logs()
     assert "no hostkeys available" in cluster.sshd_logs(), cluster.sshd_logs()
+
+
+VOLCANO_MPI = REPO / "tests" / "fixtures" / "operators" / "volcano-mpi.yaml"
+
+
+def test_volcanos_mpi_job_reaches_its_workers_with_the_ssh_plugins_layout(cluster_of, tmp_path):
+    """Volcano's MPI example converted (dljob.dev/compat:
+    volcano:launcher=mpimaster,worker=mpiworker): the Secret laid out as
+    Volcano's ssh plugin does in /root/.ssh (id_rsa, id_rsa.pub,
+    authorized_keys, config) with the key also under the name dljob's
+    config gives it; the master's own `mpiexec --host ${MPI_HOST}` with the
+    real ssh reaches the workers' sshd."""
+    out = subprocess.run([str(podsim.DLJOB), "convert", "-f", str(VOLCANO_MPI)],
+                         check=True, capture_output=True, text=True, timeout=60)
+    manifest = tmp_path / "converted.yaml"
+    manifest.write_text(out.stdout)
+    cluster = cluster_of(manifest)
+    launcher = cluster.job.pod("launcher")
+    workers = [cluster.job.pod("worker", i) for i in range(2)]
+    paths = sorted(m["mountPath"] for m in cluster.mounts(launcher))
+    assert paths == [f"/root/.ssh/{f}" for f in
+                     ("authorized_keys", "config", "id_ed25519", "id_rsa", "id_rsa.pub")]
+    assert launcher.env()["MPI_HOST"] == ",".join(w.svc_host for w in workers)
+    for w in workers:
+        cluster.start_sshd(w)
+    run = cluster.mpirun(launcher)
+    assert_two_ranks(run, workers)
+    assert "Accepted publickey for root" in run.output, run
