@@ -931,3 +931,35 @@ fn paddle_and_mxnet_pods_get_what_the_operators_source_sets() {
         );
     }
 }
+
+#[test]
+fn an_mxjob_v1beta1_has_its_policies_at_the_top_and_cleans_all() {
+    let run = convert(&fixture("mxjob-v1beta1.yaml"));
+    assert!(run.success(), "{run:?}");
+    let a = annotations(&values(&run.stdout)[0]);
+    assert_eq!(a["dljob.dev/clean-pod-policy"], "All");
+    assert_eq!(a["dljob.dev/ttl-seconds-after-finished"], "600");
+    assert_eq!(a["dljob.dev/port"], "9091");
+    assert_eq!(a["dljob.dev/replicas"], "scheduler=1,server=1,worker=2");
+    let with = |extra: &str| {
+        let text = std::fs::read_to_string(fixture("mxjob-v1beta1.yaml"))
+            .unwrap()
+            .replace(
+                "  jobMode: MXTrain\n",
+                &format!("  jobMode: MXTrain\n{extra}"),
+            );
+        dljob(&["convert", "-f", "-"], Some(&text))
+    };
+    let run = with("  runPolicy: {backoffLimit: 2}\n  successPolicy: AllWorkers\n");
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("MXJob/mxnet-job: spec.runPolicy is not a field of MXJob"),
+        "{run:?}"
+    );
+    assert!(
+        run.stderr
+            .contains("MXJob/mxnet-job: spec.successPolicy \"AllWorkers\""),
+        "{run:?}"
+    );
+}

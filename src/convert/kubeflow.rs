@@ -43,6 +43,12 @@ pub(crate) struct Operator {
     pub(crate) compat: &'static str,
     /// What every job of this kind should know, said as a warning.
     note: Option<&'static str>,
+    /// runPolicy fields this kind has at the top of its spec instead (or
+    /// as well); `false` in `run_policy`: it has no runPolicy.
+    top_level_policies: &'static [&'static str],
+    run_policy: bool,
+    /// The cleanPodPolicy of a job that names none.
+    default_clean: &'static str,
 }
 
 impl Operator {
@@ -67,6 +73,9 @@ pub(crate) const PYTORCH: Operator = Operator {
     extra_fields: &["elasticPolicy", "nprocPerNode"],
     compat: KUBEFLOW,
     note: None,
+    top_level_policies: &[],
+    run_policy: true,
+    default_clean: "None",
 };
 
 pub(crate) const TENSORFLOW: Operator = Operator {
@@ -88,6 +97,9 @@ pub(crate) const TENSORFLOW: Operator = Operator {
     extra_fields: &["successPolicy", "enableDynamicWorker"],
     compat: KUBEFLOW,
     note: None,
+    top_level_policies: &[],
+    run_policy: true,
+    default_clean: "None",
 };
 
 pub(crate) const XGBOOST: Operator = Operator {
@@ -103,6 +115,9 @@ pub(crate) const XGBOOST: Operator = Operator {
     extra_fields: &[],
     compat: KUBEFLOW,
     note: None,
+    top_level_policies: &[],
+    run_policy: true,
+    default_clean: "None",
 };
 
 pub(crate) const PADDLE: Operator = Operator {
@@ -118,6 +133,9 @@ pub(crate) const PADDLE: Operator = Operator {
     extra_fields: &["elasticPolicy"],
     compat: KUBEFLOW,
     note: None,
+    top_level_policies: &[],
+    run_policy: true,
+    default_clean: "None",
 };
 
 pub(crate) const JAX: Operator = Operator {
@@ -133,6 +151,9 @@ pub(crate) const JAX: Operator = Operator {
     extra_fields: &[],
     compat: KUBEFLOW,
     note: None,
+    top_level_policies: &[],
+    run_policy: true,
+    default_clean: "None",
 };
 
 pub(crate) const MXNET: Operator = Operator {
@@ -165,6 +186,24 @@ pub(crate) const MXNET: Operator = Operator {
     extra_fields: &["jobMode"],
     compat: KUBEFLOW,
     note: None,
+    top_level_policies: &[],
+    run_policy: true,
+    default_clean: "None",
+};
+
+/// The mxnet-operator's MXJob v1beta1: no runPolicy, its policies at the
+/// top of the spec, every pod deleted when the job ends.
+pub(crate) const MXNET_V1BETA1: Operator = Operator {
+    extra_fields: &[
+        "jobMode",
+        "cleanPodPolicy",
+        "successPolicy",
+        "ttlSecondsAfterFinished",
+    ],
+    top_level_policies: &["cleanPodPolicy", "ttlSecondsAfterFinished"],
+    run_policy: false,
+    default_clean: "All",
+    ..MXNET
 };
 
 /// The MPI operator's MPIJob (v2beta1): launcher and workers over ssh; it
@@ -179,6 +218,7 @@ pub(crate) const MPI: Operator = Operator {
         "runLauncherAsWorker",
     ],
     note: None,
+    top_level_policies: &[],
     ..MPI_V1
 };
 
@@ -204,6 +244,9 @@ pub(crate) const MPI_V1: Operator = Operator {
     ],
     compat: "mpi-operator",
     note: Some("the training-operator's v1 MPIJob reached its workers with kubectl exec (its workers with no command slept); dljob's launcher reaches them over ssh, so the workers' image needs sshd (a worker with no command runs /usr/sbin/sshd -De) and the launcher's ssh"),
+    top_level_policies: &["cleanPodPolicy"],
+    run_policy: true,
+    default_clean: "None",
 };
 
 /// One replica type of a job, converted.
@@ -252,8 +295,9 @@ pub(crate) fn convert_with_port(
         return Err(vec!["spec is missing or not a mapping".into()]);
     };
     for key in spec.keys() {
-        let known =
-            key == op.specs || key == "runPolicy" || op.extra_fields.contains(&key.as_str());
+        let known = key == op.specs
+            || (key == "runPolicy" && op.run_policy)
+            || op.extra_fields.contains(&key.as_str());
         if !known {
             problems.push(format!(
                 "spec.{key} is not a field of {} that dljob convert knows, so it cannot carry it over: remove it (or file an issue if it should map)",
@@ -286,7 +330,7 @@ pub(crate) fn convert_with_port(
     let run_policy = run_policy_of(op, spec, &mut problems);
     let mut template_edits = TemplateEdits::default();
     if let Some(rp) = &run_policy {
-        run_policy_keys(rp, &mut keys, &mut problems);
+        run_policy_keys(rp, op.default_clean, &mut keys, &mut problems);
     }
     match op.framework {
         "pytorch" => pytorch(
@@ -298,7 +342,10 @@ pub(crate) fn convert_with_port(
         ),
         "paddle" => paddle(spec, &mut problems),
         "tensorflow" => tensorflow(spec, &mut problems),
-        "mxnet" => mxnet(spec, &mut problems),
+        "mxnet" => {
+            mxnet(spec, &mut problems);
+            tensorflow(spec, &mut problems);
+        }
         "mpi" => mpi(spec, &mut keys, &mut problems, &mut out.warnings),
         _ => {}
     }
@@ -432,8 +479,21 @@ fn replica_specs<'v>(
             problems.push(format!("{at} is not a mapping"));
             continue;
         };
+        if let Some(label) = rs
+            .get("label")
+            .and_then(Value::as_str)
+            .filter(|_| !op.run_policy)
+        {
+            if !label.is_empty() {
+                problems.push(format!(
+                    "{at}.label \"{}\": a tuner's label is for auto-tuning (MXTune), which is not a dljob job; remove it",
+                    c::quoted(label)
+                ));
+            }
+        }
         for key in rs.keys() {
-            if !matches!(key.as_str(), "replicas" | "template" | "restartPolicy") {
+            let label = key == "label" && !op.run_policy;
+            if !label && !matches!(key.as_str(), "replicas" | "template" | "restartPolicy") {
                 problems.push(format!(
                     "{at}.{key} is not a replica spec field dljob convert knows: remove it"
                 ));
@@ -530,8 +590,9 @@ pub(crate) fn restart_policy(
     }
 }
 
-/// `runPolicy` (and the training-operator's v1 MPIJob's deprecated
-/// top-level `cleanPodPolicy`), checked for unknown fields.
+/// `runPolicy` and the policies a kind has at the top of its spec (the v1
+/// MPIJob's deprecated `cleanPodPolicy`, the v1beta1 MXJob's), checked for
+/// unknown fields.
 fn run_policy_of(
     op: &Operator,
     spec: &Map<String, Value>,
@@ -545,14 +606,14 @@ fn run_policy_of(
             return None;
         }
     };
-    if op.framework == "mpi" {
-        if let Some(p) = spec.get("cleanPodPolicy") {
-            if rp.get("cleanPodPolicy").is_some_and(|q| q != p) {
-                problems.push(
-                    "spec.cleanPodPolicy and spec.runPolicy.cleanPodPolicy differ: keep one".into(),
-                );
+    for field in op.top_level_policies {
+        if let Some(p) = spec.get(*field) {
+            if rp.get(*field).is_some_and(|q| q != p) {
+                problems.push(format!(
+                    "spec.{field} and spec.runPolicy.{field} differ: keep one"
+                ));
             }
-            rp.insert("cleanPodPolicy".into(), p.clone());
+            rp.insert((*field).into(), p.clone());
         }
     }
     for key in rp.keys() {
@@ -576,10 +637,15 @@ fn run_policy_of(
 }
 
 /// runPolicy's own fields as dljob keys (schedulingPolicy is [`gang`]'s).
-fn run_policy_keys(rp: &Map<String, Value>, keys: &mut Keys, problems: &mut Vec<String>) {
-    // Both operators default to None (leave every pod as it is); dljob to
-    // Running. The job keeps its operator's behaviour.
-    keys.insert(c::CLEAN_POD_POLICY, "None".into());
+fn run_policy_keys(
+    rp: &Map<String, Value>,
+    default_clean: &str,
+    keys: &mut Keys,
+    problems: &mut Vec<String>,
+) {
+    // The operators default to None (leave every pod as it is) or All;
+    // dljob to Running. The job keeps its operator's behaviour.
+    keys.insert(c::CLEAN_POD_POLICY, default_clean.into());
     if let Some(v) = rp.get("cleanPodPolicy").filter(|v| !v.is_null()) {
         match v.as_str() {
             Some(p @ ("Running" | "All" | "None")) => {
