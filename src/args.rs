@@ -38,13 +38,70 @@ pub enum Command {
     /// Add the dljob labels and annotations that make the manifests' Pods,
     /// StatefulSets and Indexed Jobs one job; prints the manifests (or
     /// rewrites the files with --in-place).
+    ///
+    /// Adds `dljob.dev/job` and `dljob.dev/role` (also on a StatefulSet's pod
+    /// template), `dljob.dev/framework`, `dljob.dev/replicas` (the topology the
+    /// members' `replicas`, `completions` and plain Pods add up to, in the
+    /// framework's role order; left out for a job that is one StatefulSet or
+    /// Job, whose size the webhook reads), `dljob.dev/index` on plain Pods of a
+    /// role with more than one replica (document order), and the --set
+    /// policies to every Pod, apps/v1 StatefulSet and batch/v1 Job of the
+    /// input. Other documents pass through byte for byte.
+    ///
+    /// Roles: --role wins; else the member's own dljob.dev/role label; else the
+    /// framework's only role (jax); else the last word of the name that is a
+    /// role of the framework, past a numeric suffix and the job name
+    /// (`train-worker`, `train-workers`, `train-ps-0`; for generic any DNS
+    /// label); else, for a
+    /// job of one member, the first role (coordinator first) that can make
+    /// the whole job alone. Anything else is an error naming the workload and
+    /// the framework's roles.
+    ///
+    /// dljob keys already present are kept when they agree and never
+    /// overwritten: one that disagrees (another job, role, framework, topology
+    /// or policy) is an error naming it. A policy already on one member is
+    /// copied to the others. Running it again on its output changes nothing,
+    /// and its output passes `dljob validate` (checked before anything is
+    /// printed or written; exit 1 with every problem otherwise).
+    ///
+    /// Changed documents are edited in place with the yaml-edit crate:
+    /// comments, key order and formatting are kept; new keys go into the
+    /// existing labels/annotations mappings (created where absent). Should an
+    /// edit not read back as intended, that document is re-serialised with
+    /// serde-saphyr instead, losing its comments and formatting, and a warning
+    /// says so.
     Label(LabelArgs),
     /// Convert other operators' jobs into dljob jobs: each PyTorchJob,
     /// TFJob, XGBoostJob, PaddleJob, JAXJob, MXJob, MPIJob, ChainerJob or
-    /// Volcano Job
-    /// becomes one labelled Indexed Job (or StatefulSet) per replica type
-    /// or task; prints the manifests (or rewrites the files with
-    /// --in-place).
+    /// Volcano Job becomes one labelled Indexed Job (or StatefulSet) per
+    /// replica type or task; prints the manifests (or rewrites the files
+    /// with --in-place).
+    ///
+    /// Reads kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob,
+    /// JAXJob, MXJob and MPIJob, MXJob v1beta1, the MPI operator's v2beta1
+    /// MPIJob, the first forms (TfJob mlkube.io/v1beta1, TFJob and MXJob
+    /// kubeflow.org/v1alpha1), the chainer-operator's ChainerJob and
+    /// Volcano's batch.volcano.sh/v1alpha1 Job. Per job it prints one
+    /// workload per replica type, named <job>-<role>: an Indexed Job
+    /// (completions = parallelism = replicas) for a replica type whose
+    /// restartPolicy is OnFailure, Never or ExitCode, since it runs to
+    /// completion; a StatefulSet for one whose restartPolicy is Always, the
+    /// only policy a StatefulSet allows and one a Job refuses. Each keeps
+    /// its replica's pod template whole (its comments too), with the job's
+    /// labels and annotations, and gets dljob's keys: the job and role, the
+    /// framework and topology, dljob.dev/compat (so that the operator's
+    /// images get what they read), and the job's policies (runPolicy's
+    /// backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished,
+    /// cleanPodPolicy and schedulingPolicy; PyTorch's elasticPolicy and
+    /// nprocPerNode; MPI's slotsPerWorker, sshAuthMountPath and
+    /// mainContainer; Volcano's plugins and policies; the operator's named
+    /// port as dljob.dev/port).
+    ///
+    /// A field dljob cannot honour stops the conversion with a message
+    /// naming the field and what to do instead, and nothing is printed or
+    /// written; every problem of every job is listed. The result is checked
+    /// as `dljob validate` checks it. Other documents pass through byte for
+    /// byte, and converting the output again changes nothing.
     #[command(after_help = CONVERT_EXAMPLES)]
     Convert(ConvertArgs),
     /// Print the DLJob CustomResourceDefinition generated from the Rust types.
@@ -331,37 +388,7 @@ pub struct MutateArgs {
     pub owned: bool,
 }
 
-/// Adds `dljob.dev/job` and `dljob.dev/role` (also on a StatefulSet's pod
-/// template), `dljob.dev/framework`, `dljob.dev/replicas` (the topology the
-/// members' `replicas`, `completions` and plain Pods add up to, in the
-/// framework's role order; left out for a job that is one StatefulSet or
-/// Job, whose size the webhook reads), `dljob.dev/index` on plain Pods of a
-/// role with more than one replica (document order), and the --set
-/// policies to every Pod, apps/v1 StatefulSet and batch/v1 Job of the
-/// input. Other documents pass through byte for byte.
-///
-/// Roles: --role wins; else the member's own dljob.dev/role label; else the
-/// framework's only role (jax); else the last word of the name that is a
-/// role of the framework, past a numeric suffix and the job name
-/// (`train-worker`, `train-workers`, `train-ps-0`; for generic any DNS
-/// label); else, for a
-/// job of one member, the first role (coordinator first) that can make
-/// the whole job alone. Anything else is an error naming the workload and
-/// the framework's roles.
-///
-/// dljob keys already present are kept when they agree and never
-/// overwritten: one that disagrees (another job, role, framework, topology
-/// or policy) is an error naming it. A policy already on one member is
-/// copied to the others. Running it again on its output changes nothing,
-/// and its output passes `dljob validate` (checked before anything is
-/// printed or written; exit 1 with every problem otherwise).
-///
-/// Changed documents are edited in place with the yaml-edit crate:
-/// comments, key order and formatting are kept; new keys go into the
-/// existing labels/annotations mappings (created where absent). Should an
-/// edit not read back as intended, that document is re-serialised with
-/// serde-saphyr instead, losing its comments and formatting, and a warning
-/// says so.
+/// `dljob label`'s arguments (its help is on [`Command::Label`]).
 #[derive(Debug, Clone, Args)]
 pub struct LabelArgs {
     #[command(flatten)]
@@ -390,29 +417,7 @@ pub struct LabelArgs {
     pub in_place: bool,
 }
 
-/// Reads kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob,
-/// MXJob and MPIJob, MXJob v1beta1, the MPI operator's v2beta1 MPIJob, and
-/// the first forms (TfJob mlkube.io/v1beta1, TFJob and MXJob
-/// kubeflow.org/v1alpha1), the chainer-operator's ChainerJob and Volcano's
-/// batch.volcano.sh/v1alpha1 Job, and prints, per job, one workload per replica type named
-/// `<job>-<role>`: an Indexed Job (completions = parallelism = replicas)
-/// for a replica type whose restartPolicy is OnFailure, Never or ExitCode,
-/// since it runs to completion; a StatefulSet for one whose restartPolicy
-/// is Always, the only policy a StatefulSet allows and one a Job refuses.
-/// Each keeps its replica's pod template whole (its comments too), with
-/// the job's labels and annotations, and gets dljob's keys: the job and
-/// role, the framework and topology, `dljob.dev/compat` (so that the
-/// operator's images get the env they read), and the job's policies
-/// (runPolicy's backoffLimit, activeDeadlineSeconds,
-/// ttlSecondsAfterFinished, cleanPodPolicy and schedulingPolicy; PyTorch's
-/// elasticPolicy and nprocPerNode; MPI's slotsPerWorker, sshAuthMountPath
-/// and mainContainer; the operator's named port as dljob.dev/port).
-///
-/// A field dljob cannot honour stops the conversion with a message naming
-/// the field and what to do instead, and nothing is printed or written;
-/// every problem of every job is listed. The result is checked as `dljob
-/// validate` checks it. Other documents pass through byte for byte, and
-/// converting the output again changes nothing.
+/// `dljob convert`'s arguments (its help is on [`Command::Convert`]).
 #[derive(Debug, Clone, Args)]
 pub struct ConvertArgs {
     #[command(flatten)]

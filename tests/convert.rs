@@ -963,3 +963,21 @@ fn an_mxjob_v1beta1_has_its_policies_at_the_top_and_cleans_all() {
         "{run:?}"
     );
 }
+
+#[test]
+fn help_says_what_convert_reads_and_why_each_kind_of_workload() {
+    let help = dljob(&["convert", "--help"], None);
+    assert!(help.success(), "{help:?}");
+    for said in [
+        "ChainerJob and Volcano's batch.volcano.sh/v1alpha1 Job",
+        "an Indexed Job (completions = parallelism = replicas) for a replica type whose restartPolicy is OnFailure, Never or ExitCode",
+        "a StatefulSet for one whose restartPolicy is Always",
+        "A field dljob cannot honour stops the conversion",
+        "docs/migration.md maps every field of every operator.",
+    ] {
+        assert!(help.stdout.contains(said), "{said}: {help:?}");
+    }
+    // label's own explanation is in its --help too.
+    let label = dljob(&["label", "--help"], None);
+    assert!(label.stdout.contains("Roles: --role wins"), "{label:?}");
+}
