@@ -243,7 +243,7 @@ pub(crate) const MPI_V1: Operator = Operator {
         "cleanPodPolicy",
     ],
     compat: "mpi-operator",
-    note: Some("the training-operator's v1 MPIJob reached its workers with kubectl exec (its workers with no command slept); dljob's launcher reaches them over ssh, so the workers' image needs sshd (a worker with no command runs /usr/sbin/sshd -De) and the launcher's ssh"),
+    note: Some("the training-operator's v1 MPIJob reached its workers with kubectl exec (its workers with no command slept); dljob's launcher reaches them over ssh, so the workers' image needs sshd (a worker with no command runs /usr/sbin/sshd -De) and the launcher's an ssh client"),
     top_level_policies: &["cleanPodPolicy"],
     run_policy: true,
     default_clean: "None",
