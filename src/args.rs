@@ -336,6 +336,7 @@ pub struct ServeArgs {
     /// 503, so that the API server stops sending reviews here before the
     /// listener closes (a rollout then drops none); in-flight reviews get
     /// up to 25 s more. Keep terminationGracePeriodSeconds above the sum.
+    /// A second Ctrl-C or SIGTERM stops at once.
     #[arg(long, default_value_t = 10, env = "DLJOB_DRAIN_SECONDS")]
     pub drain_seconds: u64,
     /// Log every review at INFO. By default only denials and reviews with

@@ -160,12 +160,16 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         let drain = Duration::from_secs(args.drain_seconds);
         tracing::info!(
             drain_seconds = args.drain_seconds,
-            "draining: /readyz answers 503 while reviews are still served, then no new connections and in-flight reviews finish"
+            "draining: /readyz answers 503 while reviews are still served, then no new connections and in-flight reviews finish (--drain-seconds; a second Ctrl-C or SIGTERM stops at once)"
         );
-        running
-            .drain(drain, SHUTDOWN_GRACE)
-            .await
-            .context("webhook server")?;
+        // A second signal (Ctrl-C again at a terminal) does not wait for
+        // the drain: the listener closes as the process exits.
+        tokio::select! {
+            drained = running.drain(drain, SHUTDOWN_GRACE) => drained.context("webhook server")?,
+            signal = shutdown_signal() => {
+                tracing::info!(signal, "stopping without the rest of the drain");
+            }
+        }
     }
     config_task.abort();
     outcome?;

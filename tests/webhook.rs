@@ -1858,51 +1858,115 @@ async fn graceful_shutdown_finishes_in_flight_reviews_and_stops_accepting() {
 
 // ---------------------------------------------------------------- the binary
 
+/// `dljob serve` as a process with no cluster, JSON logs at INFO on a
+/// channel, the drain `drain_seconds` long.
+#[cfg(unix)]
+fn spawn_serve(
+    dir: &std::path::Path,
+    ca_path: &std::path::Path,
+    drain_seconds: &str,
+) -> (
+    std::process::Child,
+    tokio::sync::mpsc::UnboundedReceiver<Value>,
+) {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dljob"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--drain-seconds",
+            drain_seconds,
+            "--self-signed-ca-out",
+        ])
+        .arg(ca_path)
+        .env("KUBECONFIG", dir.join("no-such-kubeconfig"))
+        .env("HOME", dir)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            let v: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            if tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// The next log line whose message starts with `prefix`.
+#[cfg(unix)]
+async fn logged(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>, prefix: &str) -> Value {
+    loop {
+        let line = rx.recv().await.expect("the server logs on");
+        if line["message"].as_str().unwrap_or("").starts_with(prefix) {
+            return line;
+        }
+    }
+}
+
+/// Ctrl-C at a terminal starts the drain; a second one stops at once
+/// rather than after `--drain-seconds` (here longer than the test may
+/// take).
+#[cfg(unix)]
+#[tokio::test]
+async fn a_second_interrupt_stops_serve_without_the_rest_of_the_drain() {
+    bounded(async {
+        let dir = tempdir("second-signal");
+        let (mut child, mut rx) = spawn_serve(&dir, &dir.join("ca.pem"), "600");
+        logged(&mut rx, "webhook listening").await;
+        let interrupt = || {
+            let status = std::process::Command::new("kill")
+                .arg("-INT")
+                .arg(child.id().to_string())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        };
+        interrupt();
+        let line = logged(&mut rx, "draining").await;
+        assert_eq!(line["drain_seconds"], 600);
+        assert!(line["message"]
+            .as_str()
+            .unwrap()
+            .contains("a second Ctrl-C or SIGTERM stops at once"));
+        interrupt();
+        let line = logged(&mut rx, "stopping without the rest of the drain").await;
+        assert_eq!(line["signal"], "SIGINT");
+        let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(exit.code(), Some(0));
+        let _ = std::fs::remove_dir_all(dir);
+    })
+    .await
+}
+
 /// `dljob serve` as a process: no cluster reachable, JSON logs, a line for
 /// a denial but none for a plain allowed review, a drain then exit 0 on
 /// SIGTERM.
 #[cfg(unix)]
 #[tokio::test]
 async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigterm() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
+    use std::process::Command;
 
     bounded(async {
         let dir = tempdir("bin");
         let ca_path = dir.join("ca.pem");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dljob"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--drain-seconds",
-                "1",
-                "--self-signed-ca-out",
-            ])
-            .arg(&ca_path)
-            .env("KUBECONFIG", dir.join("no-such-kubeconfig"))
-            .env("HOME", &dir)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .env_remove("KUBERNETES_SERVICE_PORT")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines() {
-                let line = line.unwrap();
-                let v: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
-                if tx.send(v).is_err() {
-                    break;
-                }
-            }
-        });
+        let (mut child, mut rx) = spawn_serve(&dir, &ca_path, "1");
         let mut said_alone = false;
         let addr: SocketAddr = loop {
             let line = rx.recv().await.expect("the server logs its address");
