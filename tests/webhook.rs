@@ -1918,6 +1918,17 @@ async fn logged(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>, prefix: &s
     }
 }
 
+/// Waits for the serve process to exit, which must be with 0, and removes
+/// its directory.
+#[cfg(unix)]
+async fn exits_0(mut child: std::process::Child, dir: std::path::PathBuf) {
+    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(exit.code(), Some(0));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Ctrl-C at a terminal starts the drain; a second one stops at once
 /// rather than after `--drain-seconds` (here longer than the test may
 /// take).
@@ -1926,7 +1937,7 @@ async fn logged(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>, prefix: &s
 async fn a_second_interrupt_stops_serve_without_the_rest_of_the_drain() {
     bounded(async {
         let dir = tempdir("second-signal");
-        let (mut child, mut rx) = spawn_serve(&dir, &dir.join("ca.pem"), "600");
+        let (child, mut rx) = spawn_serve(&dir, &dir.join("ca.pem"), "600");
         logged(&mut rx, "webhook listening").await;
         let interrupt = || {
             let status = std::process::Command::new("kill")
@@ -1946,11 +1957,7 @@ async fn a_second_interrupt_stops_serve_without_the_rest_of_the_drain() {
         interrupt();
         let line = logged(&mut rx, "stopping without the rest of the drain").await;
         assert_eq!(line["signal"], "SIGINT");
-        let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
-            .await
-            .unwrap();
-        assert_eq!(exit.code(), Some(0));
-        let _ = std::fs::remove_dir_all(dir);
+        exits_0(child, dir).await;
     })
     .await
 }
@@ -1966,7 +1973,7 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
     bounded(async {
         let dir = tempdir("bin");
         let ca_path = dir.join("ca.pem");
-        let (mut child, mut rx) = spawn_serve(&dir, &ca_path, "1");
+        let (child, mut rx) = spawn_serve(&dir, &ca_path, "1");
         let mut said_alone = false;
         let addr: SocketAddr = loop {
             let line = rx.recv().await.expect("the server logs its address");
@@ -2020,22 +2027,9 @@ async fn serve_binary_runs_alone_without_a_cluster_logs_json_and_exits_0_on_sigt
             .status()
             .unwrap();
         assert!(status.success());
-        let line = loop {
-            let line = rx.recv().await.unwrap();
-            if line["message"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("draining")
-            {
-                break line;
-            }
-        };
+        let line = logged(&mut rx, "draining").await;
         assert_eq!(line["drain_seconds"], 1);
-        let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
-            .await
-            .unwrap();
-        assert_eq!(exit.code(), Some(0));
-        let _ = std::fs::remove_dir_all(dir);
+        exits_0(child, dir).await;
     })
     .await
 }
