@@ -37,7 +37,7 @@ def test_a_jaxjobs_program_reads_the_operators_names(tmp_path):
             assert env["NUM_PROCESSES"] == "2"
             assert env["PROCESS_ID"] == str(pod.index)
             assert env["PYTHONUNBUFFERED"] == "1"
-        out = run(job, lambda p: [PYTHON, program("jaxjob_env.py")], timeout=120)
+        out = run(job, lambda p: [PYTHON, program("jax_psum.py"), "operator"], timeout=120)
         for pod in job.pods:
             r = result(out[pod.hostname])
             assert r["process_index"] == pod.index
@@ -62,7 +62,7 @@ def test_an_alias_of_dljobs_var_in_the_users_env_is_expanded(tmp_path):
         for pod in job.pods:
             assert "JAX_PROCESS_ID" in pod.env()
             assert pod.env()["PROCESS_ID"] == str(pod.index)
-        out = run(job, lambda p: [PYTHON, program("jaxjob_env.py")], timeout=120)
+        out = run(job, lambda p: [PYTHON, program("jax_psum.py"), "operator"], timeout=120)
         for pod in job.pods:
             assert result(out[pod.hostname])["psum"] == 2.0
 

@@ -256,16 +256,23 @@ class Cluster:
                 "-h", "/run/sshd/host_key", "-o", "PidFile=none"]
         if uid:
             argv += ["-o", "UsePAM=no"]
-        log = d / "sshd.log"
-        proc = subprocess.Popen(self.enter(pod, mounts, str(key)) + self.as_user(pod) + argv,
-                                env=self.job.base_env(), cwd="/", stdout=log.open("w"),
+        proc, log = self.launch(pod, self.enter(pod, mounts, str(key)) + self.as_user(pod) + argv)
+        if proc.poll() is not None or "Server listening" not in log.read_text():
+            pytest.fail(f"sshd of {pod.name} did not start:\n{log.read_text()}")
+
+    def launch(self, pod: podsim.Pod, argv: list[str]) -> tuple[subprocess.Popen, Path]:
+        """Starts an sshd (argv) for `pod` and waits until it listens, it
+        exits, or 10 s pass."""
+        log = self.tmp / pod.hostname / "sshd.log"
+        proc = subprocess.Popen(argv, env=self.job.base_env(), cwd="/", stdout=log.open("w"),
                                 stderr=subprocess.STDOUT, start_new_session=True)
         self.sshd.append((pod, proc, log))
         deadline = time.monotonic() + 10
         while "Server listening" not in log.read_text():
             if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"sshd of {pod.name} did not start:\n{log.read_text()}")
+                break
             time.sleep(0.05)
+        return proc, log
 
     def start_image_sshd(self, pod: podsim.Pod, image: str) -> subprocess.Popen:
         """The pod's own command (an image's sshd and its config), as the
@@ -274,16 +281,7 @@ class Cluster:
         d.mkdir(parents=True, exist_ok=True)
         container = pod.framework_container
         argv = list(container.get("command", [])) + list(container.get("args", []))
-        log = d / "sshd.log"
-        proc = subprocess.Popen(self.enter(pod, image=image) + self.as_user(pod) + argv,
-                                env=self.job.base_env(), cwd="/", stdout=log.open("w"),
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        self.sshd.append((pod, proc, log))
-        deadline = time.monotonic() + 10
-        while "Server listening" not in log.read_text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        proc, _ = self.launch(pod, self.enter(pod, image=image) + self.as_user(pod) + argv)
         return proc
 
     def sshd_logs(self) -> str:

@@ -4,13 +4,11 @@
 //! validates, is a fixed point and keeps the input's comments, and that
 //! the other offline commands point at `convert`.
 
-use std::path::{Path, PathBuf};
-
 use dljob::manifest;
 use serde_json::{json, Value};
 
 mod common;
-use common::dljob;
+use common::{dljob, scratch_dir, values};
 
 const OPERATORS: &str = "tests/fixtures/operators";
 
@@ -22,14 +20,6 @@ fn convert(file: &str) -> common::Run {
     dljob(&["convert", "-f", file], None)
 }
 
-fn values(text: &str) -> Vec<Value> {
-    manifest::parse(text)
-        .expect("parses")
-        .into_iter()
-        .filter_map(|d| d.value)
-        .collect()
-}
-
 /// Each pod `dljob mutate --pods` printed passes `dljob validate` on its
 /// own (the pods carry no names, so they are not each other's peers).
 fn assert_each_pod_validates(pods: &str) {
@@ -39,18 +29,39 @@ fn assert_each_pod_validates(pods: &str) {
     }
 }
 
-fn annotations(v: &Value) -> Value {
-    v["metadata"]["annotations"].clone()
+/// `dljob convert` of a fixture, which must succeed: the run and the
+/// objects it printed.
+fn converted(name: &str) -> (common::Run, Vec<Value>) {
+    let run = convert(&fixture(name));
+    assert!(run.success(), "{name}: {run:?}");
+    let out = values(&run.stdout);
+    (run, out)
 }
 
-/// A scratch directory under the target directory, unique to `name`.
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("convert-tests")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// Each object's kind and name, in order.
+fn kinds_and_names(out: &[Value]) -> Vec<(&str, &str)> {
+    out.iter()
+        .map(|v| {
+            let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap();
+            (s("/kind"), s("/metadata/name"))
+        })
+        .collect()
+}
+
+/// `dljob convert` of `job` on standard input refuses it: exit 1, nothing
+/// printed, and each of `said` on standard error.
+fn assert_refused(job: &str, said: &[&str]) {
+    let run = dljob(&["convert", "-f", "-"], Some(job));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(run.stdout, "", "nothing is printed");
+    for said in said {
+        assert!(run.stderr.contains(said), "{said}: {run:?}");
+    }
+    assert!(run.stderr.contains("; nothing was printed"), "{run:?}");
+}
+
+fn annotations(v: &Value) -> Value {
+    v["metadata"]["annotations"].clone()
 }
 
 #[test]
@@ -109,7 +120,7 @@ fn every_fixture_converts_to_a_job_that_validates_and_converts_to_itself() {
         let file = path.to_str().unwrap();
         let run = convert(file);
         assert!(run.success(), "{file}: {run:?}");
-        let dir = scratch_dir(path.file_stem().unwrap().to_str().unwrap());
+        let dir = scratch_dir("convert-tests", path.file_stem().unwrap().to_str().unwrap());
         let converted = dir.join("converted.yaml");
         std::fs::write(&converted, &run.stdout).unwrap();
         let converted = converted.to_str().unwrap();
@@ -128,18 +139,8 @@ fn every_fixture_converts_to_a_job_that_validates_and_converts_to_itself() {
 
 #[test]
 fn tfjob_parameter_servers_restarted_forever_are_a_statefulset() {
-    let run = convert(&fixture("tfjob-dist-mnist.yaml"));
-    assert!(run.success(), "{run:?}");
-    let out = values(&run.stdout);
-    let kinds: Vec<(&str, &str)> = out
-        .iter()
-        .map(|v| {
-            (
-                v["kind"].as_str().unwrap(),
-                v["metadata"]["name"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    let (_, out) = converted("tfjob-dist-mnist.yaml");
+    let kinds = kinds_and_names(&out);
     // In the framework's role order, whatever the job's.
     assert_eq!(
         kinds,
@@ -179,9 +180,7 @@ fn tfjob_parameter_servers_restarted_forever_are_a_statefulset() {
 
 #[test]
 fn elastic_and_mpi_policies_map_to_dljob_keys() {
-    let run = convert(&fixture("pytorchjob-elastic.yaml"));
-    assert!(run.success(), "{run:?}");
-    let out = values(&run.stdout);
+    let (_, out) = converted("pytorchjob-elastic.yaml");
     assert_eq!(out.len(), 1);
     let a = annotations(&out[0]);
     assert_eq!(a["dljob.dev/elastic"], "1:2");
@@ -190,9 +189,7 @@ fn elastic_and_mpi_policies_map_to_dljob_keys() {
     assert_eq!(out[0]["spec"]["backoffLimit"], 100);
     assert_eq!(a["dljob.dev/replicas"], "worker=2");
 
-    let run = convert(&fixture("mpijob-pi.yaml"));
-    assert!(run.success(), "{run:?}");
-    let out = values(&run.stdout);
+    let (run, out) = converted("mpijob-pi.yaml");
     let a = annotations(&out[0]);
     // The MPI operator's defaults: the launcher restarts OnFailure, the
     // workers not at all.
@@ -272,10 +269,9 @@ spec:
         spec:
           containers: [{name: tensorflow, image: tf}]
 "#;
-    let run = dljob(&["convert", "-f", "-"], Some(job));
-    assert_eq!(run.code, Some(1), "{run:?}");
-    assert_eq!(run.stdout, "", "nothing is printed");
-    for field in [
+    assert_refused(
+        job,
+        &[
         "TFJob/tf: spec.successPolicy \"AllWorkers\"",
         "TFJob/tf: spec.enableDynamicWorker",
         "TFJob/tf: spec.someNewField is not a field of TFJob",
@@ -283,15 +279,13 @@ spec:
         "TFJob/tf: spec.runPolicy.schedulingPolicy asks for gang scheduling",
         "TFJob/tf: spec.tfReplicaSpecs.Cheif: TFJob has no replica type \"Cheif\"; its types are Chief, Master, Worker, PS, Evaluator",
         "TFJob/tf: spec.tfReplicaSpecs: restartPolicy is ExitCode for Worker and Never for PS",
-    ] {
-        assert!(run.stderr.contains(field), "{field}: {run:?}");
-    }
-    assert!(run.stderr.contains("; nothing was printed"), "{run:?}");
+        ],
+    );
 }
 
 #[test]
 fn other_documents_pass_through_byte_for_byte_and_in_place_rewrites_only_jobs() {
-    let dir = scratch_dir("in-place");
+    let dir = scratch_dir("convert-tests", "in-place");
     let other = "# keep me\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata:\n  k:   'v'   # odd spacing\n";
     let job = std::fs::read_to_string(fixture("jaxjob-cpu.yaml")).unwrap();
     let mixed = dir.join("a-mixed.yaml");
@@ -538,9 +532,7 @@ fn the_migration_guides_before_and_after_are_the_fixture_and_its_conversion() {
 
 #[test]
 fn the_first_operators_list_forms_convert_by_their_own_field_names() {
-    let run = convert(&fixture("tfjob-mlkube-v1beta1.yaml"));
-    assert!(run.success(), "{run:?}");
-    let out = values(&run.stdout);
+    let (run, out) = converted("tfjob-mlkube-v1beta1.yaml");
     let names: Vec<&str> = out
         .iter()
         .map(|v| v["metadata"]["name"].as_str().unwrap())
@@ -558,9 +550,7 @@ fn the_first_operators_list_forms_convert_by_their_own_field_names() {
         .stdout
         .contains("\n        # The parameter servers serve until the job ends.\n"));
 
-    let run = convert(&fixture("mxjob-v1alpha1.yaml"));
-    assert!(run.success(), "{run:?}");
-    let out = values(&run.stdout);
+    let (_, out) = converted("mxjob-v1alpha1.yaml");
     let a = annotations(&out[0]);
     // The scheduler's PsRootPort is the job's port.
     assert_eq!(a["dljob.dev/port"], "9000");
@@ -588,24 +578,21 @@ spec:
       tfPort: 2222
       template: {spec: {containers: [{name: tensorflow, image: tf}], restartPolicy: Never}}
 "#;
-    let run = dljob(&["convert", "-f", "-"], Some(bad));
-    assert_eq!(run.code, Some(1), "{run:?}");
-    for said in [
+    assert_refused(
+        bad,
+        &[
         "TFJob/old: spec.tensorboard is not a field of TFJob that dljob convert knows",
         "TFJob/old: spec.replicaSpecs[0].template.spec.restartPolicy is missing: the operator ran each replica as a Job of the template's policy; set OnFailure or Never",
         "TFJob/old: spec.replicaSpecs[1].tfReplicaType: TFJob has no replica type \"CHIEF\"; its types are MASTER, WORKER, PS",
         "TFJob/old: spec.replicaSpecs[3].tfPort is 2222 and spec.replicaSpecs[2].tfPort is 2223",
         "TFJob/old: spec.terminationPolicy.chief is WORKER 1: a dljob job ends when its coordinator (WORKER 0) exits",
-    ] {
-        assert!(run.stderr.contains(said), "{said}: {run:?}");
-    }
+        ],
+    );
 }
 
 #[test]
 fn a_volcano_job_becomes_a_job_whose_pods_get_volcanos_files_and_env() {
-    let run = convert(&fixture("volcano-tensorflow.yaml"));
-    assert!(run.success(), "{run:?}");
-    let out = values(&run.stdout);
+    let (run, out) = converted("volcano-tensorflow.yaml");
     // The worker task completes the job (TaskCompleted → CompleteJob): it
     // is the generic job's coordinator, so its role comes first.
     let names: Vec<&str> = out
@@ -800,9 +787,9 @@ spec:
       replicas: 2
       template: {spec: {containers: [{name: c, image: i}], restartPolicy: OnFailure}}
 "#;
-    let run = dljob(&["convert", "-f", "-"], Some(bad));
-    assert_eq!(run.code, Some(1), "{run:?}");
-    for said in [
+    assert_refused(
+        bad,
+        &[
         "Job/vc: spec.volumes is not a field of a Volcano Job that dljob convert knows",
         "Job/vc: spec.plugins.ray: dljob has no equivalent of Volcano's ray plugin",
         "Job/vc: spec.plugins.pytorch: --wrker is not a flag of the plugin",
@@ -810,25 +797,14 @@ spec:
         "Job/vc: spec.tasks[1]: task \"trainer\" is none of the pytorch plugin's (master, worker)",
         "Job/vc: spec.policies[0]: a policy on an exit code or a timeout has no dljob equivalent",
         "Job/vc: spec.policies[1]: PodFailed → CompleteJob has no dljob equivalent",
-    ] {
-        assert!(run.stderr.contains(said), "{said}: {run:?}");
-    }
+        ],
+    );
 }
 
 #[test]
 fn a_chainerjobs_worker_sets_become_statefulsets_running_sshd() {
-    let run = convert(&fixture("chainerjob-mn.yaml"));
-    assert!(run.success(), "{run:?}");
-    let out = values(&run.stdout);
-    let kinds: Vec<(&str, &str)> = out
-        .iter()
-        .map(|v| {
-            (
-                v["kind"].as_str().unwrap(),
-                v["metadata"]["name"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    let (run, out) = converted("chainerjob-mn.yaml");
+    let kinds = kinds_and_names(&out);
     assert_eq!(
         kinds,
         [
@@ -941,26 +917,18 @@ fn an_mxjob_v1beta1_has_its_policies_at_the_top_and_cleans_all() {
     assert_eq!(a["dljob.dev/ttl-seconds-after-finished"], "600");
     assert_eq!(a["dljob.dev/port"], "9091");
     assert_eq!(a["dljob.dev/replicas"], "scheduler=1,server=1,worker=2");
-    let with = |extra: &str| {
-        let text = std::fs::read_to_string(fixture("mxjob-v1beta1.yaml"))
-            .unwrap()
-            .replace(
-                "  jobMode: MXTrain\n",
-                &format!("  jobMode: MXTrain\n{extra}"),
-            );
-        dljob(&["convert", "-f", "-"], Some(&text))
-    };
-    let run = with("  runPolicy: {backoffLimit: 2}\n  successPolicy: AllWorkers\n");
-    assert_eq!(run.code, Some(1), "{run:?}");
-    assert!(
-        run.stderr
-            .contains("MXJob/mxnet-job: spec.runPolicy is not a field of MXJob"),
-        "{run:?}"
-    );
-    assert!(
-        run.stderr
-            .contains("MXJob/mxnet-job: spec.successPolicy \"AllWorkers\""),
-        "{run:?}"
+    let text = std::fs::read_to_string(fixture("mxjob-v1beta1.yaml"))
+        .unwrap()
+        .replace(
+            "  jobMode: MXTrain\n",
+            "  jobMode: MXTrain\n  runPolicy: {backoffLimit: 2}\n  successPolicy: AllWorkers\n",
+        );
+    assert_refused(
+        &text,
+        &[
+            "MXJob/mxnet-job: spec.runPolicy is not a field of MXJob",
+            "MXJob/mxnet-job: spec.successPolicy \"AllWorkers\"",
+        ],
     );
 }
 

@@ -5,14 +5,14 @@
 //! bounded by a deadline.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use dljob::manifest;
 use dljob::object::Kind;
 use serde_json::{Map, Value};
 
 mod common;
-use common::{dljob, repo, CONFIG_MAP};
+use common::{dljob, repo, scratch_dir, values, CONFIG_MAP};
 
 /// `dljob label -f FILE --job tf --framework tensorflow EXTRA…`.
 fn label_tf(file: &str, extra: &[&str], stdin: Option<&str>) -> common::Run {
@@ -27,24 +27,6 @@ fn label_tf(file: &str, extra: &[&str], stdin: Option<&str>) -> common::Run {
     ];
     args.extend_from_slice(extra);
     dljob(&args, stdin)
-}
-
-/// A scratch directory under the target directory, unique to `name`.
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("label-tests")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-fn values(text: &str) -> Vec<Value> {
-    manifest::parse(text)
-        .expect("parses")
-        .into_iter()
-        .filter_map(|d| d.value)
-        .collect()
 }
 
 /// The metadata maps dljob keys live in.
@@ -480,7 +462,7 @@ fn non_members_pass_through_byte_for_byte_and_in_place_rewrites_only_changed_fil
     assert!(run.stdout.starts_with("---\n"), "{run:?}");
     assert_eq!(first, CONFIG_MAP);
 
-    let dir = scratch_dir("in-place");
+    let dir = scratch_dir("label-tests", "in-place");
     std::fs::write(dir.join("a-config.yaml"), CONFIG_MAP).unwrap();
     std::fs::write(dir.join("b-job.yaml"), TF_STRIPPED).unwrap();
     let d = dir.to_str().unwrap();

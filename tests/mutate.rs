@@ -437,6 +437,16 @@ fn user_env_port_and_volume_win_and_are_named_in_warnings() {
     );
 }
 
+/// Where container 0 mounts its volumes, in order.
+fn mount_paths(pod: &Value) -> Vec<&str> {
+    pod["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["mountPath"].as_str().unwrap())
+        .collect()
+}
+
 /// The names of container 0's env, in order.
 fn env_names(pod: &Value) -> Vec<String> {
     pod["spec"]["containers"][0]["env"]
@@ -697,12 +707,7 @@ fn mpi_operator_compat_lays_the_secret_out_as_the_operators_images_read_it() {
         m.object["spec"]["volumes"],
         json!([{"name": "dljob-ssh", "secret": {"secretName": "pi-ssh", "defaultMode": 0o644, "items": items}}])
     );
-    let mounts: Vec<&str> = m.object["spec"]["containers"][0]["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["mountPath"].as_str().unwrap())
-        .collect();
+    let mounts = mount_paths(&m.object);
     assert_eq!(
         mounts,
         [
@@ -747,12 +752,7 @@ fn mpi_operator_compat_lays_the_secret_out_as_the_operators_images_read_it() {
         }),
     );
     let m = create(Kind::Pod, &launcher, &Config::default());
-    let mounts: Vec<&str> = m.object["spec"]["containers"][0]["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["mountPath"].as_str().unwrap())
-        .collect();
+    let mounts = mount_paths(&m.object);
     assert!(
         mounts.contains(&"/etc/dljob") && mounts.contains(&"/etc/mpi"),
         "{mounts:?}"
@@ -783,13 +783,17 @@ fn mpi_operator_compat_lays_the_secret_out_as_the_operators_images_read_it() {
 
 #[test]
 fn volcano_compat_is_idempotent_and_its_patch_reproduces_the_pod() {
-    let p = pod(
-        "vc",
-        "worker",
-        "generic",
-        "worker=2,ps=1",
-        json!({"dljob.dev/compat": "volcano:ps=param-server", "dljob.dev/index": "1"}),
-    );
+    // Worker 1 of a generic job of two workers and a parameter server.
+    let member = |compat: &str| {
+        pod(
+            "vc",
+            "worker",
+            "generic",
+            "worker=2,ps=1",
+            json!({"dljob.dev/compat": compat, "dljob.dev/index": "1"}),
+        )
+    };
+    let p = member("volcano:ps=param-server");
     let m = create(Kind::Pod, &p, &Config::default());
     assert!(m.warnings.is_empty(), "{:?}", m.warnings);
     assert_eq!(
@@ -803,13 +807,7 @@ fn volcano_compat_is_idempotent_and_its_patch_reproduces_the_pod() {
     // Two roles may not be one task, nor may the mapping name a role the
     // job has not.
     for compat in ["volcano:ps=worker", "volcano:chief=c"] {
-        let bad = pod(
-            "vc",
-            "worker",
-            "generic",
-            "worker=2,ps=1",
-            json!({"dljob.dev/compat": compat, "dljob.dev/index": "1"}),
-        );
+        let bad = member(compat);
         let err = refused(&bad).to_string();
         assert!(
             err.contains("give each role its own task"),
@@ -818,13 +816,7 @@ fn volcano_compat_is_idempotent_and_its_patch_reproduces_the_pod() {
     }
     // A task name too long for its annotation is refused where it is set.
     let long = format!("volcano:ps={}", "p".repeat(59));
-    let bad = pod(
-        "vc",
-        "worker",
-        "generic",
-        "worker=2,ps=1",
-        json!({"dljob.dev/compat": long, "dljob.dev/index": "1"}),
-    );
+    let bad = member(&long);
     let err = refused(&bad);
     assert!(
         err.to_string().contains("the task at most 58 characters"),

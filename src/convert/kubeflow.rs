@@ -58,24 +58,38 @@ impl Operator {
     }
 }
 
-const KUBEFLOW: &str = "kubeflow";
+const KUBEFLOW: &str = c::COMPAT_KUBEFLOW;
+
+/// What the training-operator's `kubeflow.org/v1` kinds share; each kind
+/// below sets the rest.
+const KUBEFLOW_V1: Operator = Operator {
+    kind: "",
+    framework: "",
+    specs: "",
+    types: &[],
+    unsupported_types: &[],
+    container: None,
+    port: None,
+    default_restart: "Never",
+    restart_overrides: &[],
+    extra_fields: &[],
+    compat: KUBEFLOW,
+    note: None,
+    top_level_policies: &[],
+    run_policy: true,
+    default_clean: "None",
+};
 
 pub(crate) const PYTORCH: Operator = Operator {
     kind: "PyTorchJob",
     framework: "pytorch",
     specs: "pytorchReplicaSpecs",
     types: &[("Master", "master"), ("Worker", "worker")],
-    unsupported_types: &[],
     container: Some("pytorch"),
     port: Some(("pytorchjob-port", 23456)),
     default_restart: "OnFailure",
-    restart_overrides: &[],
     extra_fields: &["elasticPolicy", "nprocPerNode"],
-    compat: KUBEFLOW,
-    note: None,
-    top_level_policies: &[],
-    run_policy: true,
-    default_clean: "None",
+    ..KUBEFLOW_V1
 };
 
 pub(crate) const TENSORFLOW: Operator = Operator {
@@ -89,17 +103,10 @@ pub(crate) const TENSORFLOW: Operator = Operator {
         ("PS", "ps"),
         ("Evaluator", "evaluator"),
     ],
-    unsupported_types: &[],
     container: Some("tensorflow"),
     port: Some(("tfjob-port", 2222)),
-    default_restart: "Never",
-    restart_overrides: &[],
     extra_fields: &["successPolicy", "enableDynamicWorker"],
-    compat: KUBEFLOW,
-    note: None,
-    top_level_policies: &[],
-    run_policy: true,
-    default_clean: "None",
+    ..KUBEFLOW_V1
 };
 
 pub(crate) const XGBOOST: Operator = Operator {
@@ -107,17 +114,10 @@ pub(crate) const XGBOOST: Operator = Operator {
     framework: "xgboost",
     specs: "xgbReplicaSpecs",
     types: &[("Master", "master"), ("Worker", "worker")],
-    unsupported_types: &[],
     container: Some("xgboost"),
     port: Some(("xgboostjob-port", 9999)),
-    default_restart: "Never",
-    restart_overrides: &[],
     extra_fields: &[],
-    compat: KUBEFLOW,
-    note: None,
-    top_level_policies: &[],
-    run_policy: true,
-    default_clean: "None",
+    ..KUBEFLOW_V1
 };
 
 pub(crate) const PADDLE: Operator = Operator {
@@ -125,17 +125,11 @@ pub(crate) const PADDLE: Operator = Operator {
     framework: "paddle",
     specs: "paddleReplicaSpecs",
     types: &[("Master", "master"), ("Worker", "worker")],
-    unsupported_types: &[],
     container: Some("paddle"),
     port: Some(("master", 36543)),
     default_restart: "OnFailure",
-    restart_overrides: &[],
     extra_fields: &["elasticPolicy"],
-    compat: KUBEFLOW,
-    note: None,
-    top_level_policies: &[],
-    run_policy: true,
-    default_clean: "None",
+    ..KUBEFLOW_V1
 };
 
 pub(crate) const JAX: Operator = Operator {
@@ -143,17 +137,10 @@ pub(crate) const JAX: Operator = Operator {
     framework: "jax",
     specs: "jaxReplicaSpecs",
     types: &[("Worker", "worker")],
-    unsupported_types: &[],
     container: Some("jax"),
     port: Some(("jaxjob-port", 6666)),
-    default_restart: "Never",
-    restart_overrides: &[],
     extra_fields: &[],
-    compat: KUBEFLOW,
-    note: None,
-    top_level_policies: &[],
-    run_policy: true,
-    default_clean: "None",
+    ..KUBEFLOW_V1
 };
 
 pub(crate) const MXNET: Operator = Operator {
@@ -166,30 +153,19 @@ pub(crate) const MXNET: Operator = Operator {
         ("Worker", "worker"),
     ],
     unsupported_types: &[
-        (
-            "TunerTracker",
-            "auto-tuning (jobMode MXTune) is not a dljob job: run the tuner as its own workload",
-        ),
-        (
-            "TunerServer",
-            "auto-tuning (jobMode MXTune) is not a dljob job: run the tuner as its own workload",
-        ),
-        (
-            "Tuner",
-            "auto-tuning (jobMode MXTune) is not a dljob job: run the tuner as its own workload",
-        ),
+        ("TunerTracker", TUNING),
+        ("TunerServer", TUNING),
+        ("Tuner", TUNING),
     ],
     container: Some("mxnet"),
     port: Some(("mxjob-port", 9091)),
-    default_restart: "Never",
-    restart_overrides: &[],
     extra_fields: &["jobMode"],
-    compat: KUBEFLOW,
-    note: None,
-    top_level_policies: &[],
-    run_policy: true,
-    default_clean: "None",
+    ..KUBEFLOW_V1
 };
+
+/// Why MXJob's tuner replica types have no dljob role.
+const TUNING: &str =
+    "auto-tuning (jobMode MXTune) is not a dljob job: run the tuner as its own workload";
 
 /// The mxnet-operator's MXJob v1beta1: no runPolicy, its policies at the
 /// top of the spec, every pod deleted when the job ends.
@@ -228,11 +204,6 @@ pub(crate) const MPI_V1: Operator = Operator {
     framework: "mpi",
     specs: "mpiReplicaSpecs",
     types: &[("Launcher", "launcher"), ("Worker", "worker")],
-    unsupported_types: &[],
-    container: None,
-    port: None,
-    default_restart: "Never",
-    restart_overrides: &[],
     extra_fields: &[
         "slotsPerWorker",
         "sshAuthMountPath",
@@ -242,11 +213,10 @@ pub(crate) const MPI_V1: Operator = Operator {
         "mainContainer",
         "cleanPodPolicy",
     ],
-    compat: "mpi-operator",
+    compat: c::COMPAT_MPI_OPERATOR,
     note: Some("the training-operator's v1 MPIJob reached its workers with kubectl exec (its workers with no command slept); dljob's launcher reaches them over ssh, so the workers' image needs sshd (a worker with no command runs /usr/sbin/sshd -De) and the launcher's an ssh client"),
     top_level_policies: &["cleanPodPolicy"],
-    run_policy: true,
-    default_clean: "None",
+    ..KUBEFLOW_V1
 };
 
 /// One replica type of a job, converted.

@@ -34,40 +34,32 @@ const TASK_FIELDS: &[&str] = &[
     "maxRetry",
 ];
 
-/// The framework plugins: name, dljob framework, and each flag naming a
-/// task with its default task name and the dljob role it is.
+/// The framework plugins: the plugin (named as the dljob framework it
+/// makes the job), and per role the flag that names its task, which is
+/// also the task's default name.
 struct Plugin {
-    name: &'static str,
     framework: &'static str,
-    roles: &'static [(&'static str, &'static str, &'static str)],
+    /// (flag and default task name, dljob role).
+    roles: &'static [(&'static str, &'static str)],
 }
 
 const PLUGINS: &[Plugin] = &[
     Plugin {
-        name: "pytorch",
         framework: "pytorch",
-        roles: &[
-            ("master", "master", "master"),
-            ("worker", "worker", "worker"),
-        ],
+        roles: &[("master", "master"), ("worker", "worker")],
     },
     Plugin {
-        name: "tensorflow",
         framework: "tensorflow",
         roles: &[
-            ("chief", "chief", "chief"),
-            ("worker", "worker", "worker"),
-            ("ps", "ps", "ps"),
-            ("evaluator", "evaluator", "evaluator"),
+            ("chief", "chief"),
+            ("worker", "worker"),
+            ("ps", "ps"),
+            ("evaluator", "evaluator"),
         ],
     },
     Plugin {
-        name: "mpi",
         framework: "mpi",
-        roles: &[
-            ("master", "master", "launcher"),
-            ("worker", "worker", "worker"),
-        ],
+        roles: &[("master", "launcher"), ("worker", "worker")],
     },
 ];
 
@@ -92,9 +84,12 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
     let plugins = plugins(spec, &mut problems);
     let mut keys = Keys::new();
     other_plugin_flags(&plugins, &mut keys, &mut problems);
-    let framework_plugin = plugins
-        .iter()
-        .find_map(|(n, args)| PLUGINS.iter().find(|p| p.name == *n).map(|p| (p, args)));
+    let framework_plugin = plugins.iter().find_map(|(n, args)| {
+        PLUGINS
+            .iter()
+            .find(|p| p.framework == *n)
+            .map(|p| (p, args))
+    });
     let framework = framework_plugin.map_or("generic", |(p, _)| p.framework);
     // Task name → role, and the port, from the plugin's flags.
     let (names, port) = match framework_plugin {
@@ -149,7 +144,7 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
                     problems.push(format!(
                         "{at}: task \"{}\" is none of the {} plugin's ({}): name it as the plugin does, or pass the plugin its name (e.g. --worker={})",
                         c::quoted(task_name),
-                        plugin.name,
+                        plugin.framework,
                         names.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", "),
                         c::quoted(task_name)
                     ));
@@ -353,7 +348,7 @@ fn plugins<'v>(
     let mut out = Vec::new();
     for (name, args) in plugins {
         let known =
-            PLUGINS.iter().any(|p| p.name == name) || OTHER_PLUGINS.contains(&name.as_str());
+            PLUGINS.iter().any(|p| p.framework == name) || OTHER_PLUGINS.contains(&name.as_str());
         if !known {
             problems.push(format!(
                 "spec.plugins.{name}: dljob has no equivalent of Volcano's {name} plugin; remove it"
@@ -368,7 +363,7 @@ fn plugins<'v>(
     }
     if out
         .iter()
-        .filter(|(n, _)| PLUGINS.iter().any(|p| p.name == *n))
+        .filter(|(n, _)| PLUGINS.iter().any(|p| p.framework == *n))
         .count()
         > 1
     {
@@ -416,7 +411,7 @@ fn flags(
     let mut names: Vec<(String, &'static str)> = plugin
         .roles
         .iter()
-        .map(|(_, task, role)| ((*task).to_owned(), *role))
+        .map(|(task, role)| ((*task).to_owned(), *role))
         .collect();
     let mut port = None;
     let mut i = 0;
@@ -433,7 +428,7 @@ fn flags(
         let Some(value) = value else {
             problems.push(format!(
                 "spec.plugins.{}: --{flag} has no value",
-                plugin.name
+                plugin.framework
             ));
             continue;
         };
@@ -442,16 +437,16 @@ fn flags(
                 Ok(p) => port = Some(p),
                 Err(_) => problems.push(format!(
                     "spec.plugins.{}: --port \"{}\" is not a port",
-                    plugin.name,
+                    plugin.framework,
                     c::quoted(value)
                 )),
             }
-        } else if let Some(at) = plugin.roles.iter().position(|(f, _, _)| *f == flag) {
+        } else if let Some(at) = plugin.roles.iter().position(|(f, _)| *f == flag) {
             names[at].0 = value.to_owned();
         } else {
             problems.push(format!(
                 "spec.plugins.{}: --{flag} is not a flag of the plugin dljob convert knows: remove it",
-                plugin.name
+                plugin.framework
             ));
         }
     }

@@ -553,22 +553,13 @@ pub(crate) mod test_support {
         gpus: Option<u32>,
         elastic: Option<Elastic>,
     ) -> Env {
-        let f = by_name(framework).unwrap();
-        let topology = Topology::parse(topology).unwrap();
-        let job = Job {
-            name: "j",
-            namespace: "ns",
-            cluster_domain: "",
-            topology: &topology,
-            port: f.default_port(),
-            slots: &crate::contract::Slots::uniform(1),
+        wired(
+            framework,
+            topology,
+            Member { role, index, gpus },
             elastic,
-            backoff_limit: 3,
-            compat: None,
-        };
-        let mut env = Env::new();
-        f.env(&job, &Member { role, index, gpus }, &mut env);
-        env
+            None,
+        )
     }
 
     /// [`env_of`] and, as under `dljob.dev/compat: COMPAT`, the operator's
@@ -580,8 +571,25 @@ pub(crate) mod test_support {
         role: &str,
         index: u32,
     ) -> Env {
+        let member = Member {
+            role,
+            index,
+            gpus: None,
+        };
+        wired(framework, topology, member, None, Some(compat))
+    }
+
+    /// The env `framework` gives `member` of job `j` in namespace `ns`
+    /// (its default port, one slot a host, a backoff limit of 3), the
+    /// compat env after it.
+    fn wired(
+        framework: &str,
+        topology: &str,
+        member: Member<'_>,
+        elastic: Option<Elastic>,
+        compat: Option<&'static str>,
+    ) -> Env {
         let f = by_name(framework).unwrap();
-        let mut env = env_of(framework, topology, role, index, None);
         let topology = Topology::parse(topology).unwrap();
         let job = Job {
             name: "j",
@@ -590,15 +598,12 @@ pub(crate) mod test_support {
             topology: &topology,
             port: f.default_port(),
             slots: &crate::contract::Slots::uniform(1),
-            elastic: None,
+            elastic,
             backoff_limit: 3,
-            compat: Some(compat),
+            compat,
         };
-        let member = Member {
-            role,
-            index,
-            gpus: None,
-        };
+        let mut env = Env::new();
+        f.env(&job, &member, &mut env);
         f.compat_env(&job, &member, &mut env);
         env
     }

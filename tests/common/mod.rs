@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test crate uses its own part of it
 
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -119,3 +119,22 @@ data:
   script: |
     echo   \"spaces kept\"
 ";
+
+/// A scratch directory under the target directory: `group/name`, emptied.
+pub fn scratch_dir(group: &str, name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(group)
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// The objects of a multi-document YAML text, in order.
+pub fn values(text: &str) -> Vec<serde_json::Value> {
+    dljob::manifest::parse(text)
+        .expect("parses")
+        .into_iter()
+        .filter_map(|d| d.value)
+        .collect()
+}
