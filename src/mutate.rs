@@ -436,11 +436,16 @@ fn plan_size_violations(m: &MemberSpec, pod: &Value, plan: &PodPlan) -> Vec<Stri
         let values: usize = ours.iter().map(|(_, n)| n).sum();
         let total = others + values + ours.iter().map(|(k, _)| k.len()).sum::<usize>();
         if total > MAX_ANNOTATIONS {
-            let names: Vec<&str> = ours.iter().map(|(k, _)| k.as_str()).collect();
+            // Named up to three: a job of 32 Volcano tasks has 32.
+            let mut names: Vec<&str> = ours.iter().take(3).map(|(k, _)| k.as_str()).collect();
+            let more = format!("{} more", ours.len().saturating_sub(3));
+            if ours.len() > 3 {
+                names.push(&more);
+            }
             problems.push(format!(
                 "the {} annotation{} ({values} bytes, one line per host) would bring the pod's annotations to {total} bytes; the API server refuses more than {MAX_ANNOTATIONS}: {fix}",
                 names.join(", "),
-                if names.len() == 1 { "" } else { "s" },
+                if ours.len() == 1 { "" } else { "s" },
             ));
         }
     }

@@ -1394,6 +1394,28 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         )),
         "{v}"
     );
+    // Named up to three, however many tasks the job has.
+    let many = pod(
+        "resnet50-imagenet-hparam-sweep-trial7",
+        "a",
+        "generic",
+        "a=700,b=700,c=700,d=700,e=700",
+        json!({"dljob.dev/index": "0", "dljob.dev/compat": "volcano"}),
+    );
+    let v = mutate_patch(
+        Kind::Pod,
+        &many,
+        Some("ml"),
+        Operation::Create,
+        &Config::default(),
+    )
+    .expect_err("refused");
+    assert!(
+        v.0.iter().any(|p| p.message.starts_with(
+            "the volcano.dljob.dev/a.host, volcano.dljob.dev/b.host, volcano.dljob.dev/c.host, 2 more annotations ("
+        )),
+        "{v}"
+    );
     // Workers carry no hostfile: they are not refused for it.
     let worker = pod(
         "resnet50-imagenet-hparam-sweep-trial7",

@@ -122,6 +122,57 @@ pub fn worst_reviews(fixtures: &str) -> Vec<Crafted> {
     );
     add("generic, 32 roles, 10 000 replicas", r);
 
+    // The same under `dljob.dev/compat: volcano`, every role's task named
+    // otherwise (58 characters, the most): each role's hosts twice more,
+    // in VC_<TASK>_HOSTS and the /etc/volcano annotations.
+    let mut r = base(fixtures);
+    let tasks: Vec<String> = (0..32).map(|i| format!("r{i}={:0>58}", i)).collect();
+    r["request"]["object"]["metadata"]["labels"]["dljob.dev/role"] = json!("r0");
+    set_annotations(
+        &mut r,
+        &[
+            ("dljob.dev/framework", "generic".into()),
+            ("dljob.dev/replicas", roles.join(",")),
+            ("dljob.dev/compat", format!("volcano:{}", tasks.join(","))),
+        ],
+    );
+    add("generic, 32 roles, 10 000 replicas, volcano compat", r);
+
+    // The largest such job admitted: every host in the pod's annotations
+    // (the /etc/volcano files) and again in its env, just under the API
+    // server's 256 KiB of annotations.
+    let mut r = base(fixtures);
+    let small: Vec<String> = (0..32).map(|i| format!("r{i}=230")).collect();
+    r["request"]["object"]["metadata"]["labels"]["dljob.dev/role"] = json!("r0");
+    set_annotations(
+        &mut r,
+        &[
+            ("dljob.dev/framework", "generic".into()),
+            ("dljob.dev/replicas", small.join(",")),
+            ("dljob.dev/compat", "volcano".into()),
+        ],
+    );
+    add(
+        "generic, 32 roles, 7 360 replicas, volcano compat (allowed)",
+        r,
+    );
+
+    // An MXNet worker under `dljob.dev/compat: kubeflow`: MX_CONFIG lists
+    // every host of 10 000.
+    let mut r = base(fixtures);
+    set_annotations(
+        &mut r,
+        &[
+            ("dljob.dev/framework", "mxnet".into()),
+            (
+                "dljob.dev/replicas",
+                "scheduler=1,server=999,worker=9000".into(),
+            ),
+            ("dljob.dev/compat", "kubeflow".into()),
+        ],
+    );
+    add("mxnet, 10 000 replicas, kubeflow compat (MX_CONFIG)", r);
+
     // An MPI launcher of 9 999 workers: the hostfile.
     let mut r = base(fixtures);
     r["request"]["object"]["metadata"]["labels"]["dljob.dev/role"] = json!("launcher");
