@@ -155,3 +155,23 @@ def test_an_xgboostjob_trains_on_the_operators_port(tmp_path):
             assert r["rank"] == int(pod.env()["RANK"])
             models.add(r["model"])
         assert len(models) == 1, "members trained different models"
+
+
+def test_a_paddlejob_all_reduces_on_the_operators_port(tmp_path):
+    """The PaddleJob converted (collective, two workers): Paddle's own
+    launcher on the env admission gives (the operator's named port, 37777,
+    and PYTHONUNBUFFERED under kubeflow compat)."""
+    with new_job(converted(tmp_path, "paddlejob.yaml")) as job:
+        coordinator = job.pod("worker", 0)
+        for pod in job.pods:
+            env = pod.env()
+            assert env["PYTHONUNBUFFERED"] == "1"
+            want = coordinator.ip if pod is coordinator else coordinator.svc_host
+            assert env["PADDLE_MASTER"] == f"{want}:37777"
+        launch = [PYTHON, "-m", "paddle.distributed.launch", program("paddle_allreduce.py")]
+        out = run(job, lambda p: launch, timeout=150, cwd_of=lambda p: job.tmp / f"cwd-{p.hostname}")
+        for pod in job.pods:
+            r = result(out[pod.hostname])
+            assert r["world"] == 2
+            assert r["rank"] == pod.index
+            assert r["sum"] == 3.0
