@@ -173,6 +173,7 @@ fn pytorch_1000() -> (JobPlan, Observed) {
             pods,
             workloads,
             saved: vec![],
+            owned: Default::default(),
         },
     )
 }
@@ -268,6 +269,7 @@ fn tensorflow_1000(chief_done: bool) -> (JobPlan, Observed) {
             pods,
             workloads,
             saved: vec![],
+            owned: Default::default(),
         },
     )
 }

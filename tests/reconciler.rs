@@ -9,11 +9,12 @@ use std::time::Duration;
 use dljob::config::Config;
 use dljob::contract::Topology;
 use dljob::crd::{DLJob, JobSpec};
-use dljob::reconciler::controller::{self, Context, Stores};
+use dljob::reconciler::context::{Context, Stores};
 use dljob::reconciler::events::Recorder;
 use dljob::reconciler::index::{self, MemberIndex, MemberObject};
 use dljob::reconciler::metrics::Metrics;
 use dljob::reconciler::status::{self, ContainerState};
+use dljob::reconciler::{controller, first_sight, tell};
 use dljob::reconciler::{observe, trim};
 use dljob::validate::PeerSource;
 use http::{Request, Response};
@@ -323,8 +324,9 @@ fn read_pod(pod: Pod) -> Call {
 
 /// Saving a bare pod before it is deleted for a retry: read whole, its
 /// manifest kept in a new PodTemplate the DLJob controls (named by the API
-/// server), which the status then records — never the manifest itself.
-fn save_pod(pod: Pod, job: &DLJob) -> [Call; 3] {
+/// server). Returns the two calls and the `pendingRecreates` entry the
+/// pass's one status write then records — never the manifest itself.
+fn save_pod(pod: Pod) -> ([Call; 2], Value) {
     let name = pod.metadata.name.clone().unwrap();
     let uid = pod.metadata.uid.clone().unwrap();
     let image = pod.spec.as_ref().unwrap().containers[0].image.clone();
@@ -337,7 +339,9 @@ fn save_pod(pod: Pod, job: &DLJob) -> [Call; 3] {
             "spec": {"containers": [{"name": "pytorch", "image": image}]}}});
     let digest = content_digest(&created);
     let pod_name = name.clone();
-    [
+    let entry = json!({"name": name, "uid": uid,
+        "saved": {"name": template, "uid": template_uid, "digest": digest}});
+    let calls = [
         read_pod(pod),
         call(
             "POST",
@@ -363,26 +367,8 @@ fn save_pod(pod: Pod, job: &DLJob) -> [Call; 3] {
             },
             created,
         ),
-        call(
-            "PATCH",
-            status_uri(),
-            move |b| {
-                let entry = b["status"]["pendingRecreates"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|r| r["name"] == name.as_str())
-                    .unwrap()
-                    .clone();
-                assert_eq!(
-                    entry,
-                    json!({"name": name, "uid": uid,
-                        "saved": {"name": template, "uid": template_uid, "digest": digest}})
-                );
-            },
-            with_status(job, &json!({"status": {"phase": "Restarting"}})),
-        ),
-    ]
+    ];
+    (calls, entry)
 }
 
 fn delete_pod(name: &'static str) -> Call {
@@ -451,15 +437,20 @@ async fn answer_on(handle: &mut Handle, calls: Vec<Call>, server: &mut Server) {
         } else {
             expected.respond
         };
-        // A Status answers with its code (e.g. 409 AlreadyExists).
+        // A Status answers with its code (e.g. 409 AlreadyExists); a
+        // [`plain_text`] answer is sent as the text it holds.
         let code = match respond["kind"].as_str() {
-            Some("Status") => respond["code"].as_u64().unwrap_or(500) as u16,
+            Some("Status" | PLAIN_TEXT) => respond["code"].as_u64().unwrap_or(500) as u16,
             _ => 200,
+        };
+        let body = match respond["kind"].as_str() {
+            Some(PLAIN_TEXT) => respond["text"].as_str().unwrap().as_bytes().to_vec(),
+            _ => serde_json::to_vec(&respond).unwrap(),
         };
         send.send_response(
             Response::builder()
                 .status(code)
-                .body(Body::from(serde_json::to_vec(&respond).unwrap()))
+                .body(Body::from(body))
                 .unwrap(),
         );
     }
@@ -527,6 +518,16 @@ async fn reconcile_with(
 }
 
 /// The API server's 404.
+/// The `kind` of a test answer sent as plain text, not JSON.
+const PLAIN_TEXT: &str = "test/PlainText";
+
+/// An answer that is not a Status: what the real API server sends for a
+/// path it does not serve, e.g. a CRD not installed
+/// (`404 page not found`, `text/plain`).
+fn plain_text(code: u16, text: &str) -> Value {
+    json!({"kind": PLAIN_TEXT, "code": code, "text": text})
+}
+
 fn not_found(message: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
         "message": message, "reason": "NotFound", "code": 404})
@@ -731,16 +732,20 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
     let mut job = dljob("pytorch", PYTORCH);
     let (ctx, handle) = worker_oom_killed(&mut job);
     let jj = job.clone();
+    let (save, saved) = save_pod(oom_killed_worker());
     let metrics = reconcile_expecting(
         job,
         ctx,
         handle,
         [
+            // Saved first, then recorded by the pass's one status write,
+            // then deleted.
+            save.into(),
             vec![
                 call(
                     "PATCH",
                     status_uri(),
-                    |b| {
+                    move |b| {
                         let s = &b["status"];
                         assert_eq!(s["phase"], "Restarting");
                         assert_eq!(s["restarts"], 1);
@@ -749,12 +754,10 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
                             s["countedExits"],
                             json!({"worker-0": "uid-worker-0/containerd://c1"})
                         );
-                        // The pod to recreate, by name and uid; its manifest
-                        // (env values and all) is not in the status.
-                        assert_eq!(
-                            s["pendingRecreates"],
-                            json!([{"name": "worker-0", "uid": "uid-worker-0"}])
-                        );
+                        // The pod to recreate, by name and uid, and the
+                        // PodTemplate its manifest was saved in; the manifest
+                        // itself (env values and all) is not in the status.
+                        assert_eq!(s["pendingRecreates"], json!([saved]));
                     },
                     with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
                 ),
@@ -768,7 +771,6 @@ async fn retryable_exit_counts_a_restart_and_deletes_the_pod() {
                     Value::Null,
                 ),
             ],
-            save_pod(oom_killed_worker(), &jj).into(),
             vec![delete_pod("worker-0")],
         ]
         .into_iter()
@@ -799,14 +801,19 @@ async fn a_bare_pod_replaced_before_it_is_saved_is_left_alone() {
         ctx,
         handle,
         vec![
+            read_pod(replaced),
             call(
                 "PATCH",
                 status_uri(),
-                |_| {},
+                |b| {
+                    assert_eq!(
+                        b["status"]["pendingRecreates"],
+                        json!([{"name": "worker-0", "uid": "uid-worker-0"}])
+                    )
+                },
                 with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
             ),
             event("Restarting"),
-            read_pod(replaced),
             call(
                 "DELETE",
                 format!("/api/v1/namespaces/{NS}/pods/worker-0?"),
@@ -827,15 +834,24 @@ async fn a_job_scope_retry_deletes_every_member() {
     job.spec.policies.restart_scope = dljob::contract::RestartScope::Job;
     let (ctx, handle) = worker_oom_killed(&mut job);
     let jj = job.clone();
+    let (save_master, master) = save_pod(bare_pod(
+        "mnist",
+        "pytorch",
+        PYTORCH,
+        "master",
+        0,
+        running(),
+    ));
+    let (save_worker, worker) = save_pod(oom_killed_worker());
     let metrics = reconcile_expecting(
         job,
         ctx,
         handle,
-        [vec![
+        [save_master.into(), save_worker.into(), vec![
             call(
                 "PATCH",
                 status_uri(),
-                |b| {
+                move |b| {
                     let s = &b["status"];
                     assert_eq!(s["restarts"], 1);
                     assert_eq!(
@@ -845,7 +861,7 @@ async fn a_job_scope_retry_deletes_every_member() {
                             "uids": ["uid-master-0", "uid-worker-0"]
                         })
                     );
-                    assert_eq!(s["pendingRecreates"].as_array().unwrap().len(), 2);
+                    assert_eq!(s["pendingRecreates"], json!([master, worker]));
                 },
                 with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
             ),
@@ -862,10 +878,7 @@ async fn a_job_scope_retry_deletes_every_member() {
                 Value::Null,
             ),
         ],
-        save_pod(bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()), &jj).into(),
-        vec![delete_pod("master-0")],
-        save_pod(oom_killed_worker(), &jj).into(),
-        vec![delete_pod("worker-0")],
+        vec![delete_pod("master-0"), delete_pod("worker-0")],
         ]
         .into_iter()
         .flatten()
@@ -1027,29 +1040,9 @@ async fn mpi_reconcile(created: Value, held: Value, events: &[&'static str]) -> 
             created.clone(),
         )]
         .into_iter()
-        // Created: recorded in the status at once, before anything else
-        // can fail — the status whole (a new DLJob has none, and the API
-        // server refuses a status without its phase).
-        .chain((created["kind"] != "Status").then(|| {
-            call(
-                "PATCH",
-                status_uri(),
-                |b| {
-                    assert_eq!(
-                        b,
-                        &json!({"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "status": {
-                            "phase": "Pending", "conditions": [], "replicas": {}, "active": "",
-                            "restarts": 0, "countedExits": {}, "pendingRecreates": [],
-                            "sshSecret": "mnist-ssh"
-                        }})
-                    )
-                },
-                with_status(
-                    &jj,
-                    &json!({"status": {"phase": "Pending", "sshSecret": "mnist-ssh"}}),
-                ),
-            )
-        }))
+        // Created: the Secret is the last owned object, and what follows
+        // it up to the status write (the pass's one write, which records
+        // it) cannot fail.
         // Already there: whose is it? The DLJob as the API server holds it
         // now says (the cache may not show the last status write yet).
         .chain((created["kind"] == "Status").then(|| {
@@ -1461,6 +1454,71 @@ async fn volcano_reconcile(pod_group_answer: Value, served_kind: bool) -> Vec<Va
     seen
 }
 
+/// A coscheduling job on a cluster without the scheduler-plugins CRDs:
+/// the read of its PodGroup is answered as the real API server answers a
+/// path it does not serve (`404 page not found`, not a Status). The job
+/// gets GangUnavailable naming the CRD and how to get it, and one Event;
+/// the reconcile goes on.
+#[tokio::test]
+async fn a_coscheduling_job_without_the_pod_group_crd_is_told_which_crd_to_install() {
+    let (job, world) = gang_job("coscheduling");
+    let (ctx, handle) = context(world, vec![job.clone()]);
+    let jj = job.clone();
+    const MESSAGE: &str = "the cluster does not serve scheduling.x-k8s.io/v1alpha1 PodGroup (the CRD podgroups.scheduling.x-k8s.io) for PodGroup/mnist: install scheduler-plugins' CRDs and the coscheduling plugin (https://github.com/kubernetes-sigs/scheduler-plugins/blob/master/doc/install.md), or set dljob.dev/gang to another scheduler on every member";
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "GET",
+                format!("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{NS}/podgroups/mnist"),
+                |_| {},
+                plain_text(404, "404 page not found\n"),
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    let gang = b["status"]["conditions"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|c| c["type"] == "GangUnavailable")
+                        .cloned()
+                        .expect("GangUnavailable");
+                    assert_eq!(
+                        (&gang["status"], &gang["reason"], &gang["message"]),
+                        (
+                            &json!("True"),
+                            &json!("PodGroupNotApplied"),
+                            &json!(MESSAGE)
+                        )
+                    );
+                },
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            event("Running"),
+            call(
+                "POST",
+                events_uri(),
+                |b| {
+                    assert_eq!(
+                        (&b["type"], &b["reason"], &b["note"]),
+                        (
+                            &json!("Warning"),
+                            &json!("GangUnavailable"),
+                            &json!(MESSAGE)
+                        )
+                    )
+                },
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_volcano_job_gets_its_pod_group_or_says_volcano_is_missing() {
     let not_found = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
@@ -1478,7 +1536,7 @@ async fn a_volcano_job_gets_its_pod_group_or_says_volcano_is_missing() {
         .iter()
         .find(|c| c["type"] == "GangUnavailable")
         .unwrap();
-    const MESSAGE: &str = "the cluster does not serve scheduling.volcano.sh/v1beta1 PodGroup (PodGroup/mnist): install Volcano (https://volcano.sh/en/docs/installation/), or set dljob.dev/gang to another scheduler on every member";
+    const MESSAGE: &str = "the cluster does not serve scheduling.volcano.sh/v1beta1 PodGroup (the CRD podgroups.scheduling.volcano.sh) for PodGroup/mnist: install Volcano (https://volcano.sh/en/docs/installation/), or set dljob.dev/gang to another scheduler on every member";
     assert_eq!(
         (&gang["status"], &gang["reason"], &gang["message"]),
         (
@@ -1620,7 +1678,7 @@ async fn a_native_gang_job_gets_a_scheduling_k8s_io_pod_group_or_says_which_gate
         Some(not_served),
     )
     .await;
-    const MESSAGE: &str = "the cluster does not serve scheduling.k8s.io/v1alpha2 PodGroup (PodGroup/mnist): Kubernetes 1.36 or later serves it with the feature gates GenericWorkload=true and GangScheduling=true on kube-apiserver and kube-scheduler and --runtime-config=scheduling.k8s.io/v1alpha2=true on kube-apiserver (1.35's alpha, scheduling.k8s.io/v1alpha1 with spec.workloadRef, is not supported); until then the pods are scheduled one by one, or set dljob.dev/gang to another scheduler on every member";
+    const MESSAGE: &str = "the cluster does not serve the built-in API scheduling.k8s.io/v1alpha2 PodGroup for PodGroup/mnist: Kubernetes 1.36 or later serves it with the feature gates GenericWorkload=true and GangScheduling=true on kube-apiserver and kube-scheduler and --runtime-config=scheduling.k8s.io/v1alpha2=true on kube-apiserver (1.35's alpha, scheduling.k8s.io/v1alpha1 with spec.workloadRef, is not supported); until then the pods are scheduled one by one, or set dljob.dev/gang to another scheduler on every member";
     let gang = gang_condition(&seen[0]).expect("GangUnavailable");
     assert_eq!(
         (&gang["status"], &gang["reason"], &gang["message"]),
@@ -1647,7 +1705,7 @@ async fn a_native_gang_job_gets_a_scheduling_k8s_io_pod_group_or_says_which_gate
     let gang = gang_condition(&seen[0]).expect("GangUnavailable");
     assert_eq!(
         gang["message"],
-        "PodGroup/mnist was refused: podgroups.scheduling.k8s.io \"mnist\" is forbidden: User \"system:serviceaccount:dljob-system:dljob\" cannot get resource \"podgroups\" in API group \"scheduling.k8s.io\" in the namespace \"ml\""
+        "PodGroup/mnist was refused: podgroups.scheduling.k8s.io \"mnist\" is forbidden: User \"system:serviceaccount:dljob-system:dljob\" cannot get resource \"podgroups\" in API group \"scheduling.k8s.io\" in the namespace \"ml\"; grant dljob's service account get, create and patch on podgroups.scheduling.k8s.io (deploy/ does)"
     );
     assert_eq!(seen[1]["note"], gang["message"]);
 }
@@ -1720,7 +1778,7 @@ async fn a_pod_group_field_the_api_server_drops_is_reported_and_not_rewritten() 
 async fn create_missing_within_5s(ctx: &Context) -> usize {
     tokio::time::timeout(
         Duration::from_secs(5),
-        controller::create_missing(&ctx.client, &ctx.index, &ctx.dljobs, &ctx.stores.unreadable),
+        first_sight::create_missing(&ctx.client, &ctx.index, &ctx.dljobs, &ctx.stores.unreadable),
     )
     .await
     .expect("create_missing finished within 5 s")
@@ -1763,7 +1821,7 @@ async fn first_sight_of_a_member_creates_its_dljob_once() {
     let store = writer.as_reader();
     writer.apply_watcher_event(&watcher::Event::Apply(dljob("pytorch", PYTORCH)));
     assert_eq!(
-        controller::create_missing(&ctx.client, &ctx.index, &store, &ctx.stores.unreadable)
+        first_sight::create_missing(&ctx.client, &ctx.index, &store, &ctx.stores.unreadable)
             .await
             .unwrap(),
         0
@@ -3244,13 +3302,6 @@ async fn a_bare_pod_is_not_deleted_unless_its_manifest_was_saved() {
         ctx,
         handle,
         vec![
-            call(
-                "PATCH",
-                status_uri(),
-                |_| {},
-                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
-            ),
-            event("Restarting"),
             read_pod(oom_killed_worker()),
             call(
                 "POST",
@@ -3258,6 +3309,19 @@ async fn a_bare_pod_is_not_deleted_unless_its_manifest_was_saved() {
                 |_| {},
                 denied("podtemplates are not allowed here"),
             ),
+            // The restart is counted; no saved manifest is recorded.
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    assert_eq!(
+                        b["status"]["pendingRecreates"],
+                        json!([{"name": "worker-0", "uid": "uid-worker-0"}])
+                    )
+                },
+                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
+            ),
+            event("Restarting"),
             // No DELETE of the pod follows.
         ],
     )
@@ -3410,7 +3474,7 @@ async fn a_dljob_that_does_not_parse_is_told_why_on_itself() {
     let tell = || {
         tokio::time::timeout(
             Duration::from_secs(5),
-            controller::tell_untold(&recorder, &unreadable),
+            tell::tell_untold(&recorder, &unreadable),
         )
     };
     assert_eq!(

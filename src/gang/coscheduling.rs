@@ -45,7 +45,7 @@ impl Scheduler for Coscheduling {
         spec
     }
     fn install_hint(&self) -> &'static str {
-        "install the scheduler-plugins coscheduling plugin (https://github.com/kubernetes-sigs/scheduler-plugins), or set dljob.dev/gang to another scheduler on every member"
+        "install scheduler-plugins' CRDs and the coscheduling plugin (https://github.com/kubernetes-sigs/scheduler-plugins/blob/master/doc/install.md), or set dljob.dev/gang to another scheduler on every member"
     }
 }
 

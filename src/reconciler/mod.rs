@@ -14,16 +14,23 @@
 //! watched once: the same watches fill the stores and the index and tell
 //! the controller which jobs changed ([`Changed`]).
 
+mod actions;
+pub mod context;
 pub mod controller;
+mod error;
 pub mod events;
+pub mod first_sight;
 pub mod index;
 pub mod listed;
 pub mod metrics;
 pub mod observe;
+mod ownership;
 pub(crate) mod resources;
 pub mod scope;
 pub mod status;
+pub mod tell;
 pub mod trim;
+mod writes;
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -42,7 +49,7 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::{watch, Notify};
 
-use self::controller::{Context, Stores};
+use self::context::{Context, Stores};
 use self::index::{MemberIndex, MemberObject};
 use self::metrics::Metrics;
 use self::scope::Scope;
@@ -426,7 +433,7 @@ pub async fn run_controller(
         dljobs: controller.store(),
         metrics: metrics.clone(),
         config: config.clone(),
-        now: controller::now,
+        now: context::now,
         dropped: Default::default(),
     });
     let run = controller
@@ -438,7 +445,7 @@ pub async fn run_controller(
         let ctx = ctx.clone();
         let stop = stopped(stop_rx.clone());
         async move {
-            let tell = controller::tell_unreadable(&ctx.recorder, &ctx.stores.unreadable);
+            let tell = tell::tell_unreadable(&ctx.recorder, &ctx.stores.unreadable);
             futures::pin_mut!(tell, stop);
             future::select(tell, stop).await;
         }
@@ -481,7 +488,7 @@ async fn creator(ctx: Arc<Context>, stop: impl std::future::Future<Output = ()>)
     let work = async {
         ctx.dljobs.wait_until_ready().await.ok();
         loop {
-            if let Err(e) = controller::create_missing(
+            if let Err(e) = first_sight::create_missing(
                 &ctx.client,
                 &ctx.index,
                 &ctx.dljobs,

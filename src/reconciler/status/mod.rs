@@ -153,6 +153,24 @@ pub struct Observed {
     /// The PodTemplates this DLJob saved bare pods' manifests in (read only
     /// while a recreate is pending).
     pub saved: Vec<SavedPod>,
+    /// What keeping the job's owned objects found.
+    pub owned: OwnedOutcome,
+}
+
+/// What keeping the job's owned objects (Service, PodGroup, TensorBoard,
+/// SSH Secret) found, for the status to tell.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnedOutcome {
+    /// The SSH Secret this pass created (or found recorded): the status
+    /// records it.
+    pub created_secret: Option<String>,
+    /// Optional objects the cluster does not serve, refused or did not
+    /// keep whole, each a message naming the way out
+    /// ([`OWNED_UNAVAILABLE`]).
+    pub unavailable: Vec<String>,
+    /// Objects of the job's names this DLJob does not control
+    /// ([`OWNERSHIP_CONFLICT`]).
+    pub foreign: Vec<String>,
 }
 /// A member kind, for [`Action::MarkFinished`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -379,6 +397,19 @@ pub fn next(
     } else {
         release_gated(plan, &pods, &mut status.conditions, &mut actions, now);
     }
+    if let Some(secret) = &observed.owned.created_secret {
+        status.ssh_secret = Some(secret.clone());
+    }
+    events.extend(set_owned_condition(
+        &mut status.conditions,
+        &observed.owned.unavailable,
+        now,
+    ));
+    events.extend(set_ownership_condition(
+        &mut status.conditions,
+        &observed.owned.foreign,
+        now,
+    ));
     Outcome {
         status,
         actions,

@@ -755,6 +755,7 @@ fn exit_in_last_state_after_a_kubelet_restart_counts_once_without_delete() {
     w1.container.as_mut().unwrap().restart_count = 1;
     let obs = Observed {
         saved: vec![],
+        owned: Default::default(),
         pods: vec![
             pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running),
             w1,
@@ -777,6 +778,7 @@ fn coordinator_exit_0_in_last_state_of_a_statefulset_pod_succeeds_and_scales_dow
     w0.container.as_mut().unwrap().last = Some(exit(0, "Completed", "c1"));
     let obs = Observed {
         saved: vec![],
+        owned: Default::default(),
         pods: vec![
             w0,
             pod("worker", 1, PodOwner::StatefulSet, ContainerState::Running),
@@ -800,6 +802,7 @@ fn coordinator_exit_0_in_last_state_of_a_statefulset_pod_succeeds_and_scales_dow
     // Scaled: nothing more to do.
     let obs = Observed {
         saved: vec![],
+        owned: Default::default(),
         pods: vec![],
         workloads: vec![statefulset("train", "worker", 0)],
     };
@@ -999,6 +1002,7 @@ fn statefulset_ordinals_are_counted_per_role_and_a_done_job_completes_by_itself(
     let p = plan("tensorflow", "chief=1,ps=2,worker=2");
     let obs = Observed {
         saved: vec![],
+        owned: Default::default(),
         pods: vec![
             pod(
                 "chief",
@@ -1081,6 +1085,7 @@ fn a_jobs_suspension_waits_for_a_finished_pod_to_settle() {
     settling.phase = "Running".into();
     let obs = |worker0: ObservedPod| Observed {
         saved: vec![],
+        owned: Default::default(),
         pods: vec![
             pod(
                 "master",
@@ -1160,6 +1165,7 @@ fn a_finished_jobs_coordinator_outlives_its_pod() {
     let p = plan("pytorch", "master=1,worker=1");
     let with_pods = Observed {
         saved: vec![],
+        owned: Default::default(),
         pods: vec![
             pod(
                 "master",
@@ -1247,6 +1253,7 @@ fn a_finished_run_marks_the_workloads_it_leaves_running() {
         ],
         workloads: vec![sts("ps", 1), sts("old-ps", 0)],
         saved: vec![],
+        owned: Default::default(),
     };
     let out = next(&p, &obs, None, None, t(0));
     assert_eq!(out.status.phase, Phase::Succeeded);
@@ -1343,5 +1350,72 @@ fn evicted_pod_without_exit_is_retryable() {
                 uid: "uid-worker-0".into()
             }
         ]
+    );
+}
+
+/// What keeping the owned objects found is an input like the members:
+/// the Secret created is recorded, the unavailable and foreign objects set
+/// their conditions with one Warning each, and once they are gone the
+/// conditions turn False without another Event.
+#[test]
+fn the_owned_objects_outcome_sets_the_secret_and_both_conditions() {
+    let p = plan("jax", "worker=1");
+    let mut obs = Observed {
+        pods: vec![pod(
+            "worker",
+            0,
+            PodOwner::StatefulSet,
+            ContainerState::Running,
+        )],
+        owned: OwnedOutcome {
+            created_secret: Some("mnist-ssh".into()),
+            unavailable: vec!["the cluster does not serve PodGroup".into()],
+            foreign: vec!["Service/mnist exists and is controlled by Deployment \"x\"".into()],
+        },
+        ..Default::default()
+    };
+    let out = next(&p, &obs, None, None, t(0));
+    assert_eq!(out.status.ssh_secret.as_deref(), Some("mnist-ssh"));
+    let condition = |s: &DLJobStatus, type_: &str| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status.clone(), c.message.clone()))
+    };
+    assert_eq!(
+        condition(&out.status, OWNED_UNAVAILABLE),
+        Some(("True".into(), "the cluster does not serve PodGroup".into()))
+    );
+    assert_eq!(
+        condition(&out.status, OWNERSHIP_CONFLICT),
+        Some((
+            "True".into(),
+            "Service/mnist exists and is controlled by Deployment \"x\"".into()
+        ))
+    );
+    let warnings: Vec<&str> = out
+        .events
+        .iter()
+        .filter(|e| e.warning)
+        .map(|e| e.reason.as_str())
+        .collect();
+    assert_eq!(warnings, [OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT]);
+
+    obs.owned = OwnedOutcome::default();
+    let again = next(&p, &obs, Some(&out.status), None, t(1));
+    // Recorded once, kept after.
+    assert_eq!(again.status.ssh_secret.as_deref(), Some("mnist-ssh"));
+    assert_eq!(
+        condition(&again.status, OWNED_UNAVAILABLE).map(|c| c.0),
+        Some("False".into())
+    );
+    assert_eq!(
+        condition(&again.status, OWNERSHIP_CONFLICT).map(|c| c.0),
+        Some("False".into())
+    );
+    assert!(
+        again.events.iter().all(|e| !e.warning),
+        "{:?}",
+        again.events
     );
 }
