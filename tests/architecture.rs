@@ -67,29 +67,51 @@ struct Paths {
     /// The module of the code being visited (inline modules included).
     here: Module,
     found: Vec<Vec<String>>,
+    /// Names imported (`use`) in the file's own module, with the absolute
+    /// path each stands for: a child that names its parent's import
+    /// reaches where the import points.
+    imports: Vec<(String, Vec<String>)>,
+    /// Glob imports of an ancestor (`use super::*`): they would hide
+    /// which siblings a module reaches.
+    globs: Vec<String>,
 }
 
 impl Paths {
     /// Records `segments` (as written) if they start at `crate` or `super`,
     /// made absolute.
     fn record(&mut self, segments: Vec<String>) {
+        if let Some(path) = self.absolute(&segments) {
+            self.found.push(path);
+        }
+    }
+
+    /// `segments` made absolute if they start at `crate`, `self` or `super`.
+    fn absolute(&self, segments: &[String]) -> Option<Vec<String>> {
         let mut base = self.here.clone();
-        let mut rest = segments.as_slice();
+        let mut rest = segments;
         match rest.first().map(String::as_str) {
             Some("crate") => {
                 base.clear();
                 rest = &rest[1..];
             }
+            Some("self") => rest = &rest[1..],
             Some("super") => {
                 while rest.first().map(String::as_str) == Some("super") {
                     base.pop();
                     rest = &rest[1..];
                 }
             }
-            _ => return,
+            _ => return None,
         }
         base.extend(rest.iter().cloned());
-        self.found.push(base);
+        Some(base)
+    }
+
+    /// Records an imported `name` standing for `full` (as written).
+    fn import(&mut self, name: String, full: &[String]) {
+        if let Some(path) = self.absolute(full) {
+            self.imports.push((name, path));
+        }
     }
 
     fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
@@ -104,6 +126,8 @@ impl Paths {
                 if n.ident != "self" {
                     full.push(n.ident.to_string());
                 }
+                let name = full.last().cloned().unwrap_or_default();
+                self.import(name, &full);
                 self.record(full);
             }
             syn::UseTree::Rename(r) => {
@@ -111,9 +135,21 @@ impl Paths {
                 if r.ident != "self" {
                     full.push(r.ident.to_string());
                 }
+                self.import(r.rename.to_string(), &full);
                 self.record(full);
             }
-            syn::UseTree::Glob(_) => self.record(prefix.clone()),
+            syn::UseTree::Glob(_) => {
+                if let Some(target) = self.absolute(prefix) {
+                    if self.here.starts_with(&target) {
+                        self.globs.push(format!(
+                            "{}: use {}::*",
+                            show(&self.here),
+                            prefix.join("::")
+                        ));
+                    }
+                }
+                self.record(prefix.clone())
+            }
             syn::UseTree::Group(g) => {
                 for t in &g.items {
                     self.use_tree(prefix, t);
@@ -227,6 +263,8 @@ fn levels() -> BTreeMap<Module, Level> {
     rust_files(&src, &mut files);
     let modules: BTreeSet<Module> = files.iter().map(|f| module_of(&src, f)).collect();
     let mut levels: BTreeMap<Module, Level> = BTreeMap::new();
+    let mut parsed = Vec::new();
+    let mut imports: BTreeMap<Module, BTreeMap<String, Vec<String>>> = BTreeMap::new();
     for file in &files {
         if file.ends_with("main.rs") {
             continue; // the binary: a crate of its own, using the library
@@ -238,9 +276,19 @@ fn levels() -> BTreeMap<Module, Level> {
         let mut paths = Paths {
             here: here.clone(),
             found: Vec::new(),
+            imports: Vec::new(),
+            globs: Vec::new(),
         };
         paths.visit_file(&ast);
+        imports
+            .entry(here.clone())
+            .or_default()
+            .extend(paths.imports.iter().cloned());
+        parsed.push((here, paths));
+    }
+    for (here, paths) in parsed {
         for path in paths.found {
+            let path = through_imports(&imports, &modules, path);
             // The longest prefix that is a module.
             let Some(target) = (0..=path.len())
                 .rev()
@@ -263,6 +311,99 @@ fn levels() -> BTreeMap<Module, Level> {
         }
     }
     levels
+}
+
+/// `path` with a name an ancestor module imports replaced by what the
+/// import stands for, again until it names no import: `super::Meta` in
+/// `member::container` reaches `member::keys` when `member` imports
+/// `self::keys::Meta`.
+fn through_imports(
+    imports: &BTreeMap<Module, BTreeMap<String, Vec<String>>>,
+    modules: &BTreeSet<Module>,
+    mut path: Vec<String>,
+) -> Vec<String> {
+    for _ in 0..8 {
+        let Some(k) = (0..path.len())
+            .rev()
+            .find(|k| modules.contains(&path[..*k].to_vec()))
+        else {
+            return path;
+        };
+        let module = path[..k].to_vec();
+        let Some(full) = imports.get(&module).and_then(|m| m.get(&path[k])) else {
+            return path;
+        };
+        if full == &path[..=k] {
+            return path;
+        }
+        let mut next = full.clone();
+        next.extend(path[k + 1..].iter().cloned());
+        path = next;
+    }
+    path
+}
+
+/// Every `use super::*` (or other glob of an ancestor) outside tests.
+fn ancestor_globs() -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut out = Vec::new();
+    for file in &files {
+        // The binary (its tests are cfg(all(test, …))) and test-only files.
+        if file.ends_with("main.rs") || file.ends_with("tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("a readable source file");
+        let ast = syn::parse_file(&text).expect("parses");
+        let mut paths = Paths {
+            here: module_of(&src, file),
+            found: Vec::new(),
+            imports: Vec::new(),
+            globs: Vec::new(),
+        };
+        paths.visit_file(&ast);
+        out.extend(paths.globs);
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn no_module_imports_all_of_an_ancestor() {
+    let globs = ancestor_globs();
+    assert!(
+        globs.is_empty(),
+        "a glob of an ancestor hides which siblings a module reaches; name what it uses:\n{}",
+        globs.join("\n")
+    );
+}
+
+#[test]
+fn imports_are_followed_through_an_ancestor() {
+    let modules: BTreeSet<Module> = [
+        vec![],
+        vec!["m".to_owned()],
+        vec!["m".into(), "keys".into()],
+    ]
+    .into_iter()
+    .collect();
+    let imports = BTreeMap::from([(
+        vec!["m".to_owned()],
+        BTreeMap::from([(
+            "Meta".to_owned(),
+            vec!["m".into(), "keys".into(), "Meta".into()],
+        )]),
+    )]);
+    let path = |s: &str| s.split("::").map(String::from).collect::<Vec<_>>();
+    assert_eq!(
+        through_imports(&imports, &modules, path("m::Meta")),
+        path("m::keys::Meta")
+    );
+    assert_eq!(
+        through_imports(&imports, &modules, path("m::Other")),
+        path("m::Other")
+    );
 }
 
 /// The circles among one level's nodes: strongly connected components of

@@ -1,7 +1,16 @@
 //! The framework container: the one rule the webhook and the reconciler
 //! share, the `dljob.dev/container` key, and the warnings that go with it.
 
-use super::*;
+use super::keys::Meta;
+use super::MemberSpec;
+use super::PodOwner;
+use crate::contract as c;
+use crate::object;
+use crate::object::at;
+use crate::object::Kind;
+use crate::violation::Rule;
+use crate::violation::Violations;
+use serde_json::Value;
 
 /// `dljob.dev/container`, which must name a container of the pod.
 pub(super) fn container(

@@ -1,7 +1,17 @@
 //! Which replica a pod is: its owner (a plain pod, a StatefulSet's, an
 //! Indexed Job's) and its index within the role.
 
-use super::*;
+use super::keys::Meta;
+use super::PodOwner;
+use crate::contract as c;
+use crate::contract::Topology;
+use crate::object;
+use crate::object::at;
+use crate::object::str_at;
+use crate::object::Kind;
+use crate::violation::Rule;
+use crate::violation::Violations;
+use serde_json::Value;
 
 /// `dljob.dev/index-offset`: on a StatefulSet or Indexed Job (and the pods
 /// they make), never on a plain pod (whose `dljob.dev/index` says it all).

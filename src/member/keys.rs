@@ -2,7 +2,13 @@
 //! metadata and its pod template's, and which `dljob.dev/*` keys are
 //! labels, which annotations.
 
-use super::*;
+use crate::contract as c;
+use crate::object;
+use crate::object::Kind;
+use crate::violation::Rule;
+use crate::violation::Violations;
+use serde_json::Map;
+use serde_json::Value;
 
 /// The labels and annotations of a member: the object's own metadata and,
 /// for workloads, its pod template's, read as one.

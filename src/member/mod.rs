@@ -17,7 +17,7 @@ pub(crate) use self::container::container_facts;
 use self::container::{container, container_warning, slots_warning};
 pub use self::container::{framework_container, pick_container, ContainerChoice, ContainerFacts};
 pub use self::index::pod_owner;
-use self::index::{index_offset, owner_name, pod_index};
+use self::index::{index_offset, pod_index};
 use self::keys::Meta;
 use self::spec::{check_gang, job_spec, ordered_start, pod_requests, wait_for_names};
 use self::topology::{check_topology, topology, workload_size};
@@ -25,15 +25,12 @@ use crate::violation::{Rule, Violations};
 
 use std::fmt;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::config::Config;
-use crate::contract::{
-    self as c, CleanPodPolicy, Elastic, Policies, RestartPolicy, RestartScope, Slots, Topology,
-};
+use crate::contract::{self as c};
 use crate::crd::JobSpec;
 use crate::frameworks::{self, Framework};
-use crate::gang;
 use crate::object::{self, at, str_at, Kind};
 
 /// Where a pod's index comes from.

@@ -1,7 +1,28 @@
 //! The job-wide keys every member must agree on ([`JobSpec`]): one parse
 //! step per key.
 
-use super::*;
+use super::keys::Meta;
+use super::DEFAULT_SLOTS;
+use super::DEFAULT_SSH_PATH;
+use crate::config::Config;
+use crate::contract as c;
+use crate::contract::CleanPodPolicy;
+use crate::contract::Elastic;
+use crate::contract::Policies;
+use crate::contract::RestartPolicy;
+use crate::contract::RestartScope;
+use crate::contract::Slots;
+use crate::contract::Topology;
+use crate::crd::JobSpec;
+use crate::frameworks;
+use crate::frameworks::Framework;
+use crate::gang;
+use crate::object;
+use crate::object::at;
+use crate::object::Kind;
+use crate::violation::Rule;
+use crate::violation::Violations;
+use serde_json::Value;
 
 /// Everything the job's members must agree on. `None` when the framework
 /// or the topology is unknown (already a violation).

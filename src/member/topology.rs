@@ -2,7 +2,21 @@
 //! workload's size infers it), checked against the framework's roles, the
 //! member's role and size, and the hostnames it makes.
 
-use super::*;
+use super::index::owner_name;
+use super::index::pod_owner;
+use super::keys::Meta;
+use super::PodOwner;
+use crate::contract as c;
+use crate::contract::Topology;
+use crate::frameworks;
+use crate::frameworks::Framework;
+use crate::object;
+use crate::object::at;
+use crate::object::str_at;
+use crate::object::Kind;
+use crate::violation::Rule;
+use crate::violation::Violations;
+use serde_json::Value;
 
 /// The job's topology as this member declares it.
 pub(super) struct Declared {

@@ -1,7 +1,12 @@
 //! The DLJob's conditions: the phase's own, and the problems reported
 //! while they last (one Warning Event when they appear or change).
 
-use super::*;
+use super::JobEvent;
+use super::Verdict;
+use crate::crd::Phase;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 
 pub(super) const CONDITION_TYPES: [&str; 5] =
     ["Created", "Running", "Restarting", "Succeeded", "Failed"];

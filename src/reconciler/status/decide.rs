@@ -2,7 +2,25 @@
 //! exit, the deadline, then the retries — counted once each, planned as
 //! deletions (bare pods saved first) and recreations.
 
-use super::*;
+use super::classify;
+use super::describe;
+use super::remaining;
+use super::Action;
+use super::ExitClass;
+use super::JobPlan;
+use super::ObservedPod;
+use super::Verdict;
+use crate::contract::RestartPolicy;
+use crate::contract::RestartScope;
+use crate::crd::DLJobStatus;
+use crate::crd::JobRestart;
+use crate::crd::PendingRecreate;
+use crate::crd::Phase;
+use crate::crd::RoleStatus;
+use crate::crd::SavedPod;
+use crate::member::PodOwner;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
 
 /// Records that bare pod `p`, about to be deleted for a retry, is to come
 /// back from its manifest once it is gone, and has the manifest saved

@@ -1,7 +1,14 @@
 //! What a finished job does to its members: the clean-pod policy, then
 //! the mark of the finished run on what is left.
 
-use super::*;
+use super::Action;
+use super::MemberKind;
+use super::Observed;
+use super::ObservedPod;
+use super::Workload;
+use crate::contract::CleanPodPolicy;
+use crate::member::PodOwner;
+use std::time::Duration;
 
 /// How long after the job finished a Job member's suspension waits for a
 /// pod whose framework container exited 0 to be marked Succeeded by its

@@ -1,7 +1,14 @@
 //! The gated role (mpi's launcher, chainer's master): held by dljob's
 //! scheduling gate until every other member runs.
 
-use super::*;
+use super::set_condition;
+use super::Action;
+use super::ContainerState;
+use super::JobPlan;
+use super::ObservedPod;
+use crate::contract as c;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
 
 /// The condition saying why a launcher waits (frameworks with a gated role).
 pub const LAUNCHER_GATED: &str = "LauncherGated";

@@ -16,13 +16,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::contract::{self as c, CleanPodPolicy, Policies, RestartPolicy, RestartScope, Topology};
-use crate::crd::{
-    CoordinatorStatus, DLJobStatus, JobRestart, PendingRecreate, Phase, RoleStatus, SavedPod,
-};
+use crate::contract::{Policies, RestartPolicy, Topology};
+use crate::crd::{CoordinatorStatus, DLJobStatus, Phase, RoleStatus, SavedPod};
 use crate::frameworks::Framework;
 use crate::member::PodOwner;
 

@@ -1,7 +1,14 @@
 //! Member workloads whose size differs from their role's count (what
 //! `kubectl scale` does, which no webhook sees), with the fix.
 
-use super::*;
+use super::set_problem_condition;
+use super::JobEvent;
+use super::Problem;
+use super::Workload;
+use crate::contract::Topology;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
 
 /// The condition type reporting member workloads whose size differs from
 /// their role's count (ARCHITECTURE.md §4: `kubectl scale` of a member StatefulSet

@@ -2,7 +2,10 @@
 //! actions out.
 
 use super::*;
+use crate::contract::{CleanPodPolicy, RestartScope};
+use crate::crd::{JobRestart, PendingRecreate};
 use crate::frameworks;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_700_000_000 + s).unwrap()
