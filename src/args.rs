@@ -262,8 +262,9 @@ pub struct ServeArgs {
     /// PEM private key matching --tls-cert.
     #[arg(long, requires = "tls_cert", env = "DLJOB_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
-    /// Config file (YAML: clusterDomain, accelerators, ports). Re-read when it
-    /// changes; an invalid new version is logged and the old one kept.
+    /// Config file (YAML; its keys are in docs/reference/config.md, and a
+    /// misspelt one is refused with the list). Re-read when it changes; an
+    /// invalid new version is logged and the old one kept.
     #[arg(long, env = "DLJOB_CONFIG")]
     pub config: Option<PathBuf>,
     /// Log format: text, or one JSON object per line.

@@ -1,5 +1,5 @@
-//! End-to-end against a real cluster where dljob is installed (see the
-//! README, "End-to-end against a cluster"). Runs only when
+//! End-to-end against a real cluster where dljob is installed (see
+//! docs/install.md, "End-to-end against a cluster"). Runs only when
 //! `DLJOB_E2E_KUBECONFIG` names a kubeconfig; otherwise it returns at once,
 //! since no cluster exists on the machines CI runs on.
 
