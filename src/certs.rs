@@ -90,7 +90,7 @@ pub enum CaOrigin {
 /// Why the development CA could not be kept or made.
 #[derive(Debug, thiserror::Error)]
 pub enum DevCaError {
-    #[error("generating a certificate: {0}")]
+    #[error("generating a certificate")]
     Generate(#[from] rcgen::Error),
     #[error("writing {0}: {1}")]
     Write(std::path::PathBuf, std::io::Error),

@@ -83,7 +83,7 @@ fn main() -> ExitCode {
     // Errors print their cause chain, never a backtrace: they are meant for
     // the user, whatever RUST_BACKTRACE says.
     let code = result.unwrap_or_else(|e| {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", dljob::telemetry::Chain(e.as_ref()));
         ExitCode::from(2)
     });
     #[cfg(feature = "dhat-heap")]

@@ -2,6 +2,7 @@
 //! gone, an action already done or a member replaced under the same name
 //! are success. Bare pods' manifests are saved here before their delete.
 
+use crate::telemetry::Chain;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -96,7 +97,7 @@ impl Target<'_> {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!(job = %self.job.name_any(), namespace = %self.namespace, pod = %name, error = %e, "saving a bare pod's manifest failed; it is not deleted");
+                    tracing::warn!(job = %self.job.name_any(), namespace = %self.namespace, pod = %name, error = %Chain(&e), "saving a bare pod's manifest failed; it is not deleted");
                     saving.unsaved.push(uid);
                     saving.failed.get_or_insert(e);
                 }
@@ -139,7 +140,7 @@ impl Target<'_> {
                 _ => self.execute(action).await,
             };
             if let Err(e) = result {
-                tracing::warn!(job = %self.job.name_any(), namespace = %self.namespace, ?action, error = %e, "an action failed; the others go on");
+                tracing::warn!(job = %self.job.name_any(), namespace = %self.namespace, ?action, error = %Chain(&e), "an action failed; the others go on");
                 failed.get_or_insert(e);
             }
         }
@@ -153,7 +154,7 @@ impl Target<'_> {
             .publish(&self.job.object_ref(&()), &event)
             .await
         {
-            tracing::warn!(job = %self.job.name_any(), error = %e, "publishing an Event failed");
+            tracing::warn!(job = %self.job.name_any(), error = %Chain(&e), "publishing an Event failed");
         }
     }
 

@@ -7,6 +7,7 @@
 //! [`ownership`]: super::ownership
 //! [`actions`]: super::actions
 
+use crate::telemetry::Chain;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -64,7 +65,7 @@ pub async fn reconcile(job: Arc<DLJob>, ctx: Arc<Context>) -> Result<Requeue, Er
 
 /// After a failed reconcile: retry soon.
 pub(crate) fn error_policy(job: Arc<DLJob>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    tracing::warn!(job = %job.name_any(), %error, "reconcile failed");
+    tracing::warn!(job = %job.name_any(), error = %Chain(error), "reconcile failed");
     match error {
         Error::BadSpec { .. } => Requeue::await_change(),
         _ => Requeue::requeue(Duration::from_secs(15)),

@@ -5,9 +5,9 @@
 pub enum Error {
     #[error("DLJob {job} cannot be reconciled: {reason}")]
     BadSpec { job: String, reason: String },
-    #[error("Kubernetes API: {0}")]
+    #[error("Kubernetes API")]
     Kube(#[from] kube::Error),
-    #[error("generating the SSH key: {0}")]
+    #[error("generating the SSH key")]
     Ssh(#[from] ssh_key::Error),
     /// A bare pod's name is held by a pod not of the job.
     #[error("{0}")]

@@ -32,6 +32,7 @@ pub mod tell;
 pub mod trim;
 mod writes;
 
+use crate::telemetry::Chain;
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
@@ -235,7 +236,7 @@ impl Watch<'_> {
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(kind = %K::kind(&()), error = %e, "member watch failed");
+                        tracing::warn!(kind = %K::kind(&()), error = %Chain(&e), "member watch failed");
                     }
                 }
                 future::ready(())
@@ -359,7 +360,7 @@ async fn lead(
         {
             Ok(m) => break m,
             Err(e) => {
-                tracing::warn!(error = %e, "leader election: cannot use the Lease, retrying");
+                tracing::warn!(error = %Chain(&e), "leader election: cannot use the Lease, retrying");
                 tokio::time::sleep(Duration::from_secs(10)).await;
             }
         }
@@ -469,7 +470,7 @@ where
         future::ready(match item {
             Ok(object) => Some(Ok(object)),
             Err(e) => {
-                tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed, retrying");
+                tracing::warn!(kind = %K::kind(&()), error = %Chain(&e), "watch failed, retrying");
                 None
             }
         })
@@ -496,7 +497,7 @@ async fn creator(ctx: Arc<Context>, stop: impl std::future::Future<Output = ()>)
             )
             .await
             {
-                tracing::warn!(error = %e, "creating a DLJob failed");
+                tracing::warn!(error = %Chain(&e), "creating a DLJob failed");
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
         }

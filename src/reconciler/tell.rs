@@ -1,5 +1,6 @@
 //! Telling each DLJob that does not parse why, on itself.
 
+use crate::telemetry::Chain;
 use std::time::Duration;
 
 use super::events::Recorder;
@@ -37,7 +38,7 @@ pub async fn tell_untold(recorder: &Recorder, unreadable: &Unreadable) -> usize 
                 tracing::warn!(
                     job = job.name.as_deref().unwrap_or(""),
                     namespace = job.namespace.as_deref().unwrap_or(""),
-                    error = %e,
+                    error = %Chain(&e),
                     "publishing an Event failed; tried again later"
                 );
             }

@@ -1,6 +1,7 @@
 //! The serving certificate: loaded from PEM files and re-read when they
 //! change, or generated self-signed for local use.
 
+use crate::telemetry::Chain;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,11 +41,11 @@ pub enum TlsError {
     NoCertificate(String),
     #[error("{0}: not a PEM private key ({1})")]
     Key(String, String),
-    #[error("certificate and key do not make a TLS config: {0}")]
+    #[error("certificate and key do not make a TLS config")]
     Rustls(#[from] rustls::Error),
-    #[error("generating a self-signed certificate: {0}")]
+    #[error("generating a self-signed certificate")]
     Generate(#[from] rcgen::Error),
-    #[error("the self-signed CA: {0}")]
+    #[error("the self-signed CA")]
     DevCa(#[from] crate::certs::DevCaError),
     #[error("{0}: not a CA to verify client certificates with ({1})")]
     ClientCa(String, String),
@@ -193,7 +194,7 @@ impl Loaded {
                         metrics.tls_reload(false);
                         tracing::error!(
                             files = %what,
-                            error = %e,
+                            error = %Chain(&e),
                             "new TLS certificate does not load; keeping the previous one"
                         );
                     }
