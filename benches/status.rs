@@ -332,7 +332,7 @@ fn bench_one_job(c: &mut Criterion) {
     assert!(out.actions[3..].iter().all(|a| matches!(
         a,
         Action::MarkFinished {
-            kind: dljob::reconciler::status::MemberKind::Pod,
+            kind: dljob::object::Kind::Pod,
             ..
         }
     )));

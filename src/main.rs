@@ -68,7 +68,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = match &parse().command {
-        Command::Serve(args) => dljob::process::serve(args),
+        Command::Serve(args) => dljob::serve::serve(args),
         Command::Mutate(args) => offline::mutate(args),
         Command::Validate(args) => offline::validate(args),
         Command::Label(args) => offline::label(args),

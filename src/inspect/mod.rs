@@ -11,7 +11,7 @@
 //! - [`describe`]: one screen from a DLJob, its pods and their Events
 //!   (pure), and the three reads that gather them (I/O).
 //!
-//! The I/O takes a [`kube::Client`] (from [`crate::process::connect`] on the
+//! The I/O takes a [`kube::Client`] (from [`crate::serve::connect`] on the
 //! command line, kube's mocked client in tests) and the writers to print to.
 
 pub mod describe;
@@ -46,7 +46,7 @@ pub(crate) async fn connect(
     namespace: Option<&str>,
     cluster: &crate::args::ClusterArgs,
 ) -> anyhow::Result<(kube::Client, String)> {
-    let client = crate::process::connect(CONNECT_TIMEOUT, cluster)
+    let client = crate::serve::connect(CONNECT_TIMEOUT, cluster)
         .await
         .map_err(|why| anyhow::anyhow!("cannot reach the cluster: {why}"))?;
     let ns = namespace.map_or_else(|| client.default_namespace().to_owned(), str::to_owned);

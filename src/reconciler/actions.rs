@@ -16,12 +16,13 @@ use super::error::Error;
 use super::events::Recorder;
 use super::observe;
 use super::ownership::foreign_controller;
-use super::status::{Action, JobEvent, MemberKind};
+use super::status::{Action, JobEvent};
 use super::writes::{
     create_params, guarded, tolerate, tolerate_gone_or_replaced, CONFLICT, MANAGER, NOT_FOUND,
 };
 use crate::contract as c;
 use crate::crd::{DLJob, DLJobStatus, SavedPod};
+use crate::object::Kind;
 
 /// The names dljob gives the PodTemplates it saves bare pods' manifests
 /// in start so (the API server completes each, `generateName`).
@@ -283,14 +284,12 @@ impl Target<'_> {
                 )});
                 let patch = Patch::Merge(&mark);
                 let result = match kind {
-                    MemberKind::Pod => pods().patch(name, &merge, &patch).await.map(drop),
-                    MemberKind::StatefulSet => {
-                        Api::<StatefulSet>::namespaced(client.clone(), namespace)
-                            .patch(name, &merge, &patch)
-                            .await
-                            .map(drop)
-                    }
-                    MemberKind::Job => Api::<Job>::namespaced(client.clone(), namespace)
+                    Kind::Pod => pods().patch(name, &merge, &patch).await.map(drop),
+                    Kind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), namespace)
+                        .patch(name, &merge, &patch)
+                        .await
+                        .map(drop),
+                    Kind::Job => Api::<Job>::namespaced(client.clone(), namespace)
                         .patch(name, &merge, &patch)
                         .await
                         .map(drop),

@@ -7,7 +7,7 @@
 //! - [`tls`], [`reload`]: certificate and config files, re-read on change.
 //! - [`metrics`]: the Prometheus metrics.
 //!
-//! [`crate::process`] wires the server to the command line, the cluster and
+//! [`crate::serve`] wires the server to the command line, the cluster and
 //! the reconciler.
 
 pub mod admission;

@@ -2,12 +2,12 @@
 //! the mark of the finished run on what is left.
 
 use super::Action;
-use super::MemberKind;
 use super::Observed;
 use super::ObservedPod;
 use super::Workload;
 use crate::contract::CleanPodPolicy;
 use crate::member::PodOwner;
+use crate::object::Kind;
 use std::time::Duration;
 
 /// How long after the job finished a Job member's suspension waits for a
@@ -142,7 +142,7 @@ pub(super) fn mark_finished(
             || (stopping && p.owner == PodOwner::Job && !p.finished());
         if !p.marked && !goes {
             marks.push(Action::MarkFinished {
-                kind: MemberKind::Pod,
+                kind: Kind::Pod,
                 name: p.name.clone(),
                 uid: p.uid.clone(),
             });
@@ -158,16 +158,16 @@ pub(super) fn mark_finished(
                 marked,
                 replicas,
                 ..
-            } => (MemberKind::StatefulSet, name, uid, *marked, *replicas > 0),
+            } => (Kind::StatefulSet, name, uid, *marked, *replicas > 0),
             Workload::Job {
                 name,
                 uid,
                 marked,
                 suspended,
                 ..
-            } => (MemberKind::Job, name, uid, *marked, !suspended),
+            } => (Kind::Job, name, uid, *marked, !suspended),
         };
-        let left = kind == MemberKind::Job && left_to_complete.contains(uid);
+        let left = kind == Kind::Job && left_to_complete.contains(uid);
         if live && !marked && (!stopping || left) {
             marks.push(Action::MarkFinished {
                 kind,

@@ -23,6 +23,7 @@ use crate::contract::{Policies, RestartPolicy, Topology};
 use crate::crd::{CoordinatorStatus, DLJobStatus, Phase, RoleStatus, SavedPod};
 use crate::frameworks::Framework;
 use crate::member::PodOwner;
+use crate::object::Kind;
 
 mod conditions;
 mod decide;
@@ -170,13 +171,6 @@ pub struct OwnedOutcome {
     /// ([`OWNERSHIP_CONFLICT`]).
     pub foreign: Vec<String>,
 }
-/// A member kind, for [`Action::MarkFinished`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MemberKind {
-    Pod,
-    StatefulSet,
-    Job,
-}
 /// One idempotent change to the cluster. Every change to a member is made
 /// only if it still has the uid observed (a pod or workload recreated under
 /// the same name is left alone).
@@ -204,7 +198,7 @@ pub enum Action {
     /// Annotate the member [`c::FINISHED_RUN`]: what is left of a finished
     /// run never counts toward a later run of the same job.
     MarkFinished {
-        kind: MemberKind,
+        kind: Kind,
         name: String,
         uid: String,
     },

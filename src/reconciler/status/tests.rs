@@ -63,7 +63,7 @@ fn pod(role: &str, index: u32, owner: PodOwner, state: ContainerState) -> Observ
 /// The mark a finished run leaves on pod `name`.
 fn mark(name: &str) -> Action {
     Action::MarkFinished {
-        kind: MemberKind::Pod,
+        kind: Kind::Pod,
         name: name.into(),
         uid: format!("uid-{name}"),
     }
@@ -905,7 +905,7 @@ fn restarts_beyond_the_backoff_limit_fail_the_job() {
                 uid: "uid-master-0".into()
             },
             Action::MarkFinished {
-                kind: MemberKind::Pod,
+                kind: Kind::Pod,
                 name: "worker-0".into(),
                 uid: "uid-2".into()
             }
@@ -1062,7 +1062,7 @@ fn statefulset_ordinals_are_counted_per_role_and_a_done_job_completes_by_itself(
             // stay, marked; the sets' pods go with them.
             mark("chief-0"),
             Action::MarkFinished {
-                kind: MemberKind::Job,
+                kind: Kind::Job,
                 name: "chief".into(),
                 uid: "uid-chief".into(),
             },
@@ -1149,7 +1149,7 @@ fn a_jobs_suspension_waits_for_a_finished_pod_to_settle() {
         !early.actions.iter().any(|a| matches!(
             a,
             Action::MarkFinished {
-                kind: MemberKind::Job,
+                kind: Kind::Job,
                 ..
             }
         )),
@@ -1266,7 +1266,7 @@ fn a_finished_run_marks_the_workloads_it_leaves_running() {
             mark("chief-0"),
             mark("ps-0"),
             Action::MarkFinished {
-                kind: MemberKind::StatefulSet,
+                kind: Kind::StatefulSet,
                 name: "ps".into(),
                 uid: "uid-ps".into()
             },
