@@ -553,8 +553,8 @@ fn table_keys(text: &str) -> BTreeSet<String> {
 #[test]
 fn the_labels_reference_lists_every_key_of_the_contract() {
     let contract = std::fs::read_to_string(repo().join("src/contract.rs")).expect("contract");
-    let declared = regex::Regex::new(r#"const [A-Z_]+: &str = "(dljob\.dev/[a-z-]+)";"#)
-        .expect("regex");
+    let declared =
+        regex::Regex::new(r#"const [A-Z_]+: &str = "(dljob\.dev/[a-z-]+)";"#).expect("regex");
     let keys: BTreeSet<String> = declared
         .captures_iter(&contract)
         .map(|c| c[1].to_owned())
