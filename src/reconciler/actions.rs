@@ -2,7 +2,6 @@
 //! gone, an action already done or a member replaced under the same name
 //! are success. Bare pods' manifests are saved here before their delete.
 
-use crate::telemetry::Chain;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -23,6 +22,7 @@ use super::writes::{
 use crate::contract as c;
 use crate::crd::{DLJob, DLJobStatus, SavedPod};
 use crate::object::Kind;
+use crate::telemetry::Chain;
 
 /// The names dljob gives the PodTemplates it saves bare pods' manifests
 /// in start so (the API server completes each, `generateName`).

@@ -7,7 +7,6 @@
 //! [`ownership`]: super::ownership
 //! [`actions`]: super::actions
 
-use crate::telemetry::Chain;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +29,7 @@ use crate::config::Config;
 use crate::contract as c;
 use crate::crd::{DLJob, SavedPod};
 use crate::object::Kind;
+use crate::telemetry::Chain;
 
 /// Reconcile again at the latest after this long: a safety net for a
 /// member event the debounced trigger saw before the member stores did.

@@ -32,7 +32,6 @@ pub mod tell;
 pub mod trim;
 mod writes;
 
-use crate::telemetry::Chain;
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
@@ -57,6 +56,7 @@ use self::scope::Scope;
 use crate::config::Config;
 use crate::contract as c;
 use crate::crd::DLJob;
+use crate::telemetry::Chain;
 use crate::validate::PeerSource;
 
 /// The Lease the replicas compete for.

@@ -1,11 +1,11 @@
 //! Telling each DLJob that does not parse why, on itself.
 
-use crate::telemetry::Chain;
 use std::time::Duration;
 
 use super::events::Recorder;
 use super::listed::Unreadable;
 use super::status;
+use crate::telemetry::Chain;
 
 /// How long a DLJob whose Event could not be published waits before it
 /// is tried again (sooner when another DLJob is to be told).

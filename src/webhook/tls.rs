@@ -1,7 +1,6 @@
 //! The serving certificate: loaded from PEM files and re-read when they
 //! change, or generated self-signed for local use.
 
-use crate::telemetry::Chain;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use super::metrics::Metrics;
 use super::reload::WatchedFiles;
+use crate::telemetry::Chain;
 
 /// Where the serving certificate comes from.
 #[derive(Clone, Debug)]
