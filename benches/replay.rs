@@ -33,7 +33,10 @@
 //! child is stopped (SIGTERM) and a new one started on the same store: it
 //! LISTs (pages of 500) the pods, the DLJobs with the statuses the first
 //! child wrote and the Services, takes the Lease again, reconciles, then
-//! settles for `--settle` seconds.
+//! settles for `--settle` seconds. It also reports how long after the
+//! sync, and how many CPU seconds of the child (`/proc/<pid>/stat`), it
+//! took until `dljob_reconciles_total` reached the number of jobs: one
+//! resync of every job.
 //!
 //! The child's VmRSS/VmHWM are sampled from /proc every `--sample-ms`
 //! (250) ms. Printed per scenario: RSS at start (webhook listening), after
@@ -235,6 +238,33 @@ struct ServerProcess {
     addr: SocketAddr,
     ca_pem: String,
     log_path: PathBuf,
+}
+
+/// CPU seconds (user + system) a process has used.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's ")": state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some(ticks as f64 / per_second.max(1) as f64)
+}
+
+/// `dljob_reconciles_total` from the child's `/metrics`.
+async fn reconciles(client: &mut Sender) -> Option<u64> {
+    let (status, body) = send(client, Method::GET, "/metrics", String::new())
+        .await
+        .ok()?;
+    if status != StatusCode::OK {
+        return None;
+    }
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find_map(|l| l.strip_prefix("dljob_reconciles_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
 }
 
 /// (VmRSS, VmHWM) in KiB of a process.
@@ -524,6 +554,9 @@ struct Scenario {
     first_review_failure: Option<String>,
     calls: BTreeMap<(String, String), u64>,
     watches: BTreeMap<String, (usize, usize)>,
+    /// Scenario A: how long after the sync, and how many CPU seconds,
+    /// until every DLJob was reconciled once (one resync of every job).
+    resync: Option<(Duration, f64)>,
     dljobs: usize,
     services: usize,
     events: usize,
@@ -848,6 +881,24 @@ async fn scenario_existing(
     run: usize,
 ) -> Scenario {
     let (mut sc, live) = start_child("existing", o, srv, dir, kubeconfig).await;
+    let pid = live.server.pid();
+    let (cpu0, t0) = (cpu_seconds(pid).unwrap_or_default(), Instant::now());
+    let mut client = connect(live.server.addr, &live.server.ca_pem).await;
+    let deadline = t0 + o.wait_timeout;
+    loop {
+        if reconciles(&mut client).await.unwrap_or(0) >= o.jobs as u64 {
+            let cpu = cpu_seconds(pid).unwrap_or_default() - cpu0;
+            sc.resync = Some((t0.elapsed(), cpu));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replay: {} jobs not reconciled within {:?}",
+            o.jobs,
+            o.wait_timeout
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     tokio::time::sleep(o.settle).await;
     finish(o, &mut sc, srv, live, dir, run);
     sc
@@ -875,6 +926,13 @@ fn print_scenario(o: &Options, sc: &Scenario) {
         println!(
             "    every DLJob and Service existed {:.1} s after the last pod was created",
             d.as_secs_f64()
+        );
+    }
+    if let Some((took, cpu)) = sc.resync {
+        println!(
+            "    resync: every DLJob reconciled once {:.1} s after the sync, {:.1} CPU s",
+            took.as_secs_f64(),
+            cpu
         );
     }
     println!(
@@ -1017,6 +1075,12 @@ fn main() {
                 m(&|s| kib_mib(s.hwm)),
                 if results[0][i].all_owned_after_last_pod.is_some() {
                     format!("; all DLJobs/Services {:.1} s after the last pod", m(&|s| s.all_owned_after_last_pod.unwrap_or_default().as_secs_f64()))
+                } else if results[0][i].resync.is_some() {
+                    format!(
+                        "; resync {:.1} s, {:.1} CPU s",
+                        m(&|s| s.resync.unwrap_or_default().0.as_secs_f64()),
+                        m(&|s| s.resync.unwrap_or_default().1)
+                    )
                 } else {
                     String::new()
                 }
