@@ -199,11 +199,14 @@ pub(crate) fn requests_extended_resource(container: &Value) -> bool {
     ["limits", "requests"].iter().any(|section| {
         res.get(*section)
             .and_then(Value::as_object)
-            .is_some_and(|m| {
-                m.iter()
-                    .any(|(k, v)| is_extended_resource(k) && !is_zero_quantity(v))
-            })
+            .is_some_and(|m| m.iter().any(|(k, v)| is_device_request(k, v)))
     })
+}
+
+/// The accelerator rule, one for the JSON pod and the typed one: a nonzero
+/// quantity of an extended resource ([`is_extended_resource`]).
+pub(crate) fn is_device_request(resource: &str, quantity: &Value) -> bool {
+    is_extended_resource(resource) && !is_zero_quantity(quantity)
 }
 
 /// Whether the container uses a Dynamic Resource Allocation claim: its

@@ -1,7 +1,9 @@
 //! ChainerMN: runs on mpiexec like mpi, with the master listed last.
 
 use super::mpi::mpi_env;
-use super::{push_hostfile_lines, Env, Framework, Job, Member, RoleRule, Roles};
+use super::{
+    first_replica_of, push_hostfile_lines, Env, Framework, JobView, Member, RoleRule, Roles,
+};
 use crate::contract::Topology;
 
 pub(crate) struct Chainer;
@@ -19,16 +21,13 @@ impl Framework for Chainer {
         22
     }
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
-        topology
-            .roles()
-            .find(|(r, _)| *r == "master")
-            .map(|(r, _)| (r, 0))
+        first_replica_of(topology, &["master"])
     }
-    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         mpi_env(job, member, "master", true, env);
     }
     /// The master's (it runs mpiexec): the workers, then the master.
-    fn hostfile(&self, job: &Job<'_>, member: &Member<'_>) -> Option<String> {
+    fn hostfile(&self, job: &JobView<'_>, member: &Member<'_>) -> Option<String> {
         if member.role != "master" {
             return None;
         }
@@ -52,12 +51,12 @@ impl Framework for Chainer {
 mod tests {
     use crate::contract::Topology;
     use crate::frameworks::test_support::{env_of, get};
-    use crate::frameworks::{by_name, Job, Member};
+    use crate::frameworks::{by_name, JobView, Member};
 
     #[test]
     fn master_is_listed_last() {
         let t = Topology::parse("master=1,worker=2").unwrap();
-        let job = Job {
+        let job = JobView {
             name: "cmn",
             namespace: "ns",
             cluster_domain: "",

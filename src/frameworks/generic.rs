@@ -1,6 +1,6 @@
 //! Any framework: roles are free-form, only the `DLJOB_*` vars are injected.
 
-use super::{Env, Framework, Job, Member, Roles};
+use super::{Env, Framework, JobView, Member, Roles};
 use crate::contract::{RestartScope, Topology};
 
 pub(crate) struct Generic;
@@ -23,7 +23,7 @@ impl Framework for Generic {
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
         topology.roles().next().map(|(r, _)| (r, 0))
     }
-    fn env(&self, _job: &Job<'_>, _member: &Member<'_>, _env: &mut Env) {}
+    fn env(&self, _job: &JobView<'_>, _member: &Member<'_>, _env: &mut Env) {}
 }
 
 #[cfg(test)]

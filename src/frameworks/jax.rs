@@ -1,6 +1,6 @@
 //! JAX multi-process: coordinator address, process count and id.
 
-use super::{set, Env, Framework, Job, Member, RoleRule, Roles};
+use super::{first_replica_of, set, Env, Framework, JobView, Member, RoleRule, Roles};
 use crate::contract::{Topology, COMPAT_KUBEFLOW};
 
 pub(crate) struct Jax;
@@ -18,19 +18,16 @@ impl Framework for Jax {
         6666
     }
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
-        topology
-            .roles()
-            .find(|(r, _)| *r == "worker")
-            .map(|(r, _)| (r, 0))
+        first_replica_of(topology, &["worker"])
     }
-    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         set(env, "JAX_COORDINATOR_ADDRESS", job.host_port("worker", 0));
         set(env, "JAX_NUM_PROCESSES", job.topology.total().to_string());
         set(env, "JAX_PROCESS_ID", member.index.to_string());
     }
     /// The training-operator's JAXJob names: the coordinator's host and
     /// port apart.
-    fn compat_env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn compat_env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         if job.compat != Some(COMPAT_KUBEFLOW) {
             return;
         }

@@ -88,7 +88,7 @@ pub enum Roles {
 
 /// The job as the frameworks see it.
 #[derive(Clone, Copy, Debug)]
-pub struct Job<'a> {
+pub struct JobView<'a> {
     pub name: &'a str,
     pub namespace: &'a str,
     /// Empty, or a domain appended to `…svc`.
@@ -129,11 +129,11 @@ pub trait Framework: Sync {
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)>;
     /// Framework env vars for `member` (the generic `DLJOB_*` vars are added
     /// by the caller).
-    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env);
+    fn env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env);
     /// What an operator's images for this framework read besides
     /// [`Framework::env`], for a job with `dljob.dev/compat: COMPAT`
     /// (`job.compat`): the operator's own names for the same wiring.
-    fn compat_env(&self, _job: &Job<'_>, _member: &Member<'_>, _env: &mut Env) {}
+    fn compat_env(&self, _job: &JobView<'_>, _member: &Member<'_>, _env: &mut Env) {}
     /// Topology rules beyond per-role counts; messages name the fix.
     fn check_topology(&self, _topology: &Topology) -> Vec<String> {
         Vec::new()
@@ -142,7 +142,7 @@ pub trait Framework: Sync {
     /// reads one (mpi's launcher, chainer's master); `None` elsewhere. Other
     /// frameworks read no hostfile, and every host is a pure function of the
     /// topology (`DLJOB_HOST_PATTERN`, `DLJOB_REPLICAS`).
-    fn hostfile(&self, _job: &Job<'_>, _member: &Member<'_>) -> Option<String> {
+    fn hostfile(&self, _job: &JobView<'_>, _member: &Member<'_>) -> Option<String> {
         None
     }
     /// Env vars taken from the pod by the downward API, as (name, fieldPath),
@@ -150,7 +150,7 @@ pub trait Framework: Sync {
     /// them as `$(NAME)`.
     fn field_env(
         &self,
-        _job: &Job<'_>,
+        _job: &JobView<'_>,
         _member: &Member<'_>,
     ) -> &'static [(&'static str, &'static str)] {
         &[]
@@ -324,7 +324,7 @@ pub(crate) fn check_role(framework: &dyn Framework, role: &str) -> Result<(), St
     }
 }
 
-impl Job<'_> {
+impl JobView<'_> {
     /// Hostfile slots of (role, index): per worker index, else the count
     /// for every other host.
     pub(crate) fn slots_of(&self, role: &str, index: u32) -> u32 {
@@ -398,7 +398,7 @@ impl Job<'_> {
 /// Appends `host slots=N` lines for every replica of `role`: a worker's
 /// slots are its index's in `dljob.dev/slots`, any other host's the count
 /// for every other host. Returns the slots listed.
-pub(crate) fn push_hostfile_lines(out: &mut String, job: &Job<'_>, role: &str) -> u32 {
+pub(crate) fn push_hostfile_lines(out: &mut String, job: &JobView<'_>, role: &str) -> u32 {
     let n = job.topology.count_or_zero(role);
     out.reserve(n as usize * (job.host_len_hint(role) + 10));
     let mut total = 0u32;
@@ -419,7 +419,7 @@ pub(crate) fn push_hostfile_lines(out: &mut String, job: &Job<'_>, role: &str) -
 /// `str.format` fills them); `DLJOB_COORDINATOR` names the coordinator's host.
 pub(crate) fn generic_env(
     framework: &dyn Framework,
-    job: &Job<'_>,
+    job: &JobView<'_>,
     member: &Member<'_>,
     env: &mut Env,
 ) {
@@ -449,7 +449,7 @@ pub(crate) fn generic_env(
 /// launcher. Hosts are the job's names.
 pub(crate) fn volcano_env(
     framework: &dyn Framework,
-    job: &Job<'_>,
+    job: &JobView<'_>,
     member: &Member<'_>,
     env: &mut Env,
 ) {
@@ -471,15 +471,15 @@ pub(crate) fn volcano_env(
     }
 }
 
-/// Coordinator rule shared by several frameworks: `role` if present, else worker 0.
-pub(crate) fn named_else_worker0<'t>(
+/// The coordinator rule of every framework but generic: replica 0 of the
+/// first of `roles` the topology has.
+pub(crate) fn first_replica_of<'t>(
     topology: &'t Topology,
-    named: &[&str],
+    roles: &[&str],
 ) -> Option<(&'t str, u32)> {
-    named
+    roles
         .iter()
         .find_map(|n| topology.roles().find(|(r, _)| r == n))
-        .or_else(|| topology.roles().find(|(r, _)| *r == "worker"))
         .map(|(r, _)| (r, 0))
 }
 
@@ -520,8 +520,8 @@ pub(crate) mod test_support {
         std::sync::LazyLock::new(|| Slots::uniform(1));
 
     /// Job `j` in namespace `ns` with `topology`, port 1 and 1 slot.
-    pub fn job(topology: &Topology) -> Job<'_> {
-        Job {
+    pub fn job(topology: &Topology) -> JobView<'_> {
+        JobView {
             name: "j",
             namespace: "ns",
             cluster_domain: "",
@@ -591,7 +591,7 @@ pub(crate) mod test_support {
     ) -> Env {
         let f = by_name(framework).unwrap();
         let topology = Topology::parse(topology).unwrap();
-        let job = Job {
+        let job = JobView {
             name: "j",
             namespace: "ns",
             cluster_domain: "",
@@ -629,7 +629,7 @@ mod tests {
     #[test]
     fn hosts_are_job_role_index_under_the_job_service() {
         let t = Topology::parse("worker=2").unwrap();
-        let mut job = Job {
+        let mut job = JobView {
             port: 1234,
             ..test_support::job(&t)
         };
@@ -643,7 +643,7 @@ mod tests {
     fn generic_vars_rank_in_role_order() {
         let t = Topology::parse("worker=2,master=1").unwrap();
         let f = by_name("pytorch").unwrap();
-        let job = Job {
+        let job = JobView {
             name: "j",
             namespace: "ns",
             cluster_domain: "",

@@ -1,7 +1,9 @@
 //! MPI (Horovod, mpirun): a hostfile of the workers for the launcher, laid
 //! out as the MPI operator does, and the OpenMPI settings pointing at it.
 
-use super::{push_hostfile_lines, set, Env, Framework, Job, Member, RoleRule, Roles};
+use super::{
+    first_replica_of, push_hostfile_lines, set, Env, Framework, JobView, Member, RoleRule, Roles,
+};
 use crate::contract::{Topology, COMPAT_MPI_OPERATOR, HOSTFILE_PATH};
 
 pub(crate) struct Mpi;
@@ -22,18 +24,15 @@ impl Framework for Mpi {
         22
     }
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
-        topology
-            .roles()
-            .find(|(r, _)| *r == "launcher")
-            .map(|(r, _)| (r, 0))
+        first_replica_of(topology, &["launcher"])
     }
-    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         mpi_env(job, member, "launcher", lists_launcher(member), env);
     }
     /// The launcher's: workers, `slots` each; the launcher first when it
     /// requests GPUs itself (only the launcher can know that, and only it
     /// runs mpirun). Workers run sshd and read no hostfile.
-    fn hostfile(&self, job: &Job<'_>, member: &Member<'_>) -> Option<String> {
+    fn hostfile(&self, job: &JobView<'_>, member: &Member<'_>) -> Option<String> {
         if member.role != "launcher" {
             return None;
         }
@@ -46,7 +45,7 @@ impl Framework for Mpi {
     }
     /// The MPI operator's launcher that runs no ranks hides the node's
     /// GPUs from its container (the operator's images may rely on it).
-    fn compat_env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn compat_env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         if job.compat == Some(COMPAT_MPI_OPERATOR)
             && member.role == "launcher"
             && !lists_launcher(member)
@@ -84,7 +83,7 @@ impl Framework for Mpi {
 /// - slots come from the hostfile's `slots=N`; `orte_set_default_slots`
 ///   only covers a host given without it.
 pub(super) fn mpi_env(
-    job: &Job<'_>,
+    job: &JobView<'_>,
     member: &Member<'_>,
     launcher_role: &str,
     launcher_listed: bool,
@@ -132,11 +131,11 @@ const SSH_ARGS: &str = "-o ConnectionAttempts=10";
 mod tests {
     use crate::contract::Topology;
     use crate::frameworks::test_support::{env_of, get};
-    use crate::frameworks::{by_name, Job, Member};
+    use crate::frameworks::{by_name, JobView, Member};
 
     fn hostfile(role: &str, gpus: Option<u32>, slots: u32) -> Option<String> {
         let t = Topology::parse("launcher=1,worker=3").unwrap();
-        let job = Job {
+        let job = JobView {
             name: "hvd",
             namespace: "ml",
             cluster_domain: "",
@@ -185,7 +184,7 @@ mod tests {
     fn heterogeneous_sets_get_their_own_slots() {
         let t = Topology::parse("launcher=1,worker=5").unwrap();
         let slots = crate::contract::Slots::parse("2,0-1=8,2-4=4").unwrap();
-        let job = Job {
+        let job = JobView {
             name: "cmn",
             namespace: "ml",
             cluster_domain: "",

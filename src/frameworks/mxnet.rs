@@ -5,7 +5,9 @@
 
 use serde::Serialize;
 
-use super::{set, Env, Framework, Job, Member, OrderedMap, RoleRule, Roles, Task};
+use super::{
+    first_replica_of, set, Env, Framework, JobView, Member, OrderedMap, RoleRule, Roles, Task,
+};
 use crate::contract::{RestartScope, Topology, COMPAT_KUBEFLOW};
 
 pub(crate) struct MxNet;
@@ -31,12 +33,9 @@ impl Framework for MxNet {
         9091
     }
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
-        topology
-            .roles()
-            .find(|(r, _)| *r == "scheduler")
-            .map(|(r, _)| (r, 0))
+        first_replica_of(topology, &["scheduler"])
     }
-    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         let t = job.topology;
         set(env, "DMLC_ROLE", member.role);
         set(env, "DMLC_PS_ROOT_URI", job.host("scheduler", 0));
@@ -59,7 +58,7 @@ impl Framework for MxNet {
     /// The training-operator's MXJob: `MX_CONFIG`, every host of the job
     /// by role with the port, an empty tuner label per role, and this
     /// member's task.
-    fn compat_env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn compat_env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         if job.compat != Some(COMPAT_KUBEFLOW) {
             return;
         }

@@ -2,7 +2,7 @@
 //! `PADDLE_MASTER`, `PADDLE_NNODES`, `PADDLE_JOB_ID`, `PADDLE_RANK` and
 //! `POD_IP` itself.
 
-use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
+use super::{first_replica_of, rank, set, Env, Framework, JobView, Member, RoleRule, Roles};
 use crate::contract::{Topology, COMPAT_KUBEFLOW};
 
 pub(crate) struct Paddle;
@@ -24,21 +24,21 @@ impl Framework for Paddle {
         36543
     }
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
-        named_else_worker0(topology, &["master"])
+        first_replica_of(topology, &["master", "worker"])
     }
     /// Every node knows its own address: Paddle's launcher starts its
     /// coordination server only where the master host is `127.0.0.1` or the
     /// node's own IP (`POD_IP`), never a DNS name.
     fn field_env(
         &self,
-        _job: &Job<'_>,
+        _job: &JobView<'_>,
         _member: &Member<'_>,
     ) -> &'static [(&'static str, &'static str)] {
         &[(POD_IP, "status.podIP")]
     }
     /// The training-operator's PaddleJob: unbuffered Python and, with a
     /// master (parameter-server mode), one server or trainer per pod.
-    fn compat_env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn compat_env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         if job.compat != Some(COMPAT_KUBEFLOW) {
             return;
         }
@@ -51,7 +51,7 @@ impl Framework for Paddle {
             }
         }
     }
-    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         let Some((role, index)) = self.coordinator(job.topology) else {
             return;
         };
@@ -76,7 +76,7 @@ impl Framework for Paddle {
 mod tests {
     use crate::contract::Topology;
     use crate::frameworks::test_support::{env_of, get, job};
-    use crate::frameworks::{by_name, Job, Member};
+    use crate::frameworks::{by_name, JobView, Member};
 
     #[test]
     fn master_endpoint_and_node_count() {
@@ -97,7 +97,7 @@ mod tests {
         assert_eq!(get(&env, "PADDLE_RANK"), Some("0"));
         let f = by_name("paddle").unwrap();
         let t = Topology::parse("master=1,worker=2").unwrap();
-        let job = Job {
+        let job = JobView {
             port: 36543,
             ..job(&t)
         };

@@ -1,6 +1,6 @@
 //! PyTorch DDP and torchrun (`PET_*`), including elastic rendezvous.
 
-use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
+use super::{first_replica_of, rank, set, Env, Framework, JobView, Member, RoleRule, Roles};
 use crate::contract::{Topology, COMPAT_KUBEFLOW};
 
 pub(crate) struct PyTorch;
@@ -18,20 +18,20 @@ impl Framework for PyTorch {
         23456
     }
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
-        named_else_worker0(topology, &["master"])
+        first_replica_of(topology, &["master", "worker"])
     }
     fn elastic(&self) -> bool {
         true
     }
     /// The training-operator's PyTorchJob reads dljob's names; it also
     /// unbuffers Python's output.
-    fn compat_env(&self, job: &Job<'_>, _member: &Member<'_>, env: &mut Env) {
+    fn compat_env(&self, job: &JobView<'_>, _member: &Member<'_>, env: &mut Env) {
         if job.compat != Some(COMPAT_KUBEFLOW) {
             return;
         }
         set(env, "PYTHONUNBUFFERED", "1");
     }
-    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         let Some((coord_role, coord_index)) = self.coordinator(job.topology) else {
             return;
         };

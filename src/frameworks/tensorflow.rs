@@ -3,8 +3,8 @@
 use serde::Serialize;
 
 use super::{
-    named_else_worker0, rank_order, set, Env, Framework, Job, Member, OrderedMap, RoleRule, Roles,
-    Task,
+    first_replica_of, rank_order, set, Env, Framework, JobView, Member, OrderedMap, RoleRule,
+    Roles, Task,
 };
 use crate::contract::{RestartScope, Topology};
 
@@ -41,7 +41,7 @@ impl Framework for TensorFlow {
         2222
     }
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
-        named_else_worker0(topology, &["chief", "master"])
+        first_replica_of(topology, &["chief", "master", "worker"])
     }
     fn check_topology(&self, topology: &Topology) -> Vec<String> {
         if topology.count("chief").is_some() && topology.count("master").is_some() {
@@ -53,7 +53,7 @@ impl Framework for TensorFlow {
             Vec::new()
         }
     }
-    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         if job.topology.total() <= 1 {
             return;
         }

@@ -3,7 +3,7 @@
 //! (as an integer) and `DMLC_TASK_ID` to `xgboost.collective`, and the master
 //! runs `RabitTracker(n_workers=WORLD_SIZE, sortby="task")`.
 
-use super::{named_else_worker0, rank, set, Env, Framework, Job, Member, RoleRule, Roles};
+use super::{first_replica_of, rank, set, Env, Framework, JobView, Member, RoleRule, Roles};
 use crate::contract::{Topology, COMPAT_KUBEFLOW};
 
 pub(crate) struct XgBoost;
@@ -21,9 +21,9 @@ impl Framework for XgBoost {
         9999
     }
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
-        named_else_worker0(topology, &["master"])
+        first_replica_of(topology, &["master", "worker"])
     }
-    fn env(&self, job: &Job<'_>, member: &Member<'_>, env: &mut Env) {
+    fn env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         let Some((coord_role, coord_index)) = self.coordinator(job.topology) else {
             return;
         };
@@ -46,7 +46,7 @@ impl Framework for XgBoost {
     }
     /// The training-operator's XGBoostJob (also what its LightGBM images
     /// read): every worker's host, and unbuffered Python.
-    fn compat_env(&self, job: &Job<'_>, _member: &Member<'_>, env: &mut Env) {
+    fn compat_env(&self, job: &JobView<'_>, _member: &Member<'_>, env: &mut Env) {
         if job.compat != Some(COMPAT_KUBEFLOW) {
             return;
         }

@@ -442,8 +442,8 @@ fn framework(
 }
 impl MemberSpec {
     /// The framework's view of the job.
-    pub(crate) fn job_view<'a>(&'a self, config: &'a Config) -> frameworks::Job<'a> {
-        frameworks::Job {
+    pub(crate) fn job_view<'a>(&'a self, config: &'a Config) -> frameworks::JobView<'a> {
+        frameworks::JobView {
             name: &self.job,
             namespace: &self.namespace,
             cluster_domain: &config.cluster_domain,

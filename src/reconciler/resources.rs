@@ -268,7 +268,7 @@ pub(crate) fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> O
     let topology = &job.spec.replicas;
     let name = job.metadata.name.as_deref()?;
     let namespace = job.metadata.namespace.as_deref()?;
-    let view = frameworks::Job {
+    let view = frameworks::JobView {
         name,
         namespace,
         cluster_domain,

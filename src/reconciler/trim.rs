@@ -192,10 +192,7 @@ fn framework_container_of(meta: &ObjectMeta, spec: &PodSpec) -> Option<usize> {
                     .into_iter()
                     .flatten()
                     .flat_map(|m| m.iter())
-                    .any(|(k, q)| {
-                        crate::object::is_extended_resource(k)
-                            && !crate::object::is_zero_quantity(&Value::String(q.0.clone()))
-                    });
+                    .any(|(k, q)| crate::object::is_device_request(k, &Value::String(q.0.clone())));
                 // A DRA claim of the pod (a GPU from a ResourceClaimTemplate).
                 let claim = r
                     .claims
