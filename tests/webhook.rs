@@ -1412,7 +1412,7 @@ mod tokio_stream_like {
 
     use hyper::body::{Bytes, Frame};
 
-    pub struct Rx(pub tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>);
+    pub(crate) struct Rx(pub tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>);
 
     impl futures::Stream for Rx {
         type Item = Result<Frame<Bytes>, std::io::Error>;

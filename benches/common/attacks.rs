@@ -9,10 +9,10 @@
 use serde_json::{json, Value};
 
 /// The body cap (`--max-body-bytes`, 3 MiB): each review stays under it.
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// One crafted review.
-pub struct Crafted {
+pub(crate) struct Crafted {
     pub name: &'static str,
     /// `/mutate` or `/validate`.
     pub path: &'static str,
@@ -75,7 +75,7 @@ fn fill_to_cap(review: &mut Value) {
 }
 
 /// Every crafted review, each for `/mutate` and for `/validate`.
-pub fn worst_reviews(fixtures: &str) -> Vec<Crafted> {
+pub(crate) fn worst_reviews(fixtures: &str) -> Vec<Crafted> {
     let mut out = Vec::new();
     let mut add = |name: &'static str, review: Value| {
         let body = serde_json::to_vec(&review).unwrap();

@@ -50,7 +50,7 @@ const MAX_WATCH: Duration = Duration::from_secs(1800);
 /// One served resource: its plural, group, version, kind, whether it is
 /// namespaced and whether it has a status subresource.
 #[derive(Clone, Copy, Debug)]
-pub struct Served {
+pub(crate) struct Served {
     pub group: &'static str,
     pub version: &'static str,
     pub plural: &'static str,
@@ -58,7 +58,7 @@ pub struct Served {
     pub status: bool,
 }
 
-pub const SERVED: &[Served] = &[
+pub(crate) const SERVED: &[Served] = &[
     Served {
         group: "",
         version: "v1",
@@ -141,7 +141,7 @@ pub const SERVED: &[Served] = &[
 ];
 
 impl Served {
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.to_owned()
         } else {
@@ -149,14 +149,14 @@ impl Served {
         }
     }
     /// `pods`, `dljobs.dljob.dev`: the resource as kubectl names it.
-    pub fn resource(&self) -> String {
+    pub(crate) fn resource(&self) -> String {
         if self.group.is_empty() {
             self.plural.to_owned()
         } else {
             format!("{}.{}", self.plural, self.group)
         }
     }
-    pub fn find(group: &str, plural: &str) -> Option<&'static Served> {
+    pub(crate) fn find(group: &str, plural: &str) -> Option<&'static Served> {
         SERVED
             .iter()
             .find(|s| s.group == group && s.plural == plural)
@@ -167,7 +167,7 @@ impl Served {
 /// few fields a LIST's or watch's filter reads. The JSON tree is not kept
 /// (at 100 000 pods, with every version in the history, the trees alone
 /// took gigabytes): it is parsed again where the store hands out a copy.
-pub struct Obj {
+pub(crate) struct Obj {
     pub bytes: Bytes,
     namespace: String,
     name: String,
@@ -188,7 +188,7 @@ impl Obj {
         })
     }
     /// The object as a JSON tree (a copy).
-    pub fn value(&self) -> Value {
+    pub(crate) fn value(&self) -> Value {
         serde_json::from_slice(&self.bytes).expect("the store holds JSON")
     }
     fn labels(&self) -> Option<&Map<String, Value>> {
@@ -204,7 +204,7 @@ impl Obj {
 
 /// A parsed label selector: every requirement must hold.
 #[derive(Clone, Debug, Default)]
-pub struct Selector(Vec<Requirement>);
+pub(crate) struct Selector(Vec<Requirement>);
 
 #[derive(Clone, Debug)]
 enum Requirement {
@@ -215,7 +215,7 @@ enum Requirement {
 }
 
 impl Selector {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         let mut reqs = Vec::new();
         for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let req = if let Some((k, v)) = term.split_once("!=") {
@@ -293,7 +293,7 @@ struct Store {
 
 /// The fake API server (shared by the HTTP handlers and the bench).
 #[derive(Default)]
-pub struct ApiServer {
+pub(crate) struct ApiServer {
     store: Mutex<Store>,
     /// (verb, resource) → count.
     calls: Mutex<BTreeMap<(String, String), u64>>,
@@ -318,7 +318,7 @@ fn key_of(s: &Served) -> &'static str {
 }
 
 /// An API error as the real server writes it.
-pub fn status_error(code: u16, reason: &str, message: String, details: Value) -> Response {
+pub(crate) fn status_error(code: u16, reason: &str, message: String, details: Value) -> Response {
     let body = json!({
         "kind": "Status",
         "apiVersion": "v1",
@@ -358,7 +358,7 @@ fn now_rfc3339() -> String {
 /// A `fieldsV1` set with the shape the real server writes: `f:<field>` per
 /// object key, `k:{"name":…}` per list element with a key field, `"."`
 /// for maps and list elements, `{}` for leaves.
-pub fn fields_v1(v: &Value) -> Value {
+pub(crate) fn fields_v1(v: &Value) -> Value {
     match v {
         Value::Object(m) => {
             let mut out = Map::new();
@@ -435,7 +435,7 @@ fn written_fields(body: &Value, subresource: bool) -> Value {
 
 /// Sets (or replaces) the managedFields entry of `manager`/`operation`/
 /// `subresource`; the time changes only when its field set does.
-pub fn set_managed(
+pub(crate) fn set_managed(
     object: &mut Value,
     manager: &str,
     operation: &str,
@@ -549,7 +549,7 @@ fn parse_path(path: &str) -> Option<Result<Target, ()>> {
 
 impl ApiServer {
     /// Serves on a free 127.0.0.1 port until the runtime ends.
-    pub async fn start(self: &Arc<Self>) -> SocketAddr {
+    pub(crate) async fn start(self: &Arc<Self>) -> SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = axum::Router::new()
@@ -562,11 +562,11 @@ impl ApiServer {
     }
 
     /// (verb, resource) → count since the start.
-    pub fn calls(&self) -> BTreeMap<(String, String), u64> {
+    pub(crate) fn calls(&self) -> BTreeMap<(String, String), u64> {
         self.calls.lock().unwrap().clone()
     }
 
-    pub fn unknown(&self) -> BTreeMap<String, u64> {
+    pub(crate) fn unknown(&self) -> BTreeMap<String, u64> {
         self.unknown.lock().unwrap().clone()
     }
 
@@ -580,7 +580,7 @@ impl ApiServer {
     }
 
     /// How many objects of a resource are stored.
-    pub fn len(&self, group: &str, plural: &str) -> usize {
+    pub(crate) fn len(&self, group: &str, plural: &str) -> usize {
         let s = Served::find(group, plural).unwrap();
         self.store
             .lock()
@@ -591,7 +591,13 @@ impl ApiServer {
     }
 
     /// A stored object.
-    pub fn get(&self, group: &str, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+    pub(crate) fn get(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Value> {
         let s = Served::find(group, plural).unwrap();
         self.store
             .lock()
@@ -604,7 +610,7 @@ impl ApiServer {
     }
 
     /// Watch streams open now and the most open at once, per resource.
-    pub fn watches(&self) -> BTreeMap<String, (usize, usize)> {
+    pub(crate) fn watches(&self) -> BTreeMap<String, (usize, usize)> {
         let mut store = self.store.lock().unwrap();
         SERVED
             .iter()
@@ -619,7 +625,7 @@ impl ApiServer {
     /// Stores `object` as a client's create or update would (the bench's
     /// own writes: a kubelet's status, a user's create). Returns its
     /// resourceVersion.
-    pub fn put(&self, group: &str, plural: &str, object: Value) -> u64 {
+    pub(crate) fn put(&self, group: &str, plural: &str, object: Value) -> u64 {
         let s = Served::find(group, plural).unwrap();
         let mut store = self.store.lock().unwrap();
         let ns = object["metadata"]["namespace"]
@@ -637,7 +643,7 @@ impl ApiServer {
     }
 
     /// A fresh uid.
-    pub fn uid(&self) -> String {
+    pub(crate) fn uid(&self) -> String {
         let mut store = self.store.lock().unwrap();
         next_uid(&mut store)
     }

@@ -21,12 +21,12 @@ use serde_json::{json, Value};
 use super::apiserver::{fields_v1, set_managed};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
-pub const TOPOLOGY: &str = "master=1,worker=3";
+pub(crate) const TOPOLOGY: &str = "master=1,worker=3";
 /// (role, index) of the pods of one job.
-pub const MEMBERS: [(&str, usize); 4] =
+pub(crate) const MEMBERS: [(&str, usize); 4] =
     [("master", 0), ("worker", 0), ("worker", 1), ("worker", 2)];
 
-pub struct Generator {
+pub(crate) struct Generator {
     mutate_review: Value,
     validate_review: Value,
     config: Config,
@@ -41,7 +41,7 @@ pub struct Generator {
 
 /// One pod of the replay: the user's object (what the mutating webhook
 /// sees), and what the API server stores.
-pub struct GenPod {
+pub(crate) struct GenPod {
     pub namespace: String,
     pub name: String,
     pub user: Value,
@@ -82,7 +82,7 @@ fn read(name: &str) -> Value {
 }
 
 impl Generator {
-    pub fn new(namespaces: usize, tensorboard: bool, gang: Option<String>) -> Self {
+    pub(crate) fn new(namespaces: usize, tensorboard: bool, gang: Option<String>) -> Self {
         Self {
             tensorboard,
             gang,
@@ -98,16 +98,16 @@ impl Generator {
         }
     }
 
-    pub fn namespace(&self, job: usize) -> String {
+    pub(crate) fn namespace(&self, job: usize) -> String {
         format!("team-{}", job % self.namespaces)
     }
 
-    pub fn job_name(job: usize) -> String {
+    pub(crate) fn job_name(job: usize) -> String {
         format!("ddp-{job:04}")
     }
 
     /// Pod `i` (job `i / 4`, member `i % 4`), mutated, with a uid.
-    pub fn pod(&self, i: usize, uid: String) -> GenPod {
+    pub(crate) fn pod(&self, i: usize, uid: String) -> GenPod {
         let job = i / MEMBERS.len();
         let (role, index) = MEMBERS[i % MEMBERS.len()];
         let job_name = Self::job_name(job);
@@ -197,7 +197,7 @@ impl Generator {
     }
 
     /// The pod scheduled and running, as its kubelet reports it.
-    pub fn running(&self, i: usize, pending: &Value) -> Value {
+    pub(crate) fn running(&self, i: usize, pending: &Value) -> Value {
         let mut pod = pending.clone();
         let node = format!("gpu-node-{:03}", (i / 8) % 400);
         pod["spec"]["nodeName"] = json!(node);
@@ -264,7 +264,7 @@ impl Generator {
     }
 
     /// The mutating review the API server sends for `p`, compact.
-    pub fn mutate_review(&self, p: &GenPod, uid: &str) -> String {
+    pub(crate) fn mutate_review(&self, p: &GenPod, uid: &str) -> String {
         let mut r = self.mutate_review.clone();
         let req = &mut r["request"];
         req["uid"] = json!(uid);
@@ -275,7 +275,7 @@ impl Generator {
     }
 
     /// The validating review: the mutated object before it is stored.
-    pub fn validate_review(&self, p: &GenPod, uid: &str) -> String {
+    pub(crate) fn validate_review(&self, p: &GenPod, uid: &str) -> String {
         let mut r = self.validate_review.clone();
         let req = &mut r["request"];
         req["uid"] = json!(uid);

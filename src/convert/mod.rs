@@ -20,7 +20,7 @@ use crate::operators::{recognise, Source};
 
 /// What `dljob convert` makes of a manifest.
 #[derive(Debug, Default)]
-pub struct Converted {
+pub(crate) struct Converted {
     /// Per input document, what replaces it (the document itself when it
     /// is not a job of another operator).
     pub documents: Vec<Vec<Document>>,
@@ -33,7 +33,7 @@ pub struct Converted {
 /// Converts every operator job in `docs`. Every problem of every job is
 /// returned, and nothing is converted, when there is any; the converted
 /// manifest is checked as `dljob validate` checks it.
-pub fn convert(
+pub(crate) fn convert(
     docs: &[Document],
     namespace: &str,
     config: &Config,

@@ -516,11 +516,11 @@ pub(crate) mod test_support {
     use super::*;
 
     /// One slot per host.
-    pub static ONE_SLOT: std::sync::LazyLock<Slots> =
+    pub(crate) static ONE_SLOT: std::sync::LazyLock<Slots> =
         std::sync::LazyLock::new(|| Slots::uniform(1));
 
     /// Job `j` in namespace `ns` with `topology`, port 1 and 1 slot.
-    pub fn job(topology: &Topology) -> JobView<'_> {
+    pub(crate) fn job(topology: &Topology) -> JobView<'_> {
         JobView {
             name: "j",
             namespace: "ns",
@@ -535,7 +535,7 @@ pub(crate) mod test_support {
     }
 
     /// Env of `framework` for (role, index) in namespace `ns` (framework vars only).
-    pub fn env_of(
+    pub(crate) fn env_of(
         framework: &str,
         topology: &str,
         role: &str,
@@ -545,7 +545,7 @@ pub(crate) mod test_support {
         env_with(framework, topology, role, index, gpus, None)
     }
 
-    pub fn env_with(
+    pub(crate) fn env_with(
         framework: &str,
         topology: &str,
         role: &str,
@@ -564,7 +564,7 @@ pub(crate) mod test_support {
 
     /// [`env_of`] and, as under `dljob.dev/compat: COMPAT`, the operator's
     /// names after it.
-    pub fn compat_env_of(
+    pub(crate) fn compat_env_of(
         compat: &'static str,
         framework: &str,
         topology: &str,
@@ -608,7 +608,7 @@ pub(crate) mod test_support {
         env
     }
 
-    pub fn get<'e>(env: &'e Env, name: &str) -> Option<&'e str> {
+    pub(crate) fn get<'e>(env: &'e Env, name: &str) -> Option<&'e str> {
         env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 }

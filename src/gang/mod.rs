@@ -160,7 +160,11 @@ impl Scheduler for Unscheduled {
 pub(crate) mod test_support {
     use super::Group;
 
-    pub fn group(min_member: u32, total: u32, queue: Option<&'static str>) -> Group<'static> {
+    pub(crate) fn group(
+        min_member: u32,
+        total: u32,
+        queue: Option<&'static str>,
+    ) -> Group<'static> {
         Group {
             name: "mnist",
             total,

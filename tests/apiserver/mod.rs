@@ -54,7 +54,7 @@ fn dljob_schema() -> &'static jsonschema::Validator {
 /// server prunes it); `x-kubernetes-int-or-string` admits both; integer
 /// formats the validator does not know are bounded as the server bounds
 /// them.
-pub fn structural(schema: &Value) -> Value {
+pub(crate) fn structural(schema: &Value) -> Value {
     let Some(map) = schema.as_object() else {
         return schema.clone();
     };
@@ -137,7 +137,7 @@ fn errors(validator: &jsonschema::Validator, object: &Value) -> Vec<String> {
 }
 
 /// Panics, naming every error, when the CRD's schema refuses `dljob`.
-pub fn assert_valid_dljob(dljob: &Value, what: &str) {
+pub(crate) fn assert_valid_dljob(dljob: &Value, what: &str) {
     let problems = errors(dljob_schema(), dljob);
     assert!(
         problems.is_empty(),
@@ -181,7 +181,7 @@ fn builtin_schema(api_version: &str, kind: &str) -> Option<&'static jsonschema::
 
 /// Panics when a built-in object dljob writes whole lacks what its kind
 /// requires (a kind without a schema here is not checked).
-pub fn assert_valid_builtin(object: &Value, what: &str) {
+pub(crate) fn assert_valid_builtin(object: &Value, what: &str) {
     let (Some(api_version), Some(kind)) = (object["apiVersion"].as_str(), object["kind"].as_str())
     else {
         panic!("{what}: an object without apiVersion and kind: {object:#}");
@@ -199,14 +199,14 @@ pub fn assert_valid_builtin(object: &Value, what: &str) {
 /// The DLJobs as the API server holds them, changed by each write as the
 /// server changes them, and checked after each.
 #[derive(Default, Clone, Debug)]
-pub struct Server {
+pub(crate) struct Server {
     /// DLJobs by name.
     pub dljobs: std::collections::BTreeMap<String, Value>,
 }
 
 impl Server {
     /// A server that holds `dljobs`.
-    pub fn holding<'a>(dljobs: impl IntoIterator<Item = &'a Value>) -> Self {
+    pub(crate) fn holding<'a>(dljobs: impl IntoIterator<Item = &'a Value>) -> Self {
         Self {
             dljobs: dljobs
                 .into_iter()
@@ -226,7 +226,7 @@ impl Server {
     /// Applies one write (`method` on `path`, with `content_type` and the
     /// JSON `body`) as the API server would, and checks the object that
     /// results. Reads and writes of other kinds' parts are not modelled.
-    pub fn write(&mut self, method: &str, path: &str, content_type: &str, body: &Value) {
+    pub(crate) fn write(&mut self, method: &str, path: &str, content_type: &str, body: &Value) {
         let path = path.split('?').next().unwrap_or_default();
         let what = format!("{method} {path}");
         if let Some(rest) = path

@@ -10,16 +10,16 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// Longest any one `dljob` run may take.
-pub const DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
 
-pub struct Run {
+pub(crate) struct Run {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl Run {
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.code == Some(0)
     }
 }
@@ -34,18 +34,22 @@ impl std::fmt::Debug for Run {
     }
 }
 
-pub fn repo() -> &'static Path {
+pub(crate) fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Runs `dljob args…` from the repository root with `stdin` (if any),
 /// killing it if it outlives [`DEADLINE`].
-pub fn dljob(args: &[&str], stdin: Option<&str>) -> Run {
+pub(crate) fn dljob(args: &[&str], stdin: Option<&str>) -> Run {
     dljob_with_env(args, stdin, &[])
 }
 
 /// [`dljob`] with environment variables set (`Some`) or removed (`None`).
-pub fn dljob_with_env(args: &[&str], stdin: Option<&str>, env: &[(&str, Option<&str>)]) -> Run {
+pub(crate) fn dljob_with_env(
+    args: &[&str],
+    stdin: Option<&str>,
+    env: &[(&str, Option<&str>)],
+) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_dljob"));
     for (key, value) in env {
         match value {
@@ -107,7 +111,7 @@ pub fn dljob_with_env(args: &[&str], stdin: Option<&str>, env: &[(&str, Option<&
 }
 
 /// A document dljob must not touch, with comments, odd spacing and quoting.
-pub const CONFIG_MAP: &str = "\
+pub(crate) const CONFIG_MAP: &str = "\
 # Settings the trainer reads; dljob leaves this document alone.
 apiVersion: v1
 kind: ConfigMap
@@ -121,7 +125,7 @@ data:
 ";
 
 /// A scratch directory under the target directory: `group/name`, emptied.
-pub fn scratch_dir(group: &str, name: &str) -> PathBuf {
+pub(crate) fn scratch_dir(group: &str, name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(group)
         .join(name);
@@ -131,7 +135,7 @@ pub fn scratch_dir(group: &str, name: &str) -> PathBuf {
 }
 
 /// The objects of a multi-document YAML text, in order.
-pub fn values(text: &str) -> Vec<serde_json::Value> {
+pub(crate) fn values(text: &str) -> Vec<serde_json::Value> {
     dljob::manifest::parse(text)
         .expect("parses")
         .into_iter()
