@@ -385,7 +385,7 @@ fn refuse(problems: &[String], in_place: bool) -> anyhow::Result<ExitCode> {
 pub fn convert(args: &ConvertArgs) -> anyhow::Result<ExitCode> {
     let (inputs, docs) = read_files(&args.manifest.file, args.in_place)?;
     let config = load_config(args.manifest.config.as_deref())?;
-    let converted = match crate::convert::convert(&docs, &args.manifest.namespace, &config) {
+    let converted = match crate::migrate::convert(&docs, &args.manifest.namespace, &config) {
         Ok(c) => c,
         Err(problems) => return refuse(&problems, args.in_place),
     };

@@ -594,3 +594,73 @@ fn the_import_graph_sees_known_uses() {
     assert!(map["contract"].is_empty());
     assert!(map["reconciler::controller"].contains("status"));
 }
+
+/// The modules of the standard library: a module of the crate named like
+/// one reads, in a `use` or a path, as if it were std's.
+const STD_MODULES: [&str; 51] = [
+    "alloc",
+    "any",
+    "arch",
+    "array",
+    "ascii",
+    "backtrace",
+    "borrow",
+    "boxed",
+    "cell",
+    "char",
+    "clone",
+    "cmp",
+    "collections",
+    "convert",
+    "default",
+    "env",
+    "error",
+    "f32",
+    "f64",
+    "ffi",
+    "fmt",
+    "fs",
+    "future",
+    "hash",
+    "hint",
+    "io",
+    "iter",
+    "marker",
+    "mem",
+    "net",
+    "num",
+    "ops",
+    "option",
+    "os",
+    "panic",
+    "path",
+    "pin",
+    "prelude",
+    "primitive",
+    "process",
+    "ptr",
+    "rc",
+    "result",
+    "slice",
+    "str",
+    "string",
+    "sync",
+    "task",
+    "thread",
+    "time",
+    "vec",
+];
+
+#[test]
+fn no_module_is_named_like_a_std_module() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let clashes: BTreeSet<String> = files
+        .iter()
+        .map(|f| module_of(&src, f))
+        .filter(|m| m.iter().any(|part| STD_MODULES.contains(&part.as_str())))
+        .map(|m| show(&m))
+        .collect();
+    assert!(clashes.is_empty(), "modules named like std's: {clashes:?}");
+}

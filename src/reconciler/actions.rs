@@ -11,8 +11,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use super::error::Error;
 use super::events::Recorder;
+use super::failure::Error;
 use super::observe;
 use super::ownership::foreign_controller;
 use super::status::{Action, JobEvent};

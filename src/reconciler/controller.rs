@@ -19,7 +19,7 @@ use kube::ResourceExt;
 
 use super::actions::{saved_manifests, Target};
 use super::context::Context;
-pub use super::error::Error;
+pub use super::failure::Error;
 use super::observe;
 use super::ownership::{keep, not_served, recorded, Kept};
 use super::resources::{self, Keep};

@@ -17,8 +17,8 @@
 mod actions;
 pub mod context;
 pub mod controller;
-mod error;
 pub mod events;
+mod failure;
 pub mod first_sight;
 pub mod index;
 pub mod listed;

@@ -1,4 +1,4 @@
-//! Why a reconcile failed.
+//! Why a reconcile failed (a name of its own: `error` is std's).
 
 /// Why a reconcile failed; the controller retries it with a backoff.
 #[derive(Debug, thiserror::Error)]
