@@ -7,6 +7,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use dljob::config::Config;
 use dljob::mutate::{mutate_patch, Operation};
 use dljob::object::Kind;
+use dljob::object::Subject;
 use dljob::validate::{peers_of, validate};
 use serde_json::{json, Value};
 
@@ -40,9 +41,13 @@ const FRAMEWORKS: &[(&str, &str, &str)] = &[
 ];
 
 fn mutate_and_patch(pod: &Value, config: &Config) -> usize {
-    let a = mutate_patch(Kind::Pod, pod, Some("team-a"), Operation::Create, config)
-        .expect("valid member")
-        .expect("a member");
+    let a = mutate_patch(
+        Subject::new(Kind::Pod, pod, Some("team-a")),
+        Operation::Create,
+        config,
+    )
+    .expect("valid member")
+    .expect("a member");
     a.patch.0.len()
 }
 
@@ -86,15 +91,17 @@ fn bench_validate(c: &mut Criterion) {
     let mut new = member("pytorch", "worker", "master=1,worker=8", 3);
     new["metadata"]["name"] = json!("resnet-worker-3-new");
     // It claims index 3 like a peer: the full check runs and denies.
-    assert!(validate(Kind::Pod, &new, None, Some("team-a"), &config, &peers).is_err());
+    assert!(validate(
+        Subject::new(Kind::Pod, &new, Some("team-a")),
+        &config,
+        &peers
+    )
+    .is_err());
     let lone = member("pytorch", "worker", "master=1,worker=8", 3);
     c.bench_function("validate pod, no peers", |b| {
         b.iter(|| {
             validate(
-                Kind::Pod,
-                black_box(&lone),
-                None,
-                Some("team-a"),
+                Subject::new(Kind::Pod, black_box(&lone), Some("team-a")),
                 &config,
                 &[],
             )
@@ -103,10 +110,7 @@ fn bench_validate(c: &mut Criterion) {
     c.bench_function("validate pod against 8 peers", |b| {
         b.iter(|| {
             validate(
-                Kind::Pod,
-                black_box(&new),
-                None,
-                Some("team-a"),
+                Subject::new(Kind::Pod, black_box(&new), Some("team-a")),
                 &config,
                 &peers,
             )

@@ -12,6 +12,7 @@
 use dljob::config::Config;
 use dljob::mutate::{mutate, Operation};
 use dljob::object::Kind;
+use dljob::object::Subject;
 use serde_json::{json, Value};
 
 const JOB: &str = "resnet50-imagenet-hparam-sweep-trial7";
@@ -99,9 +100,7 @@ fn main() {
         for (role, index) in *pods {
             let original = pod(framework, topology, role, *index);
             let m = mutate(
-                Kind::Pod,
-                &original,
-                Some(NS),
+                Subject::new(Kind::Pod, &original, Some(NS)),
                 Operation::Create,
                 &Config::default(),
             )

@@ -6,6 +6,7 @@ use serde_json::Value;
 use crate::config::Config;
 use crate::mutate::{self, Operation};
 use crate::object::Kind;
+use crate::object::Subject;
 use crate::violation::Violations;
 use crate::{preview, validate};
 
@@ -188,8 +189,12 @@ fn mutate_one(
             .into_iter()
             .map(|p| format!("{name}: {p}")),
     );
-    let mutated = mutate::mutate(kind, value, namespace, Operation::Create, config)
-        .map_err(|v| (describe(value), v))?;
+    let mutated = mutate::mutate(
+        Subject::new(kind, value, namespace),
+        Operation::Create,
+        config,
+    )
+    .map_err(|v| (describe(value), v))?;
     Ok(mutated.map(|m| {
         let name = describe(&m.object);
         warnings.extend(m.warnings.into_iter().map(|w| format!("{name}: {w}")));
@@ -320,7 +325,7 @@ pub fn validate(
         } else {
             &peers
         };
-        match validate::validate(*kind, value, None, namespace, config, peers) {
+        match validate::validate(Subject::new(*kind, value, namespace), config, peers) {
             Ok(w) => warnings.extend(w.into_iter().map(|w| format!("{name}: {w}"))),
             Err(v) => problems.extend(v.0.into_iter().map(|p| (name.clone(), p.message))),
         }

@@ -9,7 +9,7 @@ pub use crate::edits::Patch;
 use crate::edits::{Item, List, PodEdits, Seen};
 use crate::frameworks::{self, Env, Member};
 use crate::member::{self, MemberSpec, Parsed, PodOwner};
-use crate::object::{self, Kind};
+use crate::object::{self, Kind, Subject};
 use crate::violation::{Rule, Violations};
 
 pub use crate::contract::{
@@ -42,36 +42,27 @@ pub struct Admission {
     pub warnings: Vec<String>,
 }
 
-/// Mutates `object` of `kind` and returns the RFC 6902 patch. `Ok(None)`:
-/// not a member, nothing to do. `namespace` is the request's namespace (used
-/// when the object has none).
+/// Mutates the subject's object and returns the RFC 6902 patch.
+/// `Ok(None)`: not a member, nothing to do.
 ///
 /// On UPDATE only what is still missing and still mutable is added: labels
 /// and annotations, and a StatefulSet's pod template. Pod specs and Job
-/// templates are immutable once created and are left alone.
+/// templates are immutable once created and are left alone. Knowing the
+/// object before an UPDATE (`subject.old`), what admission resolved into a
+/// workload at its creation (its port and gang) and the UPDATE no longer
+/// carries — an applier that owned those fields dropped them — is kept as
+/// it was, so its pod template does not change (and roll its pods) for it.
 pub fn mutate_patch(
-    kind: Kind,
-    object: &Value,
-    namespace: Option<&str>,
+    subject: Subject<'_>,
     operation: Operation,
     config: &Config,
 ) -> Result<Option<Admission>, Violations> {
-    mutate_patch_with_old(kind, object, None, namespace, operation, config)
-}
-
-/// [`mutate_patch`] knowing the object before an UPDATE (`old`): what
-/// admission resolved into a workload at its creation (its port and gang)
-/// and the UPDATE no longer carries — an applier that owned those fields
-/// dropped them — is kept as it was, so its pod template does not change
-/// (and roll its pods) for it.
-pub fn mutate_patch_with_old(
-    kind: Kind,
-    object: &Value,
-    old: Option<&Value>,
-    namespace: Option<&str>,
-    operation: Operation,
-    config: &Config,
-) -> Result<Option<Admission>, Violations> {
+    let Subject {
+        kind,
+        object,
+        old,
+        namespace,
+    } = subject;
     let Some(Parsed {
         member,
         mut warnings,
@@ -122,23 +113,19 @@ pub fn mutate_patch_with_old(
 /// Like [`mutate_patch`], returning the mutated object (the offline
 /// commands print it).
 pub fn mutate(
-    kind: Kind,
-    object: &Value,
-    namespace: Option<&str>,
+    subject: Subject<'_>,
     operation: Operation,
     config: &Config,
 ) -> Result<Option<Mutation>, Violations> {
-    Ok(
-        mutate_patch(kind, object, namespace, operation, config)?.map(|a| {
-            let mut out = object.clone();
-            json_patch::patch(&mut out, &a.patch.to_json_patch())
-                .expect("dljob's own patch applies to the object it was made from");
-            Mutation {
-                object: out,
-                warnings: a.warnings,
-            }
-        }),
-    )
+    Ok(mutate_patch(subject, operation, config)?.map(|a| {
+        let mut out = subject.object.clone();
+        json_patch::patch(&mut out, &a.patch.to_json_patch())
+            .expect("dljob's own patch applies to the object it was made from");
+        Mutation {
+            object: out,
+            warnings: a.warnings,
+        }
+    }))
 }
 
 /// Workloads: the pod template carries the job's labels and annotations so

@@ -8,6 +8,34 @@
 
 use serde_json::{Map, Value};
 
+/// One object under review, as admission and the offline commands hand it
+/// to the core: its kind, the object, the object before an UPDATE, and the
+/// request's namespace (used when the object has none).
+#[derive(Clone, Copy, Debug)]
+pub struct Subject<'a> {
+    pub kind: Kind,
+    pub object: &'a Value,
+    pub old: Option<&'a Value>,
+    pub namespace: Option<&'a str>,
+}
+
+impl<'a> Subject<'a> {
+    /// `object` of `kind` under review in `namespace`, with no older version.
+    pub fn new(kind: Kind, object: &'a Value, namespace: Option<&'a str>) -> Self {
+        Self {
+            kind,
+            object,
+            old: None,
+            namespace,
+        }
+    }
+
+    /// The same, knowing the object before an UPDATE.
+    pub fn with_old(self, old: Option<&'a Value>) -> Self {
+        Self { old, ..self }
+    }
+}
+
 /// The member kinds dljob handles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {

@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::config::Config;
 use crate::contract::{self as c, Topology};
 use crate::member::{self, job_label, MemberSpec};
-use crate::object::{self, Kind};
+use crate::object::{self, Kind, Subject};
 use crate::violation::{Rule, Violations};
 
 /// Validates `object` (with `old` on UPDATE) against the contract and
@@ -22,13 +22,16 @@ use crate::violation::{Rule, Violations};
 /// as it was — an annotation added, the reconciler scaling it to 0 — while
 /// an update that brings a problem of its own is refused for it.
 pub fn validate<P: Peers + ?Sized>(
-    kind: Kind,
-    object: &Value,
-    old: Option<&Value>,
-    namespace: Option<&str>,
+    subject: Subject<'_>,
     config: &Config,
     peers: &P,
 ) -> Result<Vec<String>, Violations> {
+    let Subject {
+        kind,
+        object,
+        old,
+        namespace,
+    } = subject;
     let mut v = Violations::default();
     if let Some(old) = old {
         immutable_keys(kind, object, old, namespace, config, &mut v);

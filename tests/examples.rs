@@ -13,6 +13,7 @@ use dljob::manifest::{self, Document};
 use dljob::member::MemberSpec;
 use dljob::mutate::{self, Operation};
 use dljob::object::Kind;
+use dljob::object::Subject;
 use dljob::validate;
 use serde_json::{json, Value};
 
@@ -144,9 +145,13 @@ fn requests_configured_accelerator(kind: Kind, original: &Value, config: &Config
 /// that turns the original into the mutated object.
 fn mutate_clean(kind: Kind, original: &Value, config: &Config, context: &str) -> Value {
     let what = format!("{context}: {}", manifest::describe(original));
-    let first = mutate::mutate(kind, original, Some(NS), Operation::Create, config)
-        .unwrap_or_else(|v| panic!("{what}: refused: {v}"))
-        .unwrap_or_else(|| panic!("{what}: not treated as a member"));
+    let first = mutate::mutate(
+        Subject::new(kind, original, Some(NS)),
+        Operation::Create,
+        config,
+    )
+    .unwrap_or_else(|v| panic!("{what}: refused: {v}"))
+    .unwrap_or_else(|| panic!("{what}: not treated as a member"));
     let expected: Vec<&str> = if requests_configured_accelerator(kind, original, config) {
         vec!["dljob mounts the node's /home/kubernetes/bin/nvidia/lib64 (read-only hostPath, the accelerators of the webhook's config): Pod Security admits this pod only where the namespace's level is privileged, not baseline or restricted"]
     } else {
@@ -154,9 +159,13 @@ fn mutate_clean(kind: Kind, original: &Value, config: &Config, context: &str) ->
     };
     assert_eq!(first.warnings, expected, "{what}: unexpected warnings");
 
-    let second = mutate::mutate(kind, &first.object, Some(NS), Operation::Create, config)
-        .unwrap_or_else(|v| panic!("{what}: mutated object refused: {v}"))
-        .expect("still a member");
+    let second = mutate::mutate(
+        Subject::new(kind, &first.object, Some(NS)),
+        Operation::Create,
+        config,
+    )
+    .unwrap_or_else(|v| panic!("{what}: mutated object refused: {v}"))
+    .expect("still a member");
     assert_eq!(
         second.object, first.object,
         "{what}: mutating twice changed the object"
@@ -174,9 +183,13 @@ fn mutate_clean(kind: Kind, original: &Value, config: &Config, context: &str) ->
 
     // Re-applying the manifest reaches the webhook as an UPDATE of the
     // stored (mutated) object: nothing more to do.
-    let update = mutate::mutate(kind, &first.object, Some(NS), Operation::Update, config)
-        .unwrap_or_else(|v| panic!("{what}: UPDATE refused: {v}"))
-        .expect("still a member");
+    let update = mutate::mutate(
+        Subject::new(kind, &first.object, Some(NS)),
+        Operation::Update,
+        config,
+    )
+    .unwrap_or_else(|v| panic!("{what}: UPDATE refused: {v}"))
+    .expect("still a member");
     assert_eq!(update.object, first.object, "{what}: UPDATE changed it");
     assert!(
         update.warnings.is_empty(),
@@ -328,8 +341,11 @@ fn workload_pods_get_the_hostname_and_index_of_their_ordinal() {
                     Some(role),
                     "{context}"
                 );
-                let accepted =
-                    validate::validate(Kind::Pod, &mutated, None, Some(NS), &ex.config, &peers);
+                let accepted = validate::validate(
+                    Subject::new(Kind::Pod, &mutated, Some(NS)),
+                    &ex.config,
+                    &peers,
+                );
                 assert_eq!(accepted, Ok(Vec::new()), "{context}");
                 pods_seen += 1;
             }
@@ -476,9 +492,13 @@ fn reinvocation_after_api_defaulting_changes_nothing() {
         for mut pod in pods {
             api_defaults(&mut pod);
             let what = format!("{}: {}", ex.name(), manifest::describe(&pod));
-            let again = mutate::mutate(Kind::Pod, &pod, Some(NS), Operation::Create, &ex.config)
-                .unwrap_or_else(|v| panic!("{what}: refused: {v}"))
-                .expect("member");
+            let again = mutate::mutate(
+                Subject::new(Kind::Pod, &pod, Some(NS)),
+                Operation::Create,
+                &ex.config,
+            )
+            .unwrap_or_else(|v| panic!("{what}: refused: {v}"))
+            .expect("member");
             assert!(again.warnings.is_empty(), "{what}: {:?}", again.warnings);
             let patch = mutate::patch(&pod, &again.object);
             assert!(patch.0.is_empty(), "{what}: {patch:?}");
@@ -786,9 +806,7 @@ fn chainermn_worker_statefulset_without_slots_warns_at_its_own_admission() {
         .unwrap()
         .remove("dljob.dev/slots");
     let m = mutate::mutate(
-        kind,
-        &without_slots,
-        Some(NS),
+        Subject::new(kind, &without_slots, Some(NS)),
         Operation::Create,
         &ex.config,
     )
@@ -802,8 +820,12 @@ fn chainermn_worker_statefulset_without_slots_warns_at_its_own_admission() {
     // Its pods are created by the controller, where a warning reaches
     // nobody: they do not repeat it.
     let (_, pod) = controller_pods(kind, &m.object).remove(0);
-    let p = mutate::mutate(Kind::Pod, &pod, Some(NS), Operation::Create, &ex.config)
-        .expect("accepted")
-        .expect("member");
+    let p = mutate::mutate(
+        Subject::new(Kind::Pod, &pod, Some(NS)),
+        Operation::Create,
+        &ex.config,
+    )
+    .expect("accepted")
+    .expect("member");
     assert!(p.warnings.is_empty(), "{:?}", p.warnings);
 }

@@ -8,6 +8,7 @@ use dljob::config::Config;
 use dljob::contract::{Topology, TopologyError, MAX_REPLICAS};
 use dljob::mutate::{mutate, mutate_patch, Operation};
 use dljob::object::Kind;
+use dljob::object::Subject;
 use dljob::validate::NoPeers;
 use dljob::webhook::admission::{review, Answer, Endpoint};
 use serde_json::{json, Value};
@@ -65,9 +66,7 @@ fn huge_topology_is_refused_quickly() {
     let start = Instant::now();
     for replicas in ["worker=30000000", "worker=4294967295"] {
         let v = mutate_patch(
-            Kind::Pod,
-            &jax_pod(replicas),
-            Some("ns"),
+            Subject::new(Kind::Pod, &jax_pod(replicas), Some("ns")),
             Operation::Create,
             &Config::default(),
         )
@@ -82,9 +81,7 @@ fn huge_topology_is_refused_quickly() {
 fn max_replicas_pod_is_mutated() {
     let pod = jax_pod("worker=10000");
     let m = mutate(
-        Kind::Pod,
-        &pod,
-        Some("ns"),
+        Subject::new(Kind::Pod, &pod, Some("ns")),
         Operation::Create,
         &Config::default(),
     )
@@ -143,9 +140,7 @@ fn huge_inferred_topology_is_refused() {
         }
     });
     let v = mutate_patch(
-        Kind::StatefulSet,
-        &sts,
-        Some("ns"),
+        Subject::new(Kind::StatefulSet, &sts, Some("ns")),
         Operation::Create,
         &Config::default(),
     )

@@ -5,6 +5,7 @@
 use dljob::config::Config;
 use dljob::mutate::{mutate, mutate_patch, patch, Mutation, Operation};
 use dljob::object::Kind;
+use dljob::object::Subject;
 use dljob::violation::Violations;
 use serde_json::{json, Value};
 
@@ -21,17 +22,19 @@ fn fixture(name: &str) -> (Value, Option<Value>) {
 }
 
 fn create(kind: Kind, obj: &Value, config: &Config) -> Mutation {
-    mutate(kind, obj, Some("team-a"), Operation::Create, config)
-        .unwrap_or_else(|v| panic!("refused: {v}"))
-        .expect("a member")
+    mutate(
+        Subject::new(kind, obj, Some("team-a")),
+        Operation::Create,
+        config,
+    )
+    .unwrap_or_else(|v| panic!("refused: {v}"))
+    .expect("a member")
 }
 
 /// The violations for a pod the core refuses.
 fn refused(pod: &Value) -> Violations {
     mutate(
-        Kind::Pod,
-        pod,
-        Some("team-a"),
+        Subject::new(Kind::Pod, pod, Some("team-a")),
         Operation::Create,
         &Config::default(),
     )
@@ -389,9 +392,7 @@ fn captured_statefulset_gets_only_its_resolved_port_and_gang() {
     // A StatefulSet updated later gets neither: its template would change
     // and roll its pods.
     let updated = mutate_patch(
-        Kind::StatefulSet,
-        &obj,
-        Some("team-a"),
+        Subject::new(Kind::StatefulSet, &obj, Some("team-a")),
         Operation::Update,
         &Config::default(),
     )
@@ -1320,9 +1321,7 @@ fn a_tf_config_too_long_for_linux_is_refused_at_admission() {
         json!({"dljob.dev/index": "5"}),
     );
     let v = mutate_patch(
-        Kind::Pod,
-        &p,
-        Some("ml"),
+        Subject::new(Kind::Pod, &p, Some("ml")),
         Operation::Create,
         &Config::default(),
     )
@@ -1340,9 +1339,7 @@ fn a_tf_config_too_long_for_linux_is_refused_at_admission() {
         json!({"dljob.dev/index": "5"}),
     );
     assert!(mutate_patch(
-        Kind::Pod,
-        &short,
-        Some("ml"),
+        Subject::new(Kind::Pod, &short, Some("ml")),
         Operation::Create,
         &Config::default()
     )
@@ -1359,9 +1356,7 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         json!({}),
     );
     let v = mutate_patch(
-        Kind::Pod,
-        &launcher,
-        Some("ml"),
+        Subject::new(Kind::Pod, &launcher, Some("ml")),
         Operation::Create,
         &Config::default(),
     )
@@ -1381,9 +1376,7 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         json!({"dljob.dev/index": "0", "dljob.dev/compat": "volcano"}),
     );
     let v = mutate_patch(
-        Kind::Pod,
-        &volcano,
-        Some("ml"),
+        Subject::new(Kind::Pod, &volcano, Some("ml")),
         Operation::Create,
         &Config::default(),
     )
@@ -1403,9 +1396,7 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         json!({"dljob.dev/index": "0", "dljob.dev/compat": "volcano"}),
     );
     let v = mutate_patch(
-        Kind::Pod,
-        &many,
-        Some("ml"),
+        Subject::new(Kind::Pod, &many, Some("ml")),
         Operation::Create,
         &Config::default(),
     )
@@ -1425,9 +1416,7 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         json!({"dljob.dev/index": "0"}),
     );
     assert!(mutate_patch(
-        Kind::Pod,
-        &worker,
-        Some("ml"),
+        Subject::new(Kind::Pod, &worker, Some("ml")),
         Operation::Create,
         &Config::default()
     )
@@ -1473,9 +1462,7 @@ fn update_mutates_only_what_is_missing_and_mutable() {
     let (obj, old) = fixture("mutate-update-pod-resnet-chief.json");
     assert!(old.is_some());
     let m = mutate(
-        Kind::Pod,
-        &obj,
-        Some("team-a"),
+        Subject::new(Kind::Pod, &obj, Some("team-a")),
         Operation::Update,
         &Config::default(),
     )
@@ -1493,9 +1480,7 @@ fn update_mutates_only_what_is_missing_and_mutable() {
         .remove("dljob.dev/role");
     stripped["spec"]["podManagementPolicy"] = json!("OrderedReady");
     let m = mutate(
-        Kind::StatefulSet,
-        &stripped,
-        Some("team-a"),
+        Subject::new(Kind::StatefulSet, &stripped, Some("team-a")),
         Operation::Update,
         &Config::default(),
     )
@@ -1512,9 +1497,7 @@ fn update_mutates_only_what_is_missing_and_mutable() {
 fn objects_without_the_job_label_are_not_members() {
     let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c"}]}});
     assert!(mutate(
-        Kind::Pod,
-        &p,
-        Some("ns"),
+        Subject::new(Kind::Pod, &p, Some("ns")),
         Operation::Create,
         &Config::default()
     )
@@ -1533,7 +1516,11 @@ fn every_captured_mutating_create_review_is_idempotent() {
         }
         let (obj, _) = fixture(&name);
         let kind = Kind::of(&obj).unwrap();
-        let Ok(Some(m)) = mutate(kind, &obj, Some("team-a"), Operation::Create, &cfg) else {
+        let Ok(Some(m)) = mutate(
+            Subject::new(kind, &obj, Some("team-a")),
+            Operation::Create,
+            &cfg,
+        ) else {
             continue; // refused fixtures are asserted above
         };
         assert_patch_reproduces(&obj, &m.object);
@@ -1651,11 +1638,8 @@ fn an_update_keeps_what_admission_resolved_at_creation() {
     // The config changed since; the applier's UPDATE lacks both keys.
     let reloaded = Config::from_yaml("ports: {pytorch: 3333}\ngang: coscheduling\n").unwrap();
     let update = |old: Option<&Value>| {
-        let a = dljob::mutate::mutate_patch_with_old(
-            Kind::StatefulSet,
-            &sts,
-            old,
-            Some("ml"),
+        let a = dljob::mutate::mutate_patch(
+            Subject::new(Kind::StatefulSet, &sts, Some("ml")).with_old(old),
             Operation::Update,
             &reloaded,
         )
@@ -1746,9 +1730,7 @@ fn native_gang_pods_and_templates_name_their_pod_group() {
     // An existing StatefulSet updated: its template is not changed (that
     // would roll its pods; they get the group at their own admission).
     let updated = mutate_patch(
-        Kind::StatefulSet,
-        &sts,
-        Some("ml"),
+        Subject::new(Kind::StatefulSet, &sts, Some("ml")),
         Operation::Update,
         &config,
     )
@@ -1856,9 +1838,7 @@ fn a_new_member_loses_a_copied_finished_run_mark() {
     );
     // On UPDATE (the reconciler's own mark) it stays.
     let updated = mutate(
-        Kind::StatefulSet,
-        &sts,
-        Some("ml"),
+        Subject::new(Kind::StatefulSet, &sts, Some("ml")),
         Operation::Update,
         &Config::default(),
     )

@@ -4,6 +4,7 @@
 use dljob::config::Config;
 use dljob::member::MemberSpec;
 use dljob::object::Kind;
+use dljob::object::Subject;
 use dljob::validate::{peers_of, validate};
 use serde_json::{json, Value};
 
@@ -67,7 +68,11 @@ fn problems_with(
     old: Option<&Value>,
     peers: &[MemberSpec],
 ) -> Vec<String> {
-    match validate(kind, obj, old, Some("ml"), &Config::default(), peers) {
+    match validate(
+        Subject::new(kind, obj, Some("ml")).with_old(old),
+        &Config::default(),
+        peers,
+    ) {
         Ok(_) => Vec::new(),
         Err(v) => v.0.into_iter().map(|v| v.message).collect(),
     }
@@ -395,7 +400,12 @@ fn template_and_workload_must_agree() {
 #[test]
 fn unknown_dljob_annotations_warn() {
     let p = tf_pod("chief", json!({"dljob.dev/replica": "chief=1"}));
-    let warnings = validate(Kind::Pod, &p, None, Some("ml"), &Config::default(), &[]).unwrap();
+    let warnings = validate(
+        Subject::new(Kind::Pod, &p, Some("ml")),
+        &Config::default(),
+        &[],
+    )
+    .unwrap();
     assert_eq!(warnings.len(), 1);
     assert!(warnings[0].starts_with("annotation dljob.dev/replica is not a dljob annotation and is ignored; known ones are dljob.dev/framework, dljob.dev/replicas"), "{warnings:?}");
 }
@@ -646,7 +656,11 @@ fn a_statefulset_whose_pods_could_not_start_is_refused_before_it_makes_them() {
 /// The rules behind the refusals, with their stable reasons (what a metric
 /// label or a condition reason carries).
 fn rules(kind: Kind, obj: &Value, old: Option<&Value>) -> Vec<&'static str> {
-    match validate(kind, obj, old, Some("ml"), &Config::default(), &[]) {
+    match validate(
+        Subject::new(kind, obj, Some("ml")).with_old(old),
+        &Config::default(),
+        &[],
+    ) {
         Ok(_) => Vec::new(),
         Err(v) => v.0.iter().map(|v| v.rule.reason()).collect(),
     }
@@ -835,10 +849,14 @@ fn a_config_reload_cannot_split_a_running_job() {
     let admitted = |role: &str, config: &Config| {
         let mut p = tf_pod(role, json!({}));
         p["metadata"]["name"] = json!(role);
-        mutate(Kind::Pod, &p, Some("ml"), Operation::Create, config)
-            .unwrap()
-            .unwrap()
-            .object
+        mutate(
+            Subject::new(Kind::Pod, &p, Some("ml")),
+            Operation::Create,
+            config,
+        )
+        .unwrap()
+        .unwrap()
+        .object
     };
     let chief = admitted("chief", &before);
     let annotations = &chief["metadata"]["annotations"];
@@ -850,7 +868,7 @@ fn a_config_reload_cannot_split_a_running_job() {
     assert_eq!(peers[0].spec.gang, "none");
     // A worker admitted under the new config disagrees, and is told how.
     let worker = admitted("worker", &after);
-    let refused = match validate(Kind::Pod, &worker, None, Some("ml"), &after, &peers) {
+    let refused = match validate(Subject::new(Kind::Pod, &worker, Some("ml")), &after, &peers) {
         Ok(_) => Vec::new(),
         Err(v) => v.0.into_iter().map(|v| v.message).collect(),
     };
@@ -867,11 +885,15 @@ fn a_config_reload_cannot_split_a_running_job() {
         json!({"dljob.dev/port": "2222", "dljob.dev/gang": "none"}),
     );
     worker["metadata"]["name"] = json!("worker");
-    let worker = mutate(Kind::Pod, &worker, Some("ml"), Operation::Create, &after)
-        .unwrap()
-        .unwrap()
-        .object;
-    assert!(validate(Kind::Pod, &worker, None, Some("ml"), &after, &peers).is_ok());
+    let worker = mutate(
+        Subject::new(Kind::Pod, &worker, Some("ml")),
+        Operation::Create,
+        &after,
+    )
+    .unwrap()
+    .unwrap()
+    .object;
+    assert!(validate(Subject::new(Kind::Pod, &worker, Some("ml")), &after, &peers).is_ok());
 }
 
 /// Collective frameworks restart every member by default, parameter-server
@@ -1021,10 +1043,7 @@ fn slots_per_worker_range_are_checked_against_the_workers_and_their_gpus() {
     s["spec"]["template"]["spec"]["containers"][0]["resources"] =
         json!({"limits": {"nvidia.com/gpu": "4"}});
     let warnings = validate(
-        Kind::StatefulSet,
-        &s,
-        None,
-        Some("ml"),
+        Subject::new(Kind::StatefulSet, &s, Some("ml")),
         &Config::default(),
         &[],
     )
@@ -1193,7 +1212,11 @@ fn gpu_config() -> Config {
 }
 
 fn problems_under(config: &Config, kind: Kind, obj: &Value, old: Option<&Value>) -> Vec<String> {
-    match validate(kind, obj, old, Some("ml"), config, &[]) {
+    match validate(
+        Subject::new(kind, obj, Some("ml")).with_old(old),
+        config,
+        &[],
+    ) {
         Ok(_) => Vec::new(),
         Err(v) => v.0.into_iter().map(|v| v.message).collect(),
     }
@@ -1208,9 +1231,7 @@ fn gpu_worker(config: &Config) -> Value {
         {"name": "sidecar", "image": "s"}
     ]);
     dljob::mutate::mutate(
-        Kind::Pod,
-        &p,
-        Some("ml"),
+        Subject::new(Kind::Pod, &p, Some("ml")),
         dljob::mutate::Operation::Create,
         config,
     )
@@ -1380,10 +1401,7 @@ fn an_update_reads_its_peers_once_for_both_objects() {
     new["metadata"]["annotations"]["note"] = json!("an annotation added");
     // The disagreement is one the worker already had: not the update's.
     let answer = validate(
-        Kind::Pod,
-        &new,
-        Some(&old),
-        Some("ml"),
+        Subject::new(Kind::Pod, &new, Some("ml")).with_old(Some(&old)),
         &config,
         &FromSource(&source),
     );
@@ -1395,10 +1413,7 @@ fn an_update_reads_its_peers_once_for_both_objects() {
     // A CREATE asks for the one object.
     source.calls.lock().unwrap().clear();
     let refused = validate(
-        Kind::Pod,
-        &new,
-        None,
-        Some("ml"),
+        Subject::new(Kind::Pod, &new, Some("ml")),
         &config,
         &FromSource(&source),
     );
@@ -1612,10 +1627,7 @@ fn peers_are_named_only_to_an_authenticated_client() {
         let withheld = Withheld(source.clone());
         let peers: &dyn PeerSource = if named { source.as_ref() } else { &withheld };
         match validate(
-            Kind::Pod,
-            &pod,
-            None,
-            Some("ml"),
+            Subject::new(Kind::Pod, &pod, Some("ml")),
             &config,
             &FromSource(peers),
         ) {
@@ -1679,7 +1691,12 @@ fn ten_thousand_unknown_keys_are_three_warnings_and_a_count() {
     for i in 0..10_000 {
         pod["metadata"]["annotations"][format!("dljob.dev/k{i:05}")] = json!("");
     }
-    let warnings = validate(Kind::Pod, &pod, None, Some("ml"), &Config::default(), &[]).unwrap();
+    let warnings = validate(
+        Subject::new(Kind::Pod, &pod, Some("ml")),
+        &Config::default(),
+        &[],
+    )
+    .unwrap();
     assert_eq!(warnings.len(), 4, "{warnings:?}");
     assert!(warnings[0].starts_with("annotation dljob.dev/k00000 is not a dljob annotation"));
     assert_eq!(

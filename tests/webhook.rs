@@ -16,6 +16,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use dljob::certs::CaOrigin;
 use dljob::config::Config;
+use dljob::object::Subject;
 use dljob::validate::{NoPeers, PeerSource};
 use dljob::webhook::{self, Inputs, Running, Settings, TlsSource};
 use http_body_util::{BodyExt, Full};
@@ -2118,19 +2119,24 @@ fn the_pruned_review_view_answers_as_the_core_does_on_the_whole_object() {
             let answer = &answer["response"];
             let core = match endpoint {
                 Endpoint::Mutate => {
-                    mutate::mutate_patch(kind, object, namespace, operation, &config).map(|a| {
-                        a.map_or((None, Vec::new()), |a| {
-                            (
-                                Some(a.patch.to_json_patch()).filter(|p| !p.0.is_empty()),
-                                a.warnings,
-                            )
+                    mutate::mutate_patch(Subject::new(kind, object, namespace), operation, &config)
+                        .map(|a| {
+                            a.map_or((None, Vec::new()), |a| {
+                                (
+                                    Some(a.patch.to_json_patch()).filter(|p| !p.0.is_empty()),
+                                    a.warnings,
+                                )
+                            })
                         })
-                    })
                 }
                 Endpoint::Validate => {
                     let old = request.get("oldObject").filter(|o| o.is_object());
-                    dljob::validate::validate(kind, object, old, namespace, &config, &[])
-                        .map(|w| (None, w))
+                    dljob::validate::validate(
+                        Subject::new(kind, object, namespace).with_old(old),
+                        &config,
+                        &[],
+                    )
+                    .map(|w| (None, w))
                 }
             };
             match core {

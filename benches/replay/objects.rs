@@ -19,6 +19,7 @@ use dljob::object::Kind;
 use serde_json::{json, Value};
 
 use super::apiserver::{fields_v1, set_managed};
+use dljob::object::Subject;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
 pub(crate) const TOPOLOGY: &str = "master=1,worker=3";
@@ -156,9 +157,7 @@ impl Generator {
         }
 
         let mutated = mutate::mutate(
-            Kind::Pod,
-            &user,
-            Some(&namespace),
+            Subject::new(Kind::Pod, &user, Some(&namespace)),
             Operation::Create,
             &self.config,
         )

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use dljob::config::Config;
 use dljob::mutate::{mutate_patch, Operation};
-use dljob::object::Kind;
+use dljob::object::{Kind, Subject};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 
@@ -183,8 +183,11 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let namespace = Some("fuzz");
-    let Ok(Some(admission)) = mutate_patch(Kind::Pod, &pod, namespace, Operation::Create, config)
-    else {
+    let Ok(Some(admission)) = mutate_patch(
+        Subject::new(Kind::Pod, &pod, namespace),
+        Operation::Create,
+        config,
+    ) else {
         return;
     };
     let mut patched = pod.clone();
@@ -194,7 +197,11 @@ fuzz_target!(|data: &[u8]| {
             serde_json::to_string(&admission.patch).unwrap_or_default()
         );
     }
-    match mutate_patch(Kind::Pod, &patched, namespace, Operation::Create, config) {
+    match mutate_patch(
+        Subject::new(Kind::Pod, &patched, namespace),
+        Operation::Create,
+        config,
+    ) {
         Ok(Some(again)) => assert!(
             again.patch.0.is_empty(),
             "mutating the mutated pod patches again: {}\nmutated: {patched}",

@@ -15,6 +15,7 @@ use super::wire::API_VERSION;
 use super::wire::{self, RequestView, ReviewView};
 use crate::config::Config;
 use crate::mutate::{self, Operation as MutateOperation};
+use crate::object::Subject;
 use crate::object::{self, Kind};
 use crate::validate::{self, PeerSource};
 use crate::violation::Violations;
@@ -355,7 +356,11 @@ fn decide(
     match endpoint {
         Endpoint::Mutate => {
             let old = req_old_object.filter(|o| o.is_object());
-            match mutate::mutate_patch_with_old(kind, object, old, namespace, operation, config) {
+            match mutate::mutate_patch(
+                Subject::new(kind, object, namespace).with_old(old),
+                operation,
+                config,
+            ) {
                 Ok(None) => Decision::allow(),
                 Ok(Some(a)) => Decision {
                     patch: Some(a.patch).filter(|p| !p.0.is_empty()),
@@ -371,7 +376,11 @@ fn decide(
                 _ => None,
             };
             let peers = validate::FromSource(peers);
-            match validate::validate(kind, object, old, namespace, config, &peers) {
+            match validate::validate(
+                Subject::new(kind, object, namespace).with_old(old),
+                config,
+                &peers,
+            ) {
                 Ok(warnings) => Decision {
                     warnings,
                     ..Decision::allow()
