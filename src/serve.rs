@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use prometheus_client::registry::Registry;
 
 use crate::args::ServeArgs;
+use crate::telemetry::Chain;
 use crate::validate::{NoPeers, PeerSource};
 use crate::webhook::{reload, run, tls, Inputs, Settings, TlsSource};
 
@@ -247,29 +248,13 @@ pub(crate) async fn connect(
         let version = client
             .apiserver_version()
             .await
-            .map_err(|e| format!("the API server does not answer: {}", with_causes(&e)))?;
+            .map_err(|e| format!("the API server does not answer: {}", Chain(&e)))?;
         tracing::info!(version = %version.git_version, "connected to the cluster");
         Ok(client)
     };
     tokio::time::timeout(timeout, probe)
         .await
         .unwrap_or_else(|_| Err(format!("the API server did not answer within {timeout:?}")))
-}
-
-/// An error and the errors under it, as one line: a client's "client error
-/// (Connect)" then says why ("…: tcp connect error: Connection refused").
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut line = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        let text = e.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        cause = e.source();
-    }
-    line
 }
 
 /// The client config `cluster` names: the kubeconfig file and context
@@ -307,38 +292,4 @@ async fn cluster_config(cluster: &crate::args::ClusterArgs) -> Result<kube::Conf
     kube::Config::from_custom_kubeconfig(file, &options)
         .await
         .map_err(|e| format!("{source}: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_causes;
-    use std::fmt;
-
-    /// An error that names its cause (`with_text`) or not.
-    #[derive(Debug)]
-    struct Wrapping(&'static str, std::io::Error);
-    impl fmt::Display for Wrapping {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str(self.0)
-        }
-    }
-    impl std::error::Error for Wrapping {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&self.1)
-        }
-    }
-
-    #[test]
-    fn an_error_is_said_with_each_cause_once() {
-        let refused =
-            || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
-        assert_eq!(
-            with_causes(&Wrapping("client error (Connect)", refused())),
-            "client error (Connect): Connection refused"
-        );
-        assert_eq!(
-            with_causes(&Wrapping("connect: Connection refused", refused())),
-            "connect: Connection refused"
-        );
-    }
 }

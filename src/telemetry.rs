@@ -27,24 +27,36 @@ pub(crate) fn init(format: LogFormat) {
 
 /// An error and its causes, `: `-separated, each said once: dljob's own
 /// error messages never repeat their source, but some dependencies' do
-/// (`ApiError: {0}` with that Status as its source), so a cause whose text
-/// is already shown is left out.
+/// (kube's `ApiError: {0} ({0:?})` with that Status as its source; a
+/// client's "client error (Connect)" says why only through its source), so
+/// a cause its parent's message already says ([`says`]) is left out.
 pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
 
 impl std::fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut shown = self.0.to_string();
+        let mut parent = self.0.to_string();
+        f.write_str(&parent)?;
         let mut source = self.0.source();
         while let Some(cause) = source {
             let text = cause.to_string();
-            if !shown.contains(&text) {
-                shown.push_str(": ");
-                shown.push_str(&text);
+            if !says(&parent, &text) {
+                write!(f, ": {text}")?;
             }
+            parent = text;
             source = cause.source();
         }
-        f.write_str(&shown)
+        Ok(())
     }
+}
+
+/// Whether an error's `message` already says its cause's `text`, the way
+/// messages embed a source: at the end (`…: {0}`), after a colon, or
+/// before a parenthesis (`{0} ({0:?})`). A short cause that is only a word
+/// of the message ("EOF") is not taken for said.
+fn says(message: &str, text: &str) -> bool {
+    message.ends_with(text)
+        || message.contains(&format!(": {text}"))
+        || message.contains(&format!("{text} ("))
 }
 
 #[cfg(test)]
@@ -64,6 +76,41 @@ mod tests {
         /// A message that repeats its source, as some dependencies' do.
         #[error("ApiError: {0}")]
         Api(#[source] std::io::Error),
+    }
+
+    /// An error that names its cause or not, as a client's does.
+    #[derive(Debug)]
+    struct Wrapping(&'static str, std::io::Error);
+    impl std::fmt::Display for Wrapping {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Wrapping {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.1)
+        }
+    }
+
+    #[test]
+    fn a_cause_is_compared_with_its_parent_only() {
+        let refused =
+            || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        assert_eq!(
+            Chain(&Wrapping("client error (Connect)", refused())).to_string(),
+            "client error (Connect): Connection refused"
+        );
+        assert_eq!(
+            Chain(&Wrapping("connect: Connection refused", refused())).to_string(),
+            "connect: Connection refused"
+        );
+        // A short cause that happens to be a word of the parent's text is
+        // still said.
+        let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "EOF");
+        assert_eq!(
+            Chain(&Wrapping("reading the EOF-terminated list", eof)).to_string(),
+            "reading the EOF-terminated list: EOF"
+        );
     }
 
     #[test]

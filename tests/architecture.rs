@@ -67,10 +67,10 @@ struct Paths {
     /// The module of the code being visited (inline modules included).
     here: Module,
     found: Vec<Vec<String>>,
-    /// Names imported (`use`) in the file's own module, with the absolute
-    /// path each stands for: a child that names its parent's import
-    /// reaches where the import points.
-    imports: Vec<(String, Vec<String>)>,
+    /// Names imported (`use`), by the module (inline ones included) that
+    /// imports them, with the absolute path each stands for: a child that
+    /// names its parent's import reaches where the import points.
+    imports: Vec<(Module, String, Vec<String>)>,
     /// Glob imports of an ancestor (`use super::*`): they would hide
     /// which siblings a module reaches.
     globs: Vec<String>,
@@ -85,7 +85,10 @@ impl Paths {
         }
     }
 
-    /// `segments` made absolute if they start at `crate`, `self` or `super`.
+    /// `segments` made absolute: from `crate`, `self` or `super`, and
+    /// otherwise relative to the module (a 2018 path such as `use
+    /// events::Recorder;` names a child; one that names no module of the
+    /// crate, `std::…`, is dropped when resolved).
     fn absolute(&self, segments: &[String]) -> Option<Vec<String>> {
         let mut base = self.here.clone();
         let mut rest = segments;
@@ -101,7 +104,8 @@ impl Paths {
                     rest = &rest[1..];
                 }
             }
-            _ => return None,
+            Some(_) => {}
+            None => return None,
         }
         base.extend(rest.iter().cloned());
         Some(base)
@@ -110,7 +114,7 @@ impl Paths {
     /// Records an imported `name` standing for `full` (as written).
     fn import(&mut self, name: String, full: &[String]) {
         if let Some(path) = self.absolute(full) {
-            self.imports.push((name, path));
+            self.imports.push((self.here.clone(), name, path));
         }
     }
 
@@ -165,7 +169,7 @@ impl Paths {
         while i < trees.len() {
             match &trees[i] {
                 TokenTree::Group(g) => self.tokens(g.stream()),
-                TokenTree::Ident(id) if id == "crate" || id == "super" => {
+                TokenTree::Ident(id) if id == "crate" || id == "super" || id == "self" => {
                     let mut segments = vec![id.to_string()];
                     let mut j = i + 1;
                     while let (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b))) =
@@ -280,10 +284,12 @@ fn levels() -> BTreeMap<Module, Level> {
             globs: Vec::new(),
         };
         paths.visit_file(&ast);
-        imports
-            .entry(here.clone())
-            .or_default()
-            .extend(paths.imports.iter().cloned());
+        for (module, name, path) in &paths.imports {
+            imports
+                .entry(module.clone())
+                .or_default()
+                .insert(name.clone(), path.clone());
+        }
         parsed.push((here, paths));
     }
     for (here, paths) in parsed {
@@ -313,10 +319,10 @@ fn levels() -> BTreeMap<Module, Level> {
     levels
 }
 
-/// `path` with a name an ancestor module imports replaced by what the
-/// import stands for, again until it names no import: `super::Meta` in
-/// `member::container` reaches `member::keys` when `member` imports
-/// `self::keys::Meta`.
+/// `path` with a name a module imports from one of its own descendants
+/// replaced by what the import stands for, again until it names no such
+/// import: `super::Meta` in `member::container` reaches `member::keys` when
+/// `member` imports `self::keys::Meta`.
 fn through_imports(
     imports: &BTreeMap<Module, BTreeMap<String, Vec<String>>>,
     modules: &BTreeSet<Module>,
@@ -330,7 +336,16 @@ fn through_imports(
             return path;
         };
         let module = path[..k].to_vec();
-        let Some(full) = imports.get(&module).and_then(|m| m.get(&path[k])) else {
+        // Only an import of the module's own descendant is followed: that
+        // is how a child reaches a sibling through its parent. (Another
+        // import may share its name with an item of the module's own, in
+        // the other namespace: `manifest::validate`, a function, beside
+        // `use crate::validate`.)
+        let Some(full) = imports
+            .get(&module)
+            .and_then(|m| m.get(&path[k]))
+            .filter(|full| full.len() > module.len() && full.starts_with(&module))
+        else {
             return path;
         };
         if full == &path[..=k] {

@@ -10,14 +10,18 @@
 //! A command ending in ` &` runs in the background (`dljob serve`): the
 //! block's port 8443 is replaced by a free loopback port, the harness waits
 //! for it to accept connections and stops the server when the block ends.
-//! Commands run with `sh` in a scratch directory whose entries link to the
-//! repository's, so `examples/…` paths work and written files stay there.
+//! Commands run with `sh`, each in a process group of its own (stopped
+//! whole), with only PATH and HOME from the environment, in a scratch
+//! directory whose entries link to the repository's, so `examples/…` paths
+//! work; files they write must stay in the scratch directory itself (the
+//! repository's `git status` is compared before and after).
 //! Blocks that need a cluster, cargo or root are written as `sh`, not run.
 //! Besides dljob and `sh`, the examples use curl, jq, base64 and grep.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -326,16 +330,20 @@ fn shell(command: &str, dir: &Path) -> Command {
         std::env::var("PATH").unwrap_or_default()
     );
     let mut cmd = Command::new("sh");
+    // The developer's environment stays out (a DLJOB_CONFIG or RUST_LOG
+    // would change what the examples print): PATH and HOME only.
     cmd.arg("-c")
         .arg(format!("exec 2>&1\n{command}"))
         .current_dir(dir)
+        .env_clear()
         .env("PATH", path)
+        .env("HOME", dir)
         .env("KUBECONFIG", dir.join("no-cluster/kubeconfig"))
         .env("NO_COLOR", "1")
-        .env_remove("RUST_LOG")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("DLJOB_LISTEN")
-        .stdin(Stdio::null());
+        .stdin(Stdio::null())
+        // Its own process group, so that everything it starts is stopped
+        // with it (a pipeline, a server behind `cd … &&`).
+        .process_group(0);
     cmd
 }
 
@@ -368,12 +376,20 @@ fn wait_with_timeout(mut child: Child, limit: Duration) -> Result<(i32, String),
             return Ok((status.code().unwrap_or(-1), out));
         }
         if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
+            stop_group(&mut child);
             return Err(format!("did not finish within {limit:?}"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Kills `child`'s whole process group (it leads one: [`shell`]).
+fn stop_group(child: &mut Child) {
+    let group = i32::try_from(child.id()).expect("a pid");
+    // SAFETY: kill(2) with a negative pid signals that process group; no
+    // memory is passed.
+    unsafe { libc::kill(-group, libc::SIGKILL) };
+    let _ = child.wait();
 }
 
 /// Kills the background servers of a block when it ends, however it ends.
@@ -382,8 +398,7 @@ struct Background(Vec<Child>);
 impl Drop for Background {
     fn drop(&mut self) {
         for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
+            stop_group(child);
         }
     }
 }
@@ -423,12 +438,20 @@ fn run_block(block: &Block, failures: &mut Vec<String>) -> usize {
                 .expect("sh starts");
             background.0.push(child);
             let port = port.as_deref().expect("a background block has a port");
+            let log = dir.join(format!("background-{}.log", step.line));
             let start = Instant::now();
             while TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-                if start.elapsed() > LISTEN_TIMEOUT {
-                    failures.push(format!(
-                        "{at}\nnothing listened on {port} within {LISTEN_TIMEOUT:?}"
-                    ));
+                let exited = background
+                    .0
+                    .last_mut()
+                    .and_then(|c| c.try_wait().ok().flatten());
+                if exited.is_some() || start.elapsed() > LISTEN_TIMEOUT {
+                    let why = match exited {
+                        Some(status) => format!("it exited ({status})"),
+                        None => format!("nothing listened on {port} within {LISTEN_TIMEOUT:?}"),
+                    };
+                    let printed = std::fs::read_to_string(&log).unwrap_or_default();
+                    failures.push(format!("{at}\n{why}; it printed:\n{printed}"));
                     return ran;
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -463,6 +486,17 @@ fn run_block(block: &Block, failures: &mut Vec<String>) -> usize {
 /// The programs the examples use besides dljob and a POSIX shell.
 const TOOLS: [&str; 4] = ["curl", "jq", "base64", "grep"];
 
+/// `git status --porcelain` of the repository: the examples must not
+/// change it (their scratch directory links to its folders).
+fn repo_status() -> String {
+    let out = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=all"])
+        .current_dir(repo())
+        .output()
+        .expect("git runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn console_examples_print_what_the_docs_say() {
     let missing: Vec<&str> = TOOLS
@@ -480,6 +514,7 @@ fn console_examples_print_what_the_docs_say() {
         missing.is_empty(),
         "the docs' examples need {missing:?} on the PATH (Debian: apt-get install curl jq); .ci/run installs them"
     );
+    let before = repo_status();
     let mut failures = Vec::new();
     let mut ran = 0;
     let mut readme_ran = 0;
@@ -492,6 +527,11 @@ fn console_examples_print_what_the_docs_say() {
             }
         }
     }
+    assert_eq!(
+        repo_status(),
+        before,
+        "an example wrote into the repository through its scratch directory's links; write to the scratch directory itself"
+    );
     assert!(
         readme_ran >= 3,
         "the README runs only {readme_ran} commands"

@@ -1040,9 +1040,8 @@ async fn mpi_reconcile(created: Value, held: Value, events: &[&'static str]) -> 
             created.clone(),
         )]
         .into_iter()
-        // Created: the Secret is the last owned object, and what follows
-        // it up to the status write (the pass's one write, which records
-        // it) cannot fail.
+        // Created: the Secret is the last owned object, recorded by the
+        // pass's one status write (or alone, should that write fail).
         // Already there: whose is it? The DLJob as the API server holds it
         // now says (the cache may not show the last status write yet).
         .chain((created["kind"] == "Status").then(|| {
@@ -1068,6 +1067,66 @@ async fn mpi_reconcile(created: Value, held: Value, events: &[&'static str]) -> 
     .await;
     let status = written.lock().unwrap().clone();
     status
+}
+
+/// The status write that would record a new job's SSH Secret fails (here
+/// a 500): the Secret is recorded alone, on the status as it was — the
+/// next pass would otherwise take the job's own Secret for someone else's
+/// (dljob never reads Secrets) — and the failure is returned, to retry.
+#[tokio::test]
+async fn a_created_ssh_secret_is_recorded_alone_when_the_status_write_fails() {
+    let mut job = dljob("mpi", MPI);
+    job.spec.port = 22;
+    let (ctx, handle) = context(mpi_world(), vec![]);
+    let jj = job.clone();
+    let unavailable = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+    let (result, _) = reconcile_with(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "POST",
+                format!("/api/v1/namespaces/{NS}/secrets?&fieldManager=dljob"),
+                |b| assert_eq!(b["metadata"]["name"], "mnist-ssh"),
+                Value::Null,
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    assert_eq!(b["status"]["sshSecret"], "mnist-ssh");
+                    assert_eq!(b["status"]["phase"], "Pending");
+                },
+                unavailable,
+            ),
+            // The status as it was (a new DLJob has none: every field at
+            // its default, the phase included, which the API server
+            // requires) with the Secret's name.
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    assert_eq!(
+                        b,
+                        &json!({"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "status": {
+                            "phase": "Pending", "conditions": [], "replicas": {}, "active": "",
+                            "restarts": 0, "countedExits": {}, "pendingRecreates": [],
+                            "sshSecret": "mnist-ssh"
+                        }})
+                    )
+                },
+                with_status(
+                    &jj,
+                    &json!({"status": {"phase": "Pending", "sshSecret": "mnist-ssh"}}),
+                ),
+            ),
+        ],
+    )
+    .await;
+    let e = result.expect_err("the failed write is reported");
+    assert!(format!("{e:?}").contains("etcdserver"), "{e:?}");
 }
 
 #[tokio::test]

@@ -27,7 +27,7 @@ use super::status::{self, JobPlan, Observed, OwnedOutcome};
 use super::writes::write_status;
 use crate::config::Config;
 use crate::contract as c;
-use crate::crd::{DLJob, SavedPod};
+use crate::crd::{DLJob, DLJobStatus, SavedPod};
 use crate::object::Kind;
 use crate::telemetry::Chain;
 
@@ -84,8 +84,11 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     if let Err(why) = crate::tensorboard::recorded_volume(job) {
         tracing::warn!(job = %name, %namespace, %why, "no TensorBoard for this job");
     }
-    // Every read comes before the owned objects: once the job's SSH Secret
-    // is created, nothing may fail before the status write records it.
+    // Every read comes before the owned objects, and the SSH Secret is the
+    // last of them: once it is created, what runs before the status write
+    // that records it is pure, or (bare pods pending a recreate) saves
+    // whose failures are collected; should that write fail, the Secret is
+    // recorded alone (see `write_once`).
     let saved = read_saved(ctx, &namespace, job).await?;
     let Some(owned) = ensure_owned(ctx, job, &config, now).await? else {
         return Ok(Requeue::requeue(Duration::from_secs(1)));
@@ -116,21 +119,49 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         reserved: crate::mutate::reserved_volume_names(&config),
     };
     let saving = target.save_pods(&out.actions, &mut out.status).await;
-    // The one status write of the pass.
-    if job.status.as_ref() != Some(&out.status) {
-        write_status(
-            &Api::namespaced(ctx.client.clone(), &namespace),
-            &name,
-            &out.status,
-        )
-        .await?;
-    }
+    write_once(
+        ctx,
+        job,
+        &out.status,
+        observed.owned.created_secret.as_deref(),
+    )
+    .await?;
     for event in out.events.drain(..) {
         target.tell(event).await;
     }
     ctx.metrics.restarts.inc_by(u64::from(out.new_restarts));
     target.execute_all(&out.actions, saving).await?;
     Ok(Requeue::requeue(look_again(job, &config, &out, now)))
+}
+
+/// The pass's one status write, when the status changed. A Secret this
+/// pass created that the write fails to record would be taken for someone
+/// else's on the next pass (dljob never reads Secrets): it is then
+/// recorded alone, on the status as it was, before the failure is returned.
+async fn write_once(
+    ctx: &Context,
+    job: &DLJob,
+    status: &DLJobStatus,
+    created_secret: Option<&str>,
+) -> Result<(), Error> {
+    if job.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let jobs = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let name = job.name_any();
+    let Err(e) = write_status(&jobs, &name, status).await else {
+        return Ok(());
+    };
+    let unrecorded = created_secret
+        .filter(|s| job.status.as_ref().and_then(|st| st.ssh_secret.as_deref()) != Some(*s));
+    if let Some(secret) = unrecorded {
+        let mut record = job.status.clone().unwrap_or_default();
+        record.ssh_secret = Some(secret.to_owned());
+        if let Err(again) = write_status(&jobs, &name, &record).await {
+            tracing::warn!(job = %name, secret, error = %Chain(&again), "the job's SSH Secret could not be recorded either");
+        }
+    }
+    Err(e.into())
 }
 
 /// The manifests saved to recreate bare pods, read while any is pending.

@@ -87,7 +87,7 @@ impl Resource for Listed {
 /// The DLJobs that exist but do not parse, with why: the creator must not
 /// try to create them again (the API server would answer 409 every two
 /// seconds), and each is told why on itself once (an Event,
-/// `controller::tell_unreadable`).
+/// `tell::tell_unreadable`).
 #[derive(Default, Debug)]
 pub struct Unreadable {
     marks: Mutex<Marks>,

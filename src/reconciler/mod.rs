@@ -6,8 +6,11 @@
 //!   validating webhook's peers, from memory) and the observations.
 //! - [`resources`]: the DLJob from a member, and the objects a job owns
 //!   (Service, SSH Secret) declared as data with how each is kept.
-//! - [`controller`]: the I/O: reconcile one DLJob, execute the actions,
-//!   create the DLJob on first sight of a member.
+//! - [`controller`]: one reconcile of one DLJob as named steps, around
+//!   `ownership` (the one rule for owned objects) and `actions` (their
+//!   execution), with one status write per pass.
+//! - [`first_sight`]: the DLJob created on first sight of a member;
+//!   [`tell`]: telling a DLJob that does not parse why.
 //!
 //! Both replicas watch the members (the webhook reads the index); only the
 //! holder of the `dljob-reconciler` Lease runs the controller. Each kind is

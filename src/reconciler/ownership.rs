@@ -212,10 +212,15 @@ pub(super) fn not_served(owned: &Owned) -> String {
 }
 
 /// The GangUnavailable message for an optional object the API server
-/// refused: its words, and for a 403 the permission dljob lacks.
+/// refused: its words, and for an RBAC refusal the permission dljob lacks
+/// (other 403s — a quota, a namespace being deleted, a policy webhook —
+/// say their own way out).
 fn refused(owned: &Owned, status: &kube::core::Status) -> String {
     let r = &owned.resource;
-    let way_out = if status.code == 403 {
+    let rbac = status.code == 403
+        && status.message.contains("is forbidden: User ")
+        && status.message.contains(" cannot ");
+    let way_out = if rbac {
         format!(
             "; grant dljob's service account get, create and patch on {}.{} (deploy/ does)",
             r.plural, r.group
@@ -316,4 +321,62 @@ pub(super) async fn recorded(
         .and_then(|j| j.status)
         .and_then(|s| s.ssh_secret)
         .is_some_and(|s| s == secret))
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::{ApiResource, DynamicObject};
+    use kube::core::Status;
+
+    use super::{not_served, refused};
+    use crate::reconciler::resources::{Keep, Owned};
+
+    fn pod_group(group: &str, version: &str) -> Owned {
+        let resource = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: format!("{group}/{version}"),
+            kind: "PodGroup".into(),
+            plural: "podgroups".into(),
+        };
+        Owned {
+            object: DynamicObject::new("mnist", &resource),
+            resource,
+            keep: Keep::Apply,
+            install_hint: Some("install it"),
+        }
+    }
+
+    #[test]
+    fn a_missing_kind_names_the_crd_or_the_built_in_api() {
+        assert_eq!(
+            not_served(&pod_group("scheduling.x-k8s.io", "v1alpha1")),
+            "the cluster does not serve scheduling.x-k8s.io/v1alpha1 PodGroup (the CRD podgroups.scheduling.x-k8s.io) for PodGroup/mnist: install it"
+        );
+        assert_eq!(
+            not_served(&pod_group("scheduling.k8s.io", "v1alpha2")),
+            "the cluster does not serve the built-in API scheduling.k8s.io/v1alpha2 PodGroup for PodGroup/mnist: install it"
+        );
+    }
+
+    #[test]
+    fn only_an_rbac_refusal_is_told_to_grant_a_permission() {
+        let owned = pod_group("scheduling.volcano.sh", "v1beta1");
+        let rbac = Status::failure(
+            "podgroups.scheduling.volcano.sh \"mnist\" is forbidden: User \"system:serviceaccount:dljob-system:dljob\" cannot create resource \"podgroups\" in API group \"scheduling.volcano.sh\" in the namespace \"ml\"",
+            "Forbidden",
+        )
+        .with_code(403);
+        assert!(refused(&owned, &rbac)
+            .ends_with("; grant dljob's service account get, create and patch on podgroups.scheduling.volcano.sh (deploy/ does)"));
+        let quota = Status::failure(
+            "podgroups.scheduling.volcano.sh \"mnist\" is forbidden: exceeded quota: objects, requested: count/podgroups.scheduling.volcano.sh=1, used: 10, limited: 10",
+            "Forbidden",
+        )
+        .with_code(403);
+        assert_eq!(
+            refused(&owned, &quota),
+            "PodGroup/mnist was refused: podgroups.scheduling.volcano.sh \"mnist\" is forbidden: exceeded quota: objects, requested: count/podgroups.scheduling.volcano.sh=1, used: 10, limited: 10"
+        );
+    }
 }

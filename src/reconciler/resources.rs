@@ -94,6 +94,8 @@ pub(crate) fn owned(
         out.push(Owned::of(&deployment, Keep::Apply));
         out.push(Owned::of(&service, Keep::Apply));
     }
+    // The SSH Secret last: once it is created, only its record in the
+    // status is left to write (see the reconciler's `ensure_owned`).
     let cluster_domain = config.cluster_domain.as_str();
     let uses_ssh = job.spec.framework().is_some_and(|f| f.uses_ssh());
     let secret_name = mutate::ssh_secret_name(&job.metadata.name.clone().unwrap_or_default());
@@ -569,6 +571,20 @@ mod tests {
         assert_eq!(
             kinds(&owned(&mpi, &Config::default(), t(0), None, never).unwrap()),
             [("Service/mnist".to_owned(), Keep::Apply)]
+        );
+        // The Secret comes last, after a gang's PodGroup: the reconciler
+        // creates it after every other owned object, so that only its
+        // record in the status remains to be written.
+        let mut gang = job("mpi", "launcher=1,worker=2", 22);
+        gang.spec.gang = "volcano".into();
+        let all = owned(&gang, &Config::default(), t(0), None, key).unwrap();
+        assert_eq!(
+            kinds(&all),
+            [
+                ("Service/mnist".to_owned(), Keep::Apply),
+                ("PodGroup/mnist".to_owned(), Keep::Apply),
+                ("Secret/mnist-ssh".to_owned(), Keep::CreateOnce)
+            ]
         );
         // No uid yet: nothing can be owned.
         mpi.metadata.uid = None;
