@@ -371,6 +371,22 @@ fn save_pod(pod: Pod) -> ([Call; 2], Value) {
     (calls, entry)
 }
 
+/// The status write of a pass that counted worker-0's exit and saved no
+/// manifest for it: worker-0 to recreate, by name and uid alone.
+fn restarting_unsaved(job: &DLJob) -> Call {
+    call(
+        "PATCH",
+        status_uri(),
+        |b| {
+            assert_eq!(
+                b["status"]["pendingRecreates"],
+                json!([{"name": "worker-0", "uid": "uid-worker-0"}])
+            )
+        },
+        with_status(job, &json!({"status": {"phase": "Restarting"}})),
+    )
+}
+
 fn delete_pod(name: &'static str) -> Call {
     call(
         "DELETE",
@@ -802,17 +818,7 @@ async fn a_bare_pod_replaced_before_it_is_saved_is_left_alone() {
         handle,
         vec![
             read_pod(replaced),
-            call(
-                "PATCH",
-                status_uri(),
-                |b| {
-                    assert_eq!(
-                        b["status"]["pendingRecreates"],
-                        json!([{"name": "worker-0", "uid": "uid-worker-0"}])
-                    )
-                },
-                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
-            ),
+            restarting_unsaved(&jj),
             event("Restarting"),
             call(
                 "DELETE",
@@ -3369,17 +3375,7 @@ async fn a_bare_pod_is_not_deleted_unless_its_manifest_was_saved() {
                 denied("podtemplates are not allowed here"),
             ),
             // The restart is counted; no saved manifest is recorded.
-            call(
-                "PATCH",
-                status_uri(),
-                |b| {
-                    assert_eq!(
-                        b["status"]["pendingRecreates"],
-                        json!([{"name": "worker-0", "uid": "uid-worker-0"}])
-                    )
-                },
-                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
-            ),
+            restarting_unsaved(&jj),
             event("Restarting"),
             // No DELETE of the pod follows.
         ],

@@ -92,53 +92,29 @@ pub(super) async fn keep(
         Current::Unwatched if owned.keep == Keep::CreateOnce => None,
         Current::Unwatched => match api.get_opt(owned.name()).await {
             Ok(found) => found.map(|o| serde_json::to_value(o).unwrap_or_default()),
-            // A 404 that is not a Status (`get_opt` takes those for
-            // absent): "404 page not found", the path of a kind the
-            // cluster does not serve.
-            Err(kube::Error::Api(s)) if s.code == NOT_FOUND && owned.install_hint.is_some() => {
-                tracing::warn!(object = %owned.describe(), kind = %owned.kind(), "the cluster does not serve this kind");
-                return Ok(Kept::NotServed);
-            }
-            // An optional object dljob may not read (RBAC without that
-            // kind): reported like a refusal, so the job's status, restarts
-            // and gate go on.
-            Err(kube::Error::Api(s)) if owned.install_hint.is_some() => {
-                tracing::warn!(object = %owned.describe(), error = %s.message, "an owned object could not be read");
-                return Ok(Kept::Refused(refused(owned, &s)));
-            }
-            Err(e) => return Err(e),
+            // A 404 here is not a Status (`get_opt` takes those for
+            // absent): "404 page not found", a kind not served.
+            Err(e) => return optional_failure(owned, e),
         },
     };
     let existing = match existing {
         Some(e) => e,
-        None => {
-            match api.create(&create_params(), &owned.object).await {
-                Ok(stored) => return Ok(dropped.check(key, owned, &desired, &stored)),
-                Err(kube::Error::Api(s)) if s.code == CONFLICT => {
-                    if owned.keep == Keep::CreateOnce {
-                        return Ok(Kept::Foreign(format!(
+        None => match api.create(&create_params(), &owned.object).await {
+            Ok(stored) => return Ok(dropped.check(key, owned, &desired, &stored)),
+            Err(kube::Error::Api(s)) if s.code == CONFLICT => {
+                if owned.keep == Keep::CreateOnce {
+                    return Ok(Kept::Foreign(format!(
                             "{} exists and was not created by dljob for this DLJob (dljob never reads Secrets, so it cannot tell whose it is); the job's pods would mount it: delete it (dljob then creates the job's own) or rename the job",
                             owned.describe()
                         )));
-                    }
-                    match api.get_opt(owned.name()).await? {
-                        Some(o) => serde_json::to_value(o).unwrap_or_default(),
-                        None => return Ok(Kept::Retry),
-                    }
                 }
-                Err(kube::Error::Api(s)) if s.code == NOT_FOUND && owned.install_hint.is_some() => {
-                    tracing::warn!(object = %owned.describe(), kind = %owned.kind(), "the cluster does not serve this kind");
-                    return Ok(Kept::NotServed);
+                match api.get_opt(owned.name()).await? {
+                    Some(o) => serde_json::to_value(o).unwrap_or_default(),
+                    None => return Ok(Kept::Retry),
                 }
-                // An optional object refused must not stop the job's status,
-                // restarts and gate: it is reported, and retried next time.
-                Err(kube::Error::Api(s)) if owned.install_hint.is_some() => {
-                    tracing::warn!(object = %owned.describe(), error = %s.message, "an owned object was refused");
-                    return Ok(Kept::Refused(refused(owned, &s)));
-                }
-                Err(e) => return Err(e),
             }
-        }
+            Err(e) => return optional_failure(owned, e),
+        },
     };
     let meta: kube::api::ObjectMeta =
         serde_json::from_value(existing["metadata"].clone()).unwrap_or_default();
@@ -172,17 +148,29 @@ pub(super) async fn keep(
     match applied {
         Ok(stored) => Ok(dropped.check(key, owned, &desired, &stored)),
         Err(e) if replaced(&e) => Ok(Kept::Retry),
-        // The kind stopped being served since it was read (its CRD
-        // deleted): the path answers "404 page not found".
-        Err(kube::Error::Api(s)) if s.code == NOT_FOUND && owned.install_hint.is_some() => {
-            tracing::warn!(object = %owned.describe(), kind = %owned.kind(), "the cluster does not serve this kind");
-            Ok(Kept::NotServed)
+        // A 404 here: the kind stopped being served since it was read.
+        Err(e) => optional_failure(owned, e),
+    }
+}
+
+/// A read or write of `owned` the API server answered with `e`. For an
+/// optional object (a gang's PodGroup) a refusal must not stop the job's
+/// status, restarts and gate: a 404 says the cluster does not serve its
+/// kind, anything else is reported as refused (RBAC without that kind, a
+/// scheduler's webhook), both retried at the next reconcile. For the others
+/// it is the reconcile's error.
+fn optional_failure(owned: &Owned, e: kube::Error) -> Result<Kept, kube::Error> {
+    match e {
+        kube::Error::Api(s) if owned.install_hint.is_some() => {
+            if s.code == NOT_FOUND {
+                tracing::warn!(object = %owned.describe(), kind = %owned.kind(), "the cluster does not serve this kind");
+                Ok(Kept::NotServed)
+            } else {
+                tracing::warn!(object = %owned.describe(), error = %s.message, "an owned object was refused");
+                Ok(Kept::Refused(refused(owned, &s)))
+            }
         }
-        Err(kube::Error::Api(s)) if owned.install_hint.is_some() => {
-            tracing::warn!(object = %owned.describe(), error = %s.message, "an owned object was refused");
-            Ok(Kept::Refused(refused(owned, &s)))
-        }
-        Err(e) => Err(e),
+        e => Err(e),
     }
 }
 
