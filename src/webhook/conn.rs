@@ -1,21 +1,40 @@
 //! Bounds on client connections, so that no client can exhaust the
-//! server: at most [`Limits::max_connections`] open at once (one more is
-//! closed as soon as it is accepted), a deadline from accept — TLS
-//! handshake included — to the first request ([`Limits::first_request`]),
-//! and one from the end of a connection's last request to its next
-//! ([`Limits::idle`]). A connection past its deadline is closed; one with
-//! a request in flight never is (its body read has its own limit).
+//! server or hold it hostage. Every second a connection holds has a
+//! deadline, checked on its reads and its writes alike:
+//!
+//! - from accept (TLS handshake included) to the first request
+//!   ([`Limits::first_request`]), and from the last byte of its last
+//!   answer to its next request ([`Limits::idle`]);
+//! - an answer not taken whole by the client within the stall bound (the
+//!   read timeout): a client that never reads, or that opens no HTTP/2
+//!   window, keeps nothing past it;
+//! - writes that make no progress for the stall bound: a client that
+//!   stops reading while dljob answers (or acknowledges its PINGs) is
+//!   closed, whatever was being written.
+//!
+//! A connection past a deadline fails every read and write from then on,
+//! so hyper drops it and its slot, its streams and their room are freed.
+//!
+//! At most [`Limits::max_connections`] are open at once ([`Registry`]). At
+//! the cap, a new connection takes the place of the one that has waited
+//! longest on its client (idle since its last answer, or stalled on an
+//! unread answer, a blocked write or a body that does not come); only
+//! when every connection is busy on dljob's side is the new one closed.
+//! The same eviction frees a shared budget that a newer request needs
+//! ([`super::budget`]).
 //!
 //! The acceptor ([`Guard`]) sits under TLS: it wraps each accepted TCP
-//! stream ([`Guarded`]), which enforces the deadlines on its reads, and the
-//! connection's service ([`Tracked`]), which tells the stream when
-//! requests start and end. Both share one [`ConnState`].
+//! stream ([`Guarded`]), and the connection's service ([`Tracked`]), which
+//! tells the stream when requests start and when their answers have been
+//! sent, and hands each request its [`Conn`]. They share one
+//! [`ConnState`].
 
+use std::collections::HashMap;
 use std::future::{ready, Future, Ready};
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -23,7 +42,6 @@ use futures::task::AtomicWaker;
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use super::metrics::{Closed, Metrics};
@@ -31,12 +49,13 @@ use super::metrics::{Closed, Metrics};
 /// How many connections may be open and how long one may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Connections open at once; one more is closed as soon as it is
-    /// accepted.
+    /// Connections open at once. At the cap a new connection replaces the
+    /// one waiting longest on its client; it is closed only when none is.
     pub max_connections: usize,
     /// From accept (TLS handshake included) to the first request.
     pub first_request: Duration,
-    /// From the end of a connection's last request to its next.
+    /// From the last byte of a connection's last answer to its next
+    /// request.
     pub idle: Duration,
 }
 
@@ -52,22 +71,157 @@ impl Limits {
     };
 }
 
+/// The kernel's send buffer of each accepted socket. Left to autotuning,
+/// a client that does not read has the kernel hold up to several MiB of
+/// dljob's writes per connection before a write blocks; at 256 KiB a
+/// stalled writer is seen (and its deadline started) early, and the
+/// kernel's share per connection is bounded. A 0.7 MiB answer still
+/// leaves in three round trips.
+const SEND_BUFFER: usize = 256 * 1024;
+
+/// What a connection can hold of a shared budget ([`super::budget`]):
+/// counted per connection, for its share and for eviction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resource {
+    /// Reviews in flight (read, computed or being answered).
+    Requests,
+    /// Request bytes of bodies of at most 256 KiB.
+    SmallBodies,
+    /// Request bytes of bigger bodies.
+    BigBodies,
+    /// Answer bytes not yet taken by the client.
+    Answers,
+    /// Turns at the one review of a big body computed at a time.
+    Heavy,
+}
+
+impl Resource {
+    const COUNT: usize = 5;
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Requests => "requests",
+            Self::SmallBodies => "small_body_bytes",
+            Self::BigBodies => "big_body_bytes",
+            Self::Answers => "answer_bytes",
+            Self::Heavy => "big_review_turns",
+        }
+    }
+}
+
+/// The open connections, for the cap and for eviction.
+pub(crate) struct Registry {
+    cap: usize,
+    /// How long a connection must have waited on its client to be evicted
+    /// for a budget (the connection cap evicts any that waits).
+    stall_floor: Duration,
+    open: Mutex<HashMap<u64, Arc<ConnState>>>,
+    next_id: AtomicU64,
+    metrics: Metrics,
+}
+
+/// How long a connection must have been waiting on its client before a
+/// newer request may evict it for room in a budget: far longer than any
+/// pause between the chunks of a body sent at network speed.
+pub(crate) const EVICT_AFTER: Duration = Duration::from_millis(250);
+
+impl Registry {
+    fn new(cap: usize, metrics: Metrics) -> Self {
+        Self {
+            cap,
+            stall_floor: EVICT_AFTER,
+            open: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            metrics,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Arc<ConnState>>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a new connection, evicting the one waiting longest on its
+    /// client when at the cap; None when every connection is busy.
+    fn admit(&self) -> Option<Arc<ConnState>> {
+        let mut open = self.lock();
+        if open.len() >= self.cap {
+            let now = Instant::now();
+            let victim = pick(&open, now, Duration::ZERO, |_| true)?;
+            let gone = open.remove(&victim).expect("picked from the map");
+            gone.doom(Closed::Evicted, &self.metrics);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let state = Arc::new(ConnState::new(id));
+        open.insert(id, state.clone());
+        Some(state)
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// Evicts the connection that has waited longest on its client (at
+    /// least [`EVICT_AFTER`]) among those holding some of `resource`, other
+    /// than `except`. Whether one was.
+    pub(crate) fn evict_holder(&self, resource: Resource, except: u64) -> bool {
+        let mut open = self.lock();
+        let now = Instant::now();
+        let Some(victim) = pick(&open, now, self.stall_floor, |c| {
+            c.id != except && c.holds(resource) > 0
+        }) else {
+            return false;
+        };
+        let gone = open.remove(&victim).expect("picked from the map");
+        drop(open);
+        tracing::debug!(
+            resource = resource.as_str(),
+            "evicting the connection that waited longest on its client, for room a newer request needs"
+        );
+        gone.doom(Closed::Evicted, &self.metrics);
+        true
+    }
+}
+
+/// The connection among `open` that `may` allow and that has waited on its
+/// client longest, at least `floor`.
+fn pick(
+    open: &HashMap<u64, Arc<ConnState>>,
+    now: Instant,
+    floor: Duration,
+    may: impl Fn(&ConnState) -> bool,
+) -> Option<u64> {
+    open.values()
+        .filter(|c| may(c))
+        .filter_map(|c| c.waiting_since().map(|t| (t, c.id)))
+        .filter(|(t, _)| now.saturating_duration_since(*t) >= floor)
+        .min()
+        .map(|(_, id)| id)
+}
+
 /// The acceptor: applies [`Limits`] to every connection (and sets
-/// `TCP_NODELAY`).
+/// `TCP_NODELAY` and the send buffer).
 #[derive(Clone)]
 pub(crate) struct Guard {
     limits: Limits,
-    permits: Arc<Semaphore>,
+    stall: Duration,
+    registry: Arc<Registry>,
     metrics: Metrics,
     /// When a refusal was last logged (refusals come in floods).
     last_refusal_log: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Guard {
-    pub(crate) fn new(limits: Limits, metrics: Metrics) -> Self {
+    /// `stall`: how long an answer may wait to be taken, and a write to
+    /// make progress.
+    pub(crate) fn new(limits: Limits, stall: Duration, metrics: Metrics) -> Self {
         Self {
             limits,
-            permits: Arc::new(Semaphore::new(limits.max_connections)),
+            stall,
+            registry: Arc::new(Registry::new(limits.max_connections, metrics.clone())),
             metrics,
             last_refusal_log: Arc::new(Mutex::new(None)),
         }
@@ -84,7 +238,7 @@ impl Guard {
             *last = Some(now);
             tracing::warn!(
                 max_connections = self.limits.max_connections,
-                "connection limit reached: new connections are closed at once (logged at most every 10 s; counted in dljob_webhook_connections_closed_total)"
+                "connection limit reached and every connection busy: new connections are closed at once (logged at most every 10 s; counted in dljob_webhook_connections_closed_total)"
             );
         }
         io::Error::other("connection limit reached")
@@ -98,13 +252,17 @@ impl<S> axum_server::accept::Accept<TcpStream, S> for Guard {
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
         // An error drops the stream: the connection is closed at once.
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+        let Some(state) = self.registry.admit() else {
             return ready(Err(self.refuse()));
+        };
+        let registered = Registered {
+            state: state.clone(),
+            registry: self.registry.clone(),
         };
         if let Err(e) = stream.set_nodelay(true) {
             return ready(Err(e));
         }
-        let state = Arc::new(ConnState::new());
+        let _ = socket_send_buffer(&stream, SEND_BUFFER);
         self.metrics.connection_opened();
         let first = Instant::now() + self.limits.first_request;
         ready(Ok((
@@ -112,86 +270,349 @@ impl<S> axum_server::accept::Accept<TcpStream, S> for Guard {
                 io: stream,
                 state: state.clone(),
                 limits: self.limits,
+                stall: self.stall,
                 timer: Box::pin(tokio::time::sleep_until(first)),
                 metrics: self.metrics.clone(),
-                _permit: permit,
+                _registered: registered,
             },
             Tracked {
                 inner: service,
-                state,
+                conn: Conn {
+                    state,
+                    registry: self.registry.clone(),
+                },
             },
         )))
     }
 }
 
-/// What a connection's stream and service share.
+/// Sets `SO_SNDBUF`.
+fn socket_send_buffer(stream: &TcpStream, bytes: usize) -> io::Result<()> {
+    socket2::SockRef::from(stream).set_send_buffer_size(bytes)
+}
+
+/// Removes the connection from the registry when its stream is dropped.
+struct Registered {
+    state: Arc<ConnState>,
+    registry: Arc<Registry>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.registry.remove(self.state.id);
+    }
+}
+
+/// What a connection's stream, service and requests share.
 pub(crate) struct ConnState {
+    id: u64,
     /// When the connection was accepted.
     opened: Instant,
-    /// Requests being served.
-    in_flight: AtomicUsize,
+    inner: Mutex<Activity>,
+    /// Of each [`Resource`], how much this connection's requests hold.
+    held: [AtomicUsize; Resource::COUNT],
+    /// The connection's task, woken when a deadline may have moved or the
+    /// connection was evicted.
+    task: AtomicWaker,
+}
+
+/// What a connection is doing, for its deadlines and for eviction.
+struct Activity {
+    /// Requests from their start until their answer is sent (or dropped).
+    in_flight: usize,
     /// Requests started so far.
-    started: AtomicU64,
-    /// Milliseconds from `opened` to the end of the last request.
-    last_end_ms: AtomicU64,
-    /// The stream's reader, woken when the last request in flight ends so
-    /// that the idle deadline is armed.
-    reader: AtomicWaker,
+    started: u64,
+    /// Accept, or when the last answer was sent.
+    last_done: Instant,
+    /// Answers being sent: since when each has waited for the client (its
+    /// start, or the last piece the client took).
+    answers: Vec<(u64, Instant)>,
+    /// Requests waiting on their body: since the last bytes came.
+    reading: Vec<(u64, Instant)>,
+    /// Since when a write has been blocked.
+    write_blocked: Option<Instant>,
+    /// Past a deadline or evicted: every read and write fails.
+    doomed: Option<Closed>,
+    next_seq: u64,
 }
 
 impl ConnState {
-    fn new() -> Self {
+    fn new(id: u64) -> Self {
+        let now = Instant::now();
         Self {
-            opened: Instant::now(),
-            in_flight: AtomicUsize::new(0),
-            started: AtomicU64::new(0),
-            last_end_ms: AtomicU64::new(0),
-            reader: AtomicWaker::new(),
+            id,
+            opened: now,
+            inner: Mutex::new(Activity {
+                in_flight: 0,
+                started: 0,
+                last_done: now,
+                answers: Vec::new(),
+                reading: Vec::new(),
+                write_blocked: None,
+                doomed: None,
+                next_seq: 0,
+            }),
+            held: Default::default(),
+            task: AtomicWaker::new(),
         }
     }
 
-    /// When the connection is to be closed unless a request comes, and why;
-    /// None while a request is in flight.
-    fn deadline(&self, limits: &Limits) -> Option<(Instant, Closed)> {
-        if self.in_flight.load(Ordering::SeqCst) > 0 {
-            return None;
+    fn lock(&self) -> MutexGuard<'_, Activity> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn holds(&self, r: Resource) -> usize {
+        self.held[r.index()].load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn add_held(&self, r: Resource, n: usize) -> usize {
+        self.held[r.index()].fetch_add(n, Ordering::Relaxed) + n
+    }
+
+    pub(crate) fn sub_held(&self, r: Resource, n: usize) {
+        self.held[r.index()].fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Marks the connection closed for `why` (counted once) and wakes its
+    /// task, whose next read or write fails.
+    fn doom(&self, why: Closed, metrics: &Metrics) {
+        let first = {
+            let mut a = self.lock();
+            let first = a.doomed.is_none();
+            a.doomed.get_or_insert(why);
+            first
+        };
+        if first {
+            metrics.connection_closed(why);
+            tracing::debug!(reason = why.as_str(), "closing a connection");
         }
-        if self.started.load(Ordering::SeqCst) == 0 {
-            return Some((self.opened + limits.first_request, Closed::FirstRequest));
+        self.task.wake();
+    }
+
+    fn doomed(&self) -> Option<Closed> {
+        self.lock().doomed
+    }
+
+    /// When the connection is to be closed, and why: the earliest of its
+    /// deadlines that applies now.
+    fn deadline(&self, limits: &Limits, stall: Duration) -> Option<(Instant, Closed)> {
+        let a = self.lock();
+        let mut next: Option<(Instant, Closed)> = None;
+        let mut consider = |at: Instant, why: Closed| {
+            if next.is_none_or(|(t, _)| at < t) {
+                next = Some((at, why));
+            }
+        };
+        if let Some(t) = a.write_blocked {
+            consider(t + stall, Closed::WriteStalled);
         }
-        let end = self.opened + Duration::from_millis(self.last_end_ms.load(Ordering::SeqCst));
-        Some((end + limits.idle, Closed::Idle))
+        if let Some(t) = a.answers.iter().map(|(_, t)| *t).min() {
+            consider(t + stall, Closed::AnswerUnread);
+        }
+        if a.in_flight == 0 {
+            if a.started == 0 {
+                consider(self.opened + limits.first_request, Closed::FirstRequest);
+            } else {
+                consider(a.last_done + limits.idle, Closed::Idle);
+            }
+        }
+        next
+    }
+
+    /// Since when the connection has been waiting on its client: idle, an
+    /// answer not taken, a blocked write or a body that does not come
+    /// (the earliest). None while only dljob's own work is under way.
+    fn waiting_since(&self) -> Option<Instant> {
+        let a = self.lock();
+        let idle = (a.in_flight == 0).then_some(a.last_done);
+        [
+            idle,
+            a.write_blocked,
+            a.answers.iter().map(|(_, t)| *t).min(),
+            a.reading.iter().map(|(_, t)| *t).min(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn request_started(&self) {
-        self.started.fetch_add(1, Ordering::SeqCst);
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let mut a = self.lock();
+        a.started += 1;
+        a.in_flight += 1;
     }
 
-    fn request_ended(&self) {
-        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_end_ms.fetch_max(ms, Ordering::SeqCst);
-        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.reader.wake();
+    /// A request ends: its answer sent, or the request dropped.
+    fn request_ended(&self, answer: Option<u64>) {
+        {
+            let mut a = self.lock();
+            if let Some(seq) = answer {
+                a.answers.retain(|(s, _)| *s != seq);
+            }
+            a.in_flight -= 1;
+            a.last_done = a.last_done.max(Instant::now());
+        }
+        self.task.wake();
+    }
+
+    fn answer_started(&self) -> u64 {
+        let seq = {
+            let mut a = self.lock();
+            let seq = a.next_seq;
+            a.next_seq += 1;
+            a.answers.push((seq, Instant::now()));
+            seq
+        };
+        // A new deadline: the task re-arms its timer.
+        self.task.wake();
+        seq
+    }
+
+    fn answer_progress(&self, seq: u64) {
+        let mut a = self.lock();
+        if let Some(e) = a.answers.iter_mut().find(|(s, _)| *s == seq) {
+            e.1 = Instant::now();
+        }
+    }
+
+    fn reading_started(&self) -> u64 {
+        let mut a = self.lock();
+        let seq = a.next_seq;
+        a.next_seq += 1;
+        a.reading.push((seq, Instant::now()));
+        seq
+    }
+
+    fn reading_progress(&self, seq: u64) {
+        let mut a = self.lock();
+        match a.reading.iter_mut().find(|(s, _)| *s == seq) {
+            Some(e) => e.1 = Instant::now(),
+            None => a.reading.push((seq, Instant::now())),
+        }
+    }
+
+    fn reading_paused(&self, seq: u64) {
+        self.lock().reading.retain(|(s, _)| *s != seq);
+    }
+
+    fn write_blocked(&self) {
+        let mut a = self.lock();
+        if a.write_blocked.is_none() {
+            a.write_blocked = Some(Instant::now());
+        }
+    }
+
+    fn wrote(&self) {
+        let mut a = self.lock();
+        a.write_blocked = None;
+    }
+}
+
+/// A request's view of its connection: for its share of the budgets and
+/// for the eviction of others (in the request's extensions).
+#[derive(Clone)]
+pub(crate) struct Conn {
+    pub(crate) state: Arc<ConnState>,
+    pub(crate) registry: Arc<Registry>,
+}
+
+impl Conn {
+    /// A connection of its own registry, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_test() -> Self {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let registry = Arc::new(Registry::new(1, metrics));
+        Self {
+            state: registry.admit().expect("an empty registry admits"),
+            registry,
+        }
+    }
+
+    /// Marks the request waiting on its client for its body until the
+    /// returned guard is dropped (see [`Reading`]).
+    pub(crate) fn reading(&self) -> Reading {
+        let seq = self.state.reading_started();
+        Reading {
+            state: self.state.clone(),
+            seq,
         }
     }
 }
 
-/// An accepted stream that fails its reads once the connection is past its
-/// deadline with no request in flight: hyper then closes it. Holds the
-/// connection's permit until it is dropped.
+/// A request reading its body: waiting on its client, since the last
+/// bytes came. While dljob itself makes it wait (for room), it is not
+/// ([`Reading::pause`]).
+pub(crate) struct Reading {
+    state: Arc<ConnState>,
+    seq: u64,
+}
+
+impl Reading {
+    /// Bytes came (or dljob's own wait is over).
+    pub(crate) fn progress(&self) {
+        self.state.reading_progress(self.seq);
+    }
+
+    /// dljob makes the request wait: not the client's doing.
+    pub(crate) fn pause(&self) {
+        self.state.reading_paused(self.seq);
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.state.reading_paused(self.seq);
+    }
+}
+
+/// An accepted stream that fails every read and write once its connection
+/// is past a deadline or evicted: hyper then drops it. Holds the
+/// connection's place in the registry until it is dropped.
 pub(crate) struct Guarded<IO> {
     io: IO,
     state: Arc<ConnState>,
     limits: Limits,
+    stall: Duration,
     timer: Pin<Box<Sleep>>,
     metrics: Metrics,
-    _permit: OwnedSemaphorePermit,
+    _registered: Registered,
 }
 
 impl<IO> Drop for Guarded<IO> {
     fn drop(&mut self) {
         self.metrics.connection_dropped();
+    }
+}
+
+fn closed(why: Closed) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, why.describe())
+}
+
+impl<IO> Guarded<IO> {
+    /// Registers the task and arms the timer at the connection's next
+    /// deadline: Ready(err) once it is past.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        self.state.task.register(cx.waker());
+        if let Some(why) = self.state.doomed() {
+            return Poll::Ready(closed(why));
+        }
+        let Some((deadline, why)) = self.state.deadline(&self.limits, self.stall) else {
+            return Poll::Pending;
+        };
+        if self.timer.deadline() != deadline {
+            self.timer.as_mut().reset(deadline);
+        }
+        match self.timer.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => {
+                self.state.doom(why, &self.metrics);
+                Poll::Ready(closed(why))
+            }
+        }
     }
 }
 
@@ -202,31 +623,35 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Some(why) = this.state.doomed() {
+            return Poll::Ready(Err(closed(why)));
+        }
         if let Poll::Ready(r) = Pin::new(&mut this.io).poll_read(cx, buf) {
             return Poll::Ready(r);
         }
-        this.state.reader.register(cx.waker());
-        let Some((deadline, why)) = this.state.deadline(&this.limits) else {
-            return Poll::Pending;
-        };
-        if this.timer.deadline() != deadline {
-            this.timer.as_mut().reset(deadline);
+        this.poll_deadline(cx).map(Err)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> Guarded<IO> {
+    fn write_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut IO>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if let Some(why) = self.state.doomed() {
+            return Poll::Ready(Err(closed(why)));
         }
-        match this.timer.as_mut().poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(()) => {
-                this.metrics.connection_closed(why);
-                tracing::debug!(
-                    reason = why.as_str(),
-                    "closing a connection past its deadline"
-                );
-                Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    match why {
-                        Closed::FirstRequest => "no request within the first-request timeout",
-                        _ => "idle past the idle timeout",
-                    },
-                )))
+        match write(Pin::new(&mut self.io), cx) {
+            Poll::Ready(r) => {
+                if matches!(r, Ok(n) if n > 0) {
+                    self.state.wrote();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                self.state.write_blocked();
+                self.poll_deadline(cx).map(Err)
             }
         }
     }
@@ -238,7 +663,8 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        self.get_mut()
+            .write_with(cx, |io, cx| io.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -246,7 +672,8 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        self.get_mut()
+            .write_with(cx, |io, cx| io.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -254,27 +681,37 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        let this = self.get_mut();
+        if let Some(why) = this.state.doomed() {
+            return Poll::Ready(Err(closed(why)));
+        }
+        Pin::new(&mut this.io).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        let this = self.get_mut();
+        if this.state.doomed().is_some() {
+            // Nothing more is written to a connection being dropped.
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_shutdown(cx)
     }
 }
 
-/// A connection's service that marks each request in flight while it is
-/// served.
+/// A connection's service: marks each request in flight from its start
+/// until its answer has been sent (or dropped), and hands it the
+/// connection ([`Conn`], in its extensions).
 #[derive(Clone)]
 pub(crate) struct Tracked<S> {
     inner: S,
-    state: Arc<ConnState>,
+    conn: Conn,
 }
 
-impl<S, R> tower_service::Service<R> for Tracked<S>
+impl<S, B, R> tower_service::Service<http::Request<R>> for Tracked<S>
 where
-    S: tower_service::Service<R>,
+    S: tower_service::Service<http::Request<R>, Response = http::Response<B>>,
 {
-    type Response = S::Response;
+    type Response = http::Response<TrackedBody<B>>;
     type Error = S::Error;
     type Future = TrackedFuture<S::Future>;
 
@@ -282,37 +719,88 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: R) -> Self::Future {
-        self.state.request_started();
+    fn call(&mut self, mut request: http::Request<R>) -> Self::Future {
+        self.conn.state.request_started();
+        request.extensions_mut().insert(self.conn.clone());
         TrackedFuture {
             inner: self.inner.call(request),
-            _in_flight: InFlight(self.state.clone()),
+            in_flight: Some(InFlight {
+                state: self.conn.state.clone(),
+                answer: None,
+            }),
         }
     }
 }
 
 /// Ends its request when dropped: answered, failed or cancelled.
-struct InFlight(Arc<ConnState>);
+struct InFlight {
+    state: Arc<ConnState>,
+    /// The answer being sent, once there is one.
+    answer: Option<u64>,
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.request_ended();
+        self.state.request_ended(self.answer);
     }
 }
 
 pin_project! {
-    /// A request's future, in flight until it completes or is dropped.
+    /// A request's future, in flight until it completes or is dropped;
+    /// its answer then carries the request on.
     pub(crate) struct TrackedFuture<F> {
         #[pin]
         inner: F,
-        _in_flight: InFlight,
+        in_flight: Option<InFlight>,
     }
 }
 
-impl<F: Future> Future for TrackedFuture<F> {
-    type Output = F::Output;
+impl<F, B, E> Future for TrackedFuture<F>
+where
+    F: Future<Output = Result<http::Response<B>, E>>,
+{
+    type Output = Result<http::Response<TrackedBody<B>>, E>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        self.project().inner.poll(cx)
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = std::task::ready!(this.inner.poll(cx))?;
+        let mut in_flight = this.in_flight.take().expect("polled after completion");
+        in_flight.answer = Some(in_flight.state.answer_started());
+        Poll::Ready(Ok(response.map(|inner| TrackedBody { inner, in_flight })))
+    }
+}
+
+pin_project! {
+    /// An answer's body: its request stays in flight until hyper has taken
+    /// the last of it (or dropped it), and each piece taken is progress.
+    pub(crate) struct TrackedBody<B> {
+        #[pin]
+        inner: B,
+        in_flight: InFlight,
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for TrackedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        let frame = std::task::ready!(this.inner.poll_frame(cx));
+        if let Some(seq) = this.in_flight.answer {
+            this.in_flight.state.answer_progress(seq);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -72,12 +72,21 @@ struct ClosedLabels {
 /// Why the server closed a client connection (see [`super::conn`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Closed {
-    /// Accepted past `--max-connections`.
+    /// Accepted past `--max-connections` while every connection was busy.
     Limit,
     /// No request within `--first-request-timeout-secs` of accept.
     FirstRequest,
-    /// No request within `--idle-timeout-secs` of the last.
+    /// No request within `--idle-timeout-secs` of the last answer.
     Idle,
+    /// Made room for a new connection, or for a newer request's share of
+    /// a budget, having waited longest on its client.
+    Evicted,
+    /// Its writes made no progress within the read timeout (a client
+    /// that does not read).
+    WriteStalled,
+    /// An answer not taken whole within the read timeout (a client that
+    /// does not read, or opens no HTTP/2 window).
+    AnswerUnread,
 }
 
 impl Closed {
@@ -86,6 +95,21 @@ impl Closed {
             Self::Limit => "limit",
             Self::FirstRequest => "first_request_timeout",
             Self::Idle => "idle_timeout",
+            Self::Evicted => "evicted",
+            Self::WriteStalled => "write_stalled",
+            Self::AnswerUnread => "answer_unread",
+        }
+    }
+
+    /// The I/O error a closed connection's reads and writes fail with.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Self::Limit => "connection limit reached",
+            Self::FirstRequest => "no request within the first-request timeout",
+            Self::Idle => "idle past the idle timeout",
+            Self::Evicted => "evicted: waited longest on its client when room was needed",
+            Self::WriteStalled => "the client took no bytes within the read timeout",
+            Self::AnswerUnread => "an answer was not taken within the read timeout",
         }
     }
 }
@@ -167,7 +191,7 @@ impl Metrics {
         );
         registry.register(
             "dljob_webhook_connections_closed",
-            "Client connections the server closed, by reason: limit (over --max-connections), first_request_timeout, idle_timeout",
+            "Client connections the server closed, by reason: limit (over --max-connections, every connection busy), first_request_timeout, idle_timeout, evicted (waited longest on its client when room was needed), write_stalled, answer_unread",
             m.closed.clone(),
         );
         m

@@ -11,6 +11,7 @@
 //! the reconciler.
 
 pub mod admission;
+pub(crate) mod budget;
 pub(crate) mod conn;
 pub mod metrics;
 pub mod reload;

@@ -13,6 +13,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 use axum_server::Handle;
 use futures::StreamExt;
@@ -22,7 +23,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::admission::{self, Answer, Endpoint, Summary};
-use super::conn::{Guard, Limits};
+use super::budget::{Budget, Room, Short, Wait};
+use super::conn::{Conn, Guard, Limits, Resource};
 use super::metrics::{Metrics, Rejection};
 use super::tls::{self, TlsError, TlsSource};
 use crate::config::Config;
@@ -116,19 +118,45 @@ struct AppState {
     max_body_bytes: usize,
     read_timeout: Duration,
     log_reviews: bool,
-    /// Room for request bodies over [`SMALL_BODY`] (and their answers),
-    /// a permit per byte.
-    body_budget: Arc<tokio::sync::Semaphore>,
-    /// Room for bodies of at most [`SMALL_BODY`] (every review the API
-    /// server sends of an ordinary object): a lane of their own, so that
-    /// big bodies waiting for room (a tokio semaphore serves its waiters in
-    /// order) never hold a small one back.
-    small_budget: Arc<tokio::sync::Semaphore>,
+    /// The shared budgets, each with a per-connection share (see
+    /// [`super::budget`]).
+    budgets: Arc<Budgets>,
+}
+
+/// What every review shares.
+struct Budgets {
+    /// Reviews in flight, from their start until their answer is sent.
+    requests: Budget,
+    /// Bodies of at most [`SMALL_BODY`] (every review the API server sends
+    /// of an ordinary object): a lane of their own, so that big bodies
+    /// waiting for room never hold a small one back.
+    small: Budget,
+    /// Bigger bodies (`--max-body-bytes-in-flight`).
+    big: Budget,
+    /// Answers not yet taken by their client: apart from the requests', so
+    /// that an answer never waits behind a request for room.
+    answers: Budget,
     /// One review of a big body computed at a time, on the blocking pool:
     /// its tens of milliseconds of CPU and its parsed tree (several times
     /// its bytes) are not multiplied by the clients sending them, and the
     /// async workers go on answering the small ones meanwhile.
-    heavy: Arc<tokio::sync::Semaphore>,
+    heavy: Budget,
+}
+
+impl Budgets {
+    fn new(settings: &Settings) -> Self {
+        let big = settings
+            .max_body_bytes_in_flight
+            .max(settings.max_body_bytes);
+        Self {
+            requests: Budget::new(Resource::Requests, MAX_REQUESTS, MAX_STREAMS as usize),
+            small: Budget::new(Resource::SmallBodies, SMALL_BUDGET, CONNECTION_SHARE),
+            // A connection: one big body at a time.
+            big: Budget::new(Resource::BigBodies, big, settings.max_body_bytes),
+            answers: Budget::new(Resource::Answers, ANSWER_BUDGET, CONNECTION_SHARE),
+            heavy: Budget::new(Resource::Heavy, 1, 1),
+        }
+    }
 }
 
 /// The largest body that takes the small lane ([`AppState::small_budget`]):
@@ -138,6 +166,42 @@ const SMALL_BODY: usize = 256 * 1024;
 
 /// The small lane's room: 64 bodies of [`SMALL_BODY`].
 const SMALL_BUDGET: usize = 64 * SMALL_BODY;
+
+/// HTTP/2 streams a connection may have open: the API server sends a
+/// handful at a time on a connection, and opens another past this.
+const MAX_STREAMS: u32 = 16;
+
+/// Reviews in flight over every connection (a connection holds at most
+/// [`MAX_STREAMS`]): each holds its stream's state, headers and task
+/// (about 4 KiB) besides its body.
+const MAX_REQUESTS: usize = 1024;
+
+/// Room for answers not yet taken, over every connection: the largest
+/// answer is 0.63 MiB (a Volcano-compat launcher), an ordinary one 1–2 KiB.
+const ANSWER_BUDGET: usize = 16 * 1024 * 1024;
+
+/// A connection's share of the small lane and of the answers' budget.
+const CONNECTION_SHARE: usize = 4 * 1024 * 1024;
+
+/// How long an answer waits for the room of a connection evicted for it.
+const ANSWER_WAIT: Duration = Duration::from_secs(1);
+
+/// The HTTP/2 flow-control windows, stream and connection, that dljob
+/// opens to a client: RFC 9113's initial 65 535 bytes. hyper gives
+/// window back as a handler takes the bytes, and a handler takes the next
+/// only once it has room for it, so what a connection can have dljob
+/// buffer beyond the budgets is one window, as over HTTP/1.1 one read
+/// buffer.
+const WINDOW: u32 = 65_535;
+
+/// The largest header list a request may send (HTTP/2's
+/// `SETTINGS_MAX_HEADER_LIST_SIZE`): the API server's are a few hundred
+/// bytes.
+const MAX_HEADER_LIST: u32 = 8 * 1024;
+
+/// How much room a body read takes ahead of the bytes it asks for: one
+/// HTTP/2 frame at the default frame size.
+const READ_AHEAD: usize = 16 * 1024;
 
 /// How long a small body may take to arrive once its headers have (the
 /// read timeout, if shorter): the API server sends a review whole, so a
@@ -235,17 +299,15 @@ pub async fn run(
         registry: Arc::new(registry),
         ready: ready.clone(),
         max_body_bytes: settings.max_body_bytes,
-        body_budget: Arc::new(tokio::sync::Semaphore::new(
-            settings
-                .max_body_bytes_in_flight
-                .clamp(settings.max_body_bytes, tokio::sync::Semaphore::MAX_PERMITS),
-        )),
         read_timeout: settings.read_timeout,
         log_reviews: settings.log_reviews,
-        small_budget: Arc::new(tokio::sync::Semaphore::new(SMALL_BUDGET)),
-        heavy: Arc::new(tokio::sync::Semaphore::new(1)),
+        budgets: Arc::new(Budgets::new(&settings)),
     };
-    let guard = Guard::new(settings.connections, state.metrics.clone());
+    let guard = Guard::new(
+        settings.connections,
+        settings.read_timeout,
+        state.metrics.clone(),
+    );
     let metrics = match settings.metrics_listen {
         Some(at) => Some(metrics_server(at, settings.connections, state.clone())?),
         None => None,
@@ -274,7 +336,11 @@ pub async fn run(
         .timer(TokioTimer::new())
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(read_timeout)
-        .max_concurrent_streams(64);
+        .max_concurrent_streams(MAX_STREAMS)
+        .initial_stream_window_size(WINDOW)
+        .initial_connection_window_size(WINDOW)
+        .max_header_list_size(MAX_HEADER_LIST)
+        .max_send_buf_size(ANSWER_CHUNK);
     let server = tokio::spawn(server.serve(app.into_make_service()));
 
     Ok(Running {
@@ -315,7 +381,7 @@ fn metrics_server(
     listener.set_nonblocking(true).map_err(bind)?;
     let addr = listener.local_addr().map_err(bind)?;
     let handle = Handle::new();
-    let guard = Guard::new(limits, state.metrics.clone());
+    let guard = Guard::new(limits, limits.first_request, state.metrics.clone());
     // The probes too: with client certificates required on the webhook
     // port, the kubelet (which presents none) probes here.
     let app = Router::new()
@@ -342,20 +408,22 @@ fn metrics_server(
 
 async fn mutate(
     State(s): State<AppState>,
+    Extension(conn): Extension<Conn>,
     version: Version,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    review(Endpoint::Mutate, &s, version, &headers, body).await
+    review(Endpoint::Mutate, &s, &conn, version, &headers, body).await
 }
 
 async fn validate(
     State(s): State<AppState>,
+    Extension(conn): Extension<Conn>,
     version: Version,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    review(Endpoint::Validate, &s, version, &headers, body).await
+    review(Endpoint::Validate, &s, &conn, version, &headers, body).await
 }
 
 async fn readyz(State(s): State<AppState>) -> Response {
@@ -390,12 +458,25 @@ async fn metrics(State(s): State<AppState>) -> Response {
 async fn review(
     endpoint: Endpoint,
     s: &AppState,
+    conn: &Conn,
     version: Version,
     headers: &HeaderMap,
     body: Body,
 ) -> Response {
     let start = Instant::now();
-    let (bytes, mut room, lane) = match read_body(headers, body, s).await {
+    let b = &s.budgets;
+    // Its place among the reviews in flight, held until its answer is
+    // sent: refused at once, nothing read or computed, over the
+    // connection's share or when no stalled connection can give one up.
+    let mut slot = b.requests.none(conn);
+    if let Err(short) = b
+        .requests
+        .grow(conn, &mut slot, 1, Wait::ForEvicted(ANSWER_WAIT), None)
+        .await
+    {
+        return reject(endpoint, s, BodyError::Busy(short), start);
+    }
+    let (bytes, room) = match read_body(headers, body, s, conn).await {
         Ok(b) => b,
         Err(why) => {
             let mut response = reject(endpoint, s, why, start);
@@ -413,11 +494,22 @@ async fn review(
         let config = s.inputs.config.borrow();
         admission::review(endpoint, &bytes, &config, s.inputs.peers.as_ref())
     } else {
-        let Ok(Ok(turn)) =
-            tokio::time::timeout(s.read_timeout, s.heavy.clone().acquire_owned()).await
-        else {
-            return reject(endpoint, s, BodyError::Busy, start);
-        };
+        let mut turn = b.heavy.none(conn);
+        let waited = tokio::time::timeout(
+            s.read_timeout,
+            b.heavy.grow(conn, &mut turn, 1, Wait::Unbounded, None),
+        )
+        .await;
+        match waited {
+            Ok(Ok(())) => {}
+            Ok(Err(short)) => return reject(endpoint, s, BodyError::Busy(short), start),
+            Err(_) => {
+                let short = Short::Busy {
+                    resource: Resource::Heavy,
+                };
+                return reject(endpoint, s, BodyError::Busy(short), start);
+            }
+        }
         let config = s.inputs.config.borrow().clone();
         let peers = s.inputs.peers.clone();
         let answered = tokio::task::spawn_blocking(move || {
@@ -437,25 +529,30 @@ async fn review(
             }
         }
     };
+    // The request's bytes are gone: their room goes back.
+    drop(room);
     match answer {
         Answer::Review { body, summary } => {
+            // The answer's bytes are held in the answers' budget until they
+            // are taken: a client that never reads holds them until its
+            // connection's stall deadline, and at most its share.
+            let mut held = b.answers.none(conn);
+            if let Err(short) = b
+                .answers
+                .grow(
+                    conn,
+                    &mut held,
+                    body.len(),
+                    Wait::ForEvicted(ANSWER_WAIT),
+                    None,
+                )
+                .await
+            {
+                return reject(endpoint, s, BodyError::Busy(short), start);
+            }
             let latency = start.elapsed();
             s.metrics.observe_review(endpoint, &summary, latency);
             log_review(endpoint, &summary, latency, s.log_reviews);
-            // The answer's bytes are held against the body budget, as the
-            // request's were, until they are written: a client that never
-            // reads cannot make dljob keep answers beyond it.
-            let len = body.len();
-            if len < room.num_permits() {
-                drop(room.split(room.num_permits() - len));
-            } else if len > room.num_permits() {
-                let more = u32::try_from(len - room.num_permits()).unwrap_or(u32::MAX);
-                let wait = lane.clone().acquire_many_owned(more);
-                match tokio::time::timeout(s.read_timeout, wait).await {
-                    Ok(Ok(permit)) => room.merge(permit),
-                    _ => return reject(endpoint, s, BodyError::Busy, start),
-                }
-            }
             (
                 [(
                     header::CONTENT_TYPE,
@@ -464,7 +561,7 @@ async fn review(
                 Body::new(HeldBody {
                     bytes: Bytes::from(body),
                     at: 0,
-                    _room: room,
+                    _held: [held, slot],
                 }),
             )
                 .into_response()
@@ -474,14 +571,14 @@ async fn review(
 }
 
 /// An answer's bytes, given to hyper in pieces of [`ANSWER_CHUNK`] and
-/// held against the body budget until hyper has taken the last one: hyper
-/// asks for the next piece only once it has room to write it, so a client
-/// that does not read keeps at most a piece and hyper's buffer beyond what
-/// the budget counts.
+/// held in the answers' budget, with the review's place among those in
+/// flight, until hyper has taken the last one: hyper asks for the next
+/// piece only once it has sent the last, so a client that does not read
+/// keeps at most a piece in hyper's buffer beyond what the budget counts.
 struct HeldBody {
     bytes: Bytes,
     at: usize,
-    _room: tokio::sync::OwnedSemaphorePermit,
+    _held: [Room; 2],
 }
 
 /// The size of the pieces of an answer.
@@ -518,9 +615,9 @@ impl http_body::Body for HeldBody {
 enum BodyError {
     TooLarge(usize),
     Timeout(Duration),
-    /// No room for the body in `--max-body-bytes-in-flight` within the
-    /// read timeout.
-    Busy,
+    /// No room in a shared budget in time, or the connection holds its
+    /// share.
+    Busy(Short),
     Read(String),
     BadRequest(String),
 }
@@ -533,24 +630,22 @@ enum BodyError {
 const DRAIN_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// Reads a request body: at most `s.max_body_bytes`, within the read
-/// timeout, each byte held against the body budget until the review is
-/// answered (the permits returned).
+/// timeout, each byte held in its lane until the review is answered (the
+/// room returned).
 ///
 /// A body that declares at most [`SMALL_BODY`] takes the small lane (and
 /// is cut there: hyper ends a body at its declared length); any other the
-/// big one. Returns the body, its room and its lane.
+/// big one. Room is taken before the next bytes are asked for (at most
+/// [`READ_AHEAD`] ahead of them, never for a declared length: a client
+/// that declares 3 MiB and sends one byte holds [`READ_AHEAD`]), so what
+/// the client sends beyond it waits in its window. Returns the body and
+/// its room.
 async fn read_body(
     headers: &HeaderMap,
     body: Body,
     s: &AppState,
-) -> Result<
-    (
-        Bytes,
-        tokio::sync::OwnedSemaphorePermit,
-        Arc<tokio::sync::Semaphore>,
-    ),
-    BodyError,
-> {
+    conn: &Conn,
+) -> Result<(Bytes, Room), BodyError> {
     let (limit, timeout) = (s.max_body_bytes, s.read_timeout);
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -560,27 +655,13 @@ async fn read_body(
         return Err(BodyError::TooLarge(limit));
     }
     let (lane, timeout) = match declared {
-        Some(n) if n <= SMALL_BODY as u64 => {
-            (s.small_budget.clone(), timeout.min(SMALL_BODY_DEADLINE))
-        }
-        _ => (s.body_budget.clone(), timeout),
+        Some(n) if n <= SMALL_BODY as u64 => (&s.budgets.small, timeout.min(SMALL_BODY_DEADLINE)),
+        _ => (&s.budgets.big, timeout),
     };
+    let reading = conn.reading();
+    let mut held = lane.none(conn);
+    // Whether the read is waiting for room (a timeout then is a 503).
     let waiting = std::sync::atomic::AtomicBool::new(false);
-    // Room for `n` more bytes of body, waited for (the wait counts against
-    // the read timeout).
-    let room = |n: usize| {
-        let budget = lane.clone();
-        let waiting = &waiting;
-        async move {
-            waiting.store(true, Ordering::Relaxed);
-            let permit = budget
-                .acquire_many_owned(u32::try_from(n).unwrap_or(u32::MAX))
-                .await
-                .map_err(|_| BodyError::Busy);
-            waiting.store(false, Ordering::Relaxed);
-            permit
-        }
-    };
     let read = async {
         // A body that arrives as one chunk (the usual case) is used as is;
         // only a body in several chunks is copied into one buffer.
@@ -588,12 +669,26 @@ async fn read_body(
         let mut buf = Vec::new();
         let mut len = 0;
         let mut too_large = declared.is_some_and(|n| n > limit as u64);
-        // Room is taken as bytes arrive, never for a declared length: a
-        // client that declares 3 MiB and sends one byte holds one byte.
-        let mut held = room(0).await?;
         let mut stream = body.into_data_stream();
-        while let Some(chunk) = stream.next().await {
+        loop {
+            if !too_large {
+                let ahead = declared.map_or(READ_AHEAD, |d| {
+                    usize::try_from(d)
+                        .unwrap_or(usize::MAX)
+                        .saturating_sub(len)
+                        .min(READ_AHEAD)
+                });
+                let want = (len + ahead).min(limit);
+                waiting.store(true, Ordering::Relaxed);
+                let grown = lane.grow_to(conn, &mut held, want, Some(&reading)).await;
+                waiting.store(false, Ordering::Relaxed);
+                grown.map_err(BodyError::Busy)?;
+            }
+            let Some(chunk) = stream.next().await else {
+                break;
+            };
             let chunk = chunk.map_err(|e| BodyError::Read(e.to_string()))?;
+            reading.progress();
             len += chunk.len();
             if too_large || len > limit {
                 too_large = true;
@@ -602,9 +697,10 @@ async fn read_body(
                 }
                 continue;
             }
-            if len > held.num_permits() {
-                held.merge(room(len - held.num_permits()).await?);
-            }
+            waiting.store(true, Ordering::Relaxed);
+            let grown = lane.grow_to(conn, &mut held, len, Some(&reading)).await;
+            waiting.store(false, Ordering::Relaxed);
+            grown.map_err(BodyError::Busy)?;
             if first.is_none() && buf.is_empty() {
                 first = Some(chunk);
                 continue;
@@ -618,12 +714,28 @@ async fn read_body(
         if too_large {
             return Err(BodyError::TooLarge(limit));
         }
-        Ok((first.unwrap_or_else(|| Bytes::from(buf)), held))
+        Ok(first.unwrap_or_else(|| Bytes::from(buf)))
     };
-    match tokio::time::timeout(timeout, read).await {
-        Ok(r) => r.map(|(bytes, held)| (bytes, held, lane)),
-        Err(_) if waiting.load(Ordering::Relaxed) => Err(BodyError::Busy),
+    let result = tokio::time::timeout(timeout, read).await;
+    let busy = Short::Busy {
+        resource: lane_resource(declared),
+    };
+    match result {
+        Ok(Ok(bytes)) => {
+            held.shrink_to(bytes.len());
+            Ok((bytes, held))
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) if waiting.load(Ordering::Relaxed) => Err(BodyError::Busy(busy)),
         Err(_) => Err(BodyError::Timeout(timeout)),
+    }
+}
+
+/// The lane a body of `declared` length takes.
+fn lane_resource(declared: Option<u64>) -> Resource {
+    match declared {
+        Some(n) if n <= SMALL_BODY as u64 => Resource::SmallBodies,
+        _ => Resource::BigBodies,
     }
 }
 
@@ -639,10 +751,10 @@ fn reject(endpoint: Endpoint, s: &AppState, why: BodyError, start: Instant) -> R
             Rejection::Timeout,
             format!("request body not received within {} s", t.as_secs_f64()),
         ),
-        BodyError::Busy => (
+        BodyError::Busy(short) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Rejection::Busy,
-            "too many request bytes in flight (--max-body-bytes-in-flight): try again".to_owned(),
+            short.describe(),
         ),
         BodyError::Read(e) => (
             StatusCode::BAD_REQUEST,
@@ -767,34 +879,59 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
-    /// An answer's bytes stay counted in the budget until hyper has taken
-    /// the last piece (a client that does not read holds them), and are
-    /// given in pieces of 64 KiB.
+    /// An answer's bytes stay counted in the budget, and as its
+    /// connection's, until hyper has taken the last piece (a client that
+    /// does not read holds them), and are given in pieces of 64 KiB.
     #[tokio::test]
     async fn an_answer_holds_its_room_until_its_last_piece_is_taken() {
-        let budget = Arc::new(tokio::sync::Semaphore::new(1_000_000));
+        let conn = Conn::for_test();
+        let budget = Budget::new(Resource::Answers, 1_000_000, 500_000);
+        let slots = Budget::new(Resource::Requests, 4, 1);
         let len = 200_000;
-        let room = budget.clone().acquire_many_owned(len as u32).await.unwrap();
+        let mut room = budget.none(&conn);
+        budget
+            .grow(&conn, &mut room, len, Wait::Unbounded, None)
+            .await
+            .unwrap();
+        let mut slot = slots.none(&conn);
+        slots
+            .grow(&conn, &mut slot, 1, Wait::Unbounded, None)
+            .await
+            .unwrap();
         let mut body = HeldBody {
             bytes: Bytes::from(vec![b'x'; len]),
             at: 0,
-            _room: room,
+            _held: [room, slot],
         };
         let mut pieces = Vec::new();
         while let Some(frame) = body.frame().await {
             pieces.push(frame.unwrap().into_data().unwrap().len());
-            if !http_body::Body::is_end_stream(&body) {
-                assert_eq!(budget.available_permits(), 1_000_000 - len);
-            }
+            assert_eq!(budget.available(), 1_000_000 - len);
         }
         assert_eq!(pieces, [65_536, 65_536, 65_536, 3_392]);
         assert_eq!(
-            budget.available_permits(),
-            1_000_000 - len,
+            conn.state.holds(Resource::Answers),
+            len,
             "until the body goes"
         );
+        assert_eq!(conn.state.holds(Resource::Requests), 1);
+        // A second review on the same connection is over its share of one.
+        let mut second = slots.none(&conn);
+        assert_eq!(
+            slots
+                .grow(&conn, &mut second, 1, Wait::Unbounded, None)
+                .await
+                .err(),
+            Some(Short::Share {
+                resource: Resource::Requests,
+                share: 1
+            })
+        );
         drop(body);
-        assert_eq!(budget.available_permits(), 1_000_000);
+        assert_eq!(budget.available(), 1_000_000);
+        assert_eq!(slots.available(), 4);
+        assert_eq!(conn.state.holds(Resource::Answers), 0);
+        assert_eq!(conn.state.holds(Resource::Requests), 0);
     }
 
     /// Review log lines: at most 20 a second, the rest counted and said
