@@ -2494,9 +2494,11 @@ async fn one_connection_holds_at_most_its_share_of_unsent_answers() {
 }
 
 /// A client that pipelines reviews and never reads their answers stops
-/// taking bytes; its connection is closed once its writes have made no
-/// progress for the read timeout (before, it held its place until the
-/// idle timeout, then came again).
+/// taking bytes; its connection is closed once an answer has not been
+/// taken whole within the read timeout (before, it held its place until
+/// the idle timeout, then came again). A write stalled with no answer
+/// under way (PING acknowledgements, a GOAWAY) is closed the same way, at
+/// the same bound (`webhook::conn`'s unit tests).
 #[tokio::test]
 async fn a_connection_whose_writes_stall_is_closed() {
     bounded(async {
@@ -2511,7 +2513,7 @@ async fn a_connection_whose_writes_stall_is_closed() {
         {
             assert!(sent.elapsed() < Duration::from_secs(30), "never blocked");
         }
-        until_closed_for(&s, "write_stalled", 1, read_timeout * 5).await;
+        until_closed_for(&s, "answer_unread", 1, read_timeout * 5).await;
         still_serves(&s).await;
     })
     .await
@@ -2532,32 +2534,6 @@ fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&stream.to_be_bytes());
     out.extend_from_slice(payload);
     out
-}
-
-/// A client that floods PINGs and never reads their acknowledgements
-/// stops dljob's writes; its connection is closed at the read timeout
-/// (before, it stayed open for as long as the client liked, holding its
-/// place at the connection cap).
-#[tokio::test]
-async fn a_ping_flood_that_is_never_read_is_closed() {
-    bounded(async {
-        let read_timeout = Duration::from_secs(1);
-        let s = start(|s| s.read_timeout = read_timeout).await;
-        let mut stream = tls_not_reading(s.addr, &s.ca, &[b"h2"]).await;
-        stream.write_all(&h2_preface()).await.unwrap();
-        let pings: Vec<u8> = (0..1024u64)
-            .flat_map(|i| h2_frame(6, 0, 0, &i.to_be_bytes()))
-            .collect();
-        let sent = std::time::Instant::now();
-        while let Ok(Ok(())) =
-            tokio::time::timeout(Duration::from_millis(500), stream.write_all(&pings)).await
-        {
-            assert!(sent.elapsed() < Duration::from_secs(30), "never blocked");
-        }
-        until_closed_for(&s, "write_stalled", 1, read_timeout * 5).await;
-        still_serves(&s).await;
-    })
-    .await
 }
 
 /// 64 connections each with the 16 streams a connection may open, every
@@ -2592,6 +2568,141 @@ async fn held_streams_give_their_places_to_an_ordinary_review() {
         assert!(took < Duration::from_secs(2), "answered after {took:?}");
         assert_eq!(closed_for(&s, "evicted").await, 1);
         drop((held, drivers));
+    })
+    .await
+}
+
+/// A raw HTTP/2 connection: TLS with `h2` negotiated, the preface sent.
+async fn raw_h2(s: &Server) -> TlsStream<TcpStream> {
+    let mut stream = tls(s.addr, &s.ca, &[b"h2"]).await.unwrap();
+    stream.write_all(&h2_preface()).await.unwrap();
+    stream
+}
+
+/// The start of a header block that cannot be decoded until more comes:
+/// a literal header whose name is declared 1 000 000 bytes long (HPACK,
+/// RFC 7541 §6.2.2 and §5.1), then `fill` bytes of it.
+fn unfinished_header_block(fill: usize) -> Vec<u8> {
+    let mut out = vec![0x00, 0x7f];
+    let mut rest = 1_000_000 - 127;
+    while rest >= 128 {
+        out.push((rest % 128) as u8 | 0x80);
+        rest /= 128;
+    }
+    out.push(rest as u8);
+    out.resize(out.len() + fill, b'a');
+    out
+}
+
+/// A header block that never ends is closed at the read timeout (before,
+/// the `h2` crate held it — up to 96 KiB a connection — until the
+/// first-request deadline, and none at all once a request had come).
+#[tokio::test]
+async fn an_unfinished_header_block_is_closed_at_the_read_timeout() {
+    bounded(async {
+        let read_timeout = Duration::from_secs(1);
+        let s = start(|s| {
+            s.read_timeout = read_timeout;
+            s.connections.first_request = Duration::from_secs(60);
+        })
+        .await;
+        let mut stream = raw_h2(&s).await;
+        stream
+            .write_all(&h2_frame(1, 0, 1, &unfinished_header_block(1000)))
+            .await
+            .unwrap();
+        let lived = closed_within(&mut stream, Duration::from_secs(10))
+            .await
+            .expect("the unfinished header block's connection stayed open");
+        assert!(lived >= read_timeout / 2, "closed after {lived:?}");
+        assert_eq!(closed_for(&s, "header_block").await, 1);
+    })
+    .await
+}
+
+/// Unfinished header blocks share a budget of 1 MiB over every connection:
+/// twelve connections each holding 80 KiB of one fit; the thirteenth,
+/// whose fifth frame goes past, is closed, and so is a fourteenth.
+#[tokio::test]
+async fn unfinished_header_blocks_share_one_budget() {
+    bounded(async {
+        let s = start(|s| {
+            s.read_timeout = Duration::from_secs(30);
+            s.connections.first_request = Duration::from_secs(60);
+        })
+        .await;
+        let mut held = Vec::new();
+        for _ in 0..14 {
+            let mut stream = raw_h2(&s).await;
+            let mut block = h2_frame(1, 0, 1, &unfinished_header_block(16_384 - 5));
+            for _ in 0..4 {
+                block.extend(h2_frame(9, 0, 1, &[b'a'; 16_384]));
+            }
+            stream.write_all(&block).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            held.push(stream);
+        }
+        assert_eq!(closed_for(&s, "header_block").await, 2);
+        for (i, stream) in held.iter_mut().enumerate() {
+            let closed = closed_within(stream, Duration::from_millis(20))
+                .await
+                .is_ok();
+            assert_eq!(closed, i >= 12, "connection {i}");
+        }
+        still_serves(&s).await;
+    })
+    .await
+}
+
+/// Sends `frames` and then a PING on a raw HTTP/2 connection; how long its
+/// acknowledgement took to come.
+async fn ping_after(stream: &mut TlsStream<TcpStream>, frames: &[u8]) -> Duration {
+    let started = std::time::Instant::now();
+    let mut out = frames.to_vec();
+    out.extend(h2_frame(6, 0, 0, b"dljob-ok"));
+    stream.write_all(&out).await.unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed");
+        seen.extend_from_slice(&buf[..n]);
+        // The ACK: PING, flag ACK, with the payload sent.
+        if seen
+            .windows(13)
+            .any(|w| w[..5] == [0, 0, 8, 6, 1] && &w[9..13] == b"dljo")
+        {
+            return started.elapsed();
+        }
+    }
+}
+
+/// A connection may send 1 000 control frames a second (a burst of as
+/// many); past that its reads pause. 500 WINDOW_UPDATEs are read at once;
+/// 3 000 more take the two seconds the excess costs, while another
+/// connection is answered as ever (before, a flood of them took a core).
+#[tokio::test]
+async fn control_frames_past_the_rate_pause_the_connection() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let mut stream = raw_h2(&s).await;
+        let updates = |n: usize| -> Vec<u8> {
+            (0..n)
+                .flat_map(|_| h2_frame(8, 0, 0, &1u32.to_be_bytes()))
+                .collect()
+        };
+        let quick = ping_after(&mut stream, &updates(500)).await;
+        assert!(quick < Duration::from_millis(500), "{quick:?}");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let flood = tokio::spawn(async move { ping_after(&mut stream, &updates(3_000)).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let took = ordinary_review_answered(&s).await;
+        assert!(took < Duration::from_millis(500), "answered after {took:?}");
+        let slow = flood.await.unwrap();
+        assert!(
+            (Duration::from_millis(1500)..Duration::from_secs(6)).contains(&slow),
+            "{slow:?}"
+        );
     })
     .await
 }

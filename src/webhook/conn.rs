@@ -324,8 +324,8 @@ struct Activity {
     started: u64,
     /// Accept, or when the last answer was sent.
     last_done: Instant,
-    /// Answers being sent: since when each has waited for the client (its
-    /// start, or the last piece the client took).
+    /// Answers being sent, and since when: each must be taken whole
+    /// within the stall bound.
     answers: Vec<(u64, Instant)>,
     /// Requests waiting on their body: since the last bytes came.
     reading: Vec<(u64, Instant)>,
@@ -379,7 +379,7 @@ impl ConnState {
 
     /// Marks the connection closed for `why` (counted once) and wakes its
     /// task, whose next read or write fails.
-    fn doom(&self, why: Closed, metrics: &Metrics) {
+    pub(crate) fn doom(&self, why: Closed, metrics: &Metrics) {
         let first = {
             let mut a = self.lock();
             let first = a.doomed.is_none();
@@ -470,13 +470,6 @@ impl ConnState {
         // A new deadline: the task re-arms its timer.
         self.task.wake();
         seq
-    }
-
-    fn answer_progress(&self, seq: u64) {
-        let mut a = self.lock();
-        if let Some(e) = a.answers.iter_mut().find(|(s, _)| *s == seq) {
-            e.1 = Instant::now();
-        }
     }
 
     fn reading_started(&self) -> u64 {
@@ -580,6 +573,12 @@ pub(crate) struct Guarded<IO> {
     timer: Pin<Box<Sleep>>,
     metrics: Metrics,
     _registered: Registered,
+}
+
+impl<IO> Guarded<IO> {
+    pub(crate) fn state(&self) -> &Arc<ConnState> {
+        &self.state
+    }
 }
 
 impl<IO> Drop for Guarded<IO> {
@@ -772,7 +771,7 @@ where
 
 pin_project! {
     /// An answer's body: its request stays in flight until hyper has taken
-    /// the last of it (or dropped it), and each piece taken is progress.
+    /// the last of it (or dropped it).
     pub(crate) struct TrackedBody<B> {
         #[pin]
         inner: B,
@@ -788,12 +787,7 @@ impl<B: http_body::Body> http_body::Body for TrackedBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
-        let this = self.project();
-        let frame = std::task::ready!(this.inner.poll_frame(cx));
-        if let Some(seq) = this.in_flight.answer {
-            this.in_flight.state.answer_progress(seq);
-        }
-        Poll::Ready(frame)
+        self.project().inner.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -802,5 +796,86 @@ impl<B: http_body::Body> http_body::Body for TrackedBody<B> {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn guarded<IO>(io: IO, stall: Duration) -> (Guarded<IO>, Arc<ConnState>, Arc<Registry>) {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let registry = Arc::new(Registry::new(4, metrics.clone()));
+        let state = registry.admit().unwrap();
+        let limits = Limits {
+            max_connections: 4,
+            first_request: Duration::from_secs(3600),
+            idle: Duration::from_secs(3600),
+        };
+        let g = Guarded {
+            io,
+            state: state.clone(),
+            limits,
+            stall,
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            metrics,
+            _registered: Registered {
+                state: state.clone(),
+                registry: registry.clone(),
+            },
+        };
+        (g, state, registry)
+    }
+
+    /// Whatever is being written (an answer, PING acknowledgements, a
+    /// GOAWAY), a write that makes no progress for the stall bound fails,
+    /// and so does every read and write after it; progress before the
+    /// bound starts the count again.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_makes_no_progress_for_the_bound_ends_the_connection() {
+        let stall = Duration::from_secs(10);
+        let (ours, mut client) = tokio::io::duplex(64);
+        let (mut g, state, registry) = guarded(ours, stall);
+        // The client reads nothing: the pipe fills, and the write waits.
+        g.write_all(&[1; 64]).await.unwrap();
+        let blocked = tokio::time::timeout(Duration::from_secs(9), g.write_all(&[2; 64])).await;
+        assert!(blocked.is_err(), "wrote into a full pipe");
+        // The client takes some bytes: progress, the count starts again.
+        let mut buf = [0u8; 32];
+        client.read_exact(&mut buf).await.unwrap();
+        g.write_all(&[3; 32]).await.unwrap();
+        let started = Instant::now();
+        let err = g.write_all(&[4; 64]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), stall);
+        assert_eq!(state.doomed(), Some(Closed::WriteStalled));
+        assert!(g.read(&mut buf).await.is_err(), "a read after the close");
+        drop(g);
+        assert!(registry.lock().is_empty(), "its place is given back");
+    }
+
+    /// At the cap, the connection that has waited longest on its client
+    /// is evicted for a new one; one busy only with dljob's own work (a
+    /// review being computed) is not.
+    #[tokio::test(start_paused = true)]
+    async fn at_the_cap_the_longest_waiting_connection_is_evicted_never_a_busy_one() {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let registry = Registry::new(2, metrics);
+        let busy = registry.admit().unwrap();
+        busy.request_started();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let idle = registry.admit().unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let new = registry.admit().expect("the idle one makes room");
+        assert_eq!(idle.doomed(), Some(Closed::Evicted));
+        assert_eq!(busy.doomed(), None);
+        // Now one is busy and the other waits for its first request.
+        new.request_started();
+        assert!(registry.admit().is_none(), "every connection is busy");
+        // A review's answer not taken: waiting on the client again.
+        new.answer_started();
+        assert!(registry.admit().is_some());
+        assert_eq!(new.doomed(), Some(Closed::Evicted));
     }
 }

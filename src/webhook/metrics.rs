@@ -87,6 +87,9 @@ pub(crate) enum Closed {
     /// An answer not taken whole within the read timeout (a client that
     /// does not read, or opens no HTTP/2 window).
     AnswerUnread,
+    /// An HTTP/2 header block not finished within the read timeout, or
+    /// past the budget of unfinished header blocks.
+    HeaderBlock,
 }
 
 impl Closed {
@@ -98,6 +101,7 @@ impl Closed {
             Self::Evicted => "evicted",
             Self::WriteStalled => "write_stalled",
             Self::AnswerUnread => "answer_unread",
+            Self::HeaderBlock => "header_block",
         }
     }
 
@@ -110,6 +114,7 @@ impl Closed {
             Self::Evicted => "evicted: waited longest on its client when room was needed",
             Self::WriteStalled => "the client took no bytes within the read timeout",
             Self::AnswerUnread => "an answer was not taken within the read timeout",
+            Self::HeaderBlock => "an HTTP/2 header block was not finished in time or in budget",
         }
     }
 }
@@ -191,7 +196,7 @@ impl Metrics {
         );
         registry.register(
             "dljob_webhook_connections_closed",
-            "Client connections the server closed, by reason: limit (over --max-connections, every connection busy), first_request_timeout, idle_timeout, evicted (waited longest on its client when room was needed), write_stalled, answer_unread",
+            "Client connections the server closed, by reason: limit (over --max-connections, every connection busy), first_request_timeout, idle_timeout, evicted (waited longest on its client when room was needed), write_stalled, answer_unread, header_block",
             m.closed.clone(),
         );
         m

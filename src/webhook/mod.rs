@@ -13,6 +13,7 @@
 pub mod admission;
 pub(crate) mod budget;
 pub(crate) mod conn;
+pub(crate) mod frames;
 pub mod metrics;
 pub mod reload;
 pub(crate) mod server;

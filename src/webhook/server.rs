@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use super::admission::{self, Answer, Endpoint, Summary};
 use super::budget::{Budget, Room, Short, Wait};
 use super::conn::{Conn, Guard, Limits, Resource};
+use super::frames::Meter;
 use super::metrics::{Metrics, Rejection};
 use super::tls::{self, TlsError, TlsSource};
 use crate::config::Config;
@@ -312,6 +313,7 @@ pub async fn run(
         Some(at) => Some(metrics_server(at, settings.connections, state.clone())?),
         None => None,
     };
+    let state_metrics = state.metrics.clone();
     let app = router(state, metrics.is_none());
 
     let handle = Handle::new();
@@ -322,7 +324,13 @@ pub async fn run(
     // algorithm plus the peer's delayed ACK would hold back ~40 ms).
     let mut server = axum_server::from_tcp_rustls(listener, loaded.rustls.clone())
         .map_err(bind)?
-        .map(|acceptor| acceptor.handshake_timeout(read_timeout).acceptor(guard))
+        .map(|acceptor| {
+            Meter::new(
+                acceptor.handshake_timeout(read_timeout).acceptor(guard),
+                read_timeout,
+                state_metrics,
+            )
+        })
         .handle(handle.clone());
     let http = server.http_builder();
     // A connection's read buffer (hyper's default grows to ~400 KiB while
@@ -381,7 +389,11 @@ fn metrics_server(
     listener.set_nonblocking(true).map_err(bind)?;
     let addr = listener.local_addr().map_err(bind)?;
     let handle = Handle::new();
-    let guard = Guard::new(limits, limits.first_request, state.metrics.clone());
+    let guard = Meter::new(
+        Guard::new(limits, limits.first_request, state.metrics.clone()),
+        limits.first_request,
+        state.metrics.clone(),
+    );
     // The probes too: with client certificates required on the webhook
     // port, the kubelet (which presents none) probes here.
     let app = Router::new()
