@@ -7,10 +7,14 @@
 //!                             [--runs 3] [--proto h1|h2] [--max-requests 1000000]
 //! cargo bench --bench load -- --idle-connections 10000 [--server-arg ARG]...
 //! cargo bench --bench load -- --attack [--rate 200] [--duration 10] [--runs 3]
+//! cargo bench --bench load -- --hostage [--rate 200] [--duration 10] [--runs 3] [--only NAME]...
 //! ```
 //!
 //! The third form (attack mode) times ordinary reviews while an attacker
 //! holds every other connection the server allows; see [`attack_run`].
+//! The fourth (hostage mode) does so under each attack of
+//! `benches/common/hostage.rs` alone, with its worst parameters; see
+//! [`hostage_run`].
 //!
 //! The second form (idle mode) opens that many TLS connections that
 //! complete the handshake and send nothing, and reports how many the
@@ -94,6 +98,10 @@ struct Options {
     server_args: Vec<String>,
     /// Attack mode.
     attack: bool,
+    /// Hostage mode: each attack of `benches/common/hostage.rs` alone.
+    hostage: bool,
+    /// Hostage mode: only the attacks whose names contain one of these.
+    only: Vec<String>,
     /// The server's tokio worker threads (TOKIO_WORKER_THREADS), if set.
     workers: Option<usize>,
 }
@@ -111,6 +119,8 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         idle_connections: None,
         server_args: Vec::new(),
         attack: false,
+        hostage: false,
+        only: Vec::new(),
         workers: None,
     };
     let mut it = args.iter();
@@ -143,6 +153,8 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             }
             "--server-arg" => o.server_args.push(value()?),
             "--attack" => o.attack = true,
+            "--hostage" => o.hostage = true,
+            "--only" => o.only.push(value()?),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -382,6 +394,13 @@ async fn connect(addr: SocketAddr, ca_pem: &str, proto: Proto) -> Sender {
 }
 
 impl Sender {
+    fn is_closed(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s) => s.is_closed(),
+        }
+    }
+
     async fn send(&mut self, req: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), String> {
         let resp = match self {
             Sender::H1(s) => {
@@ -556,9 +575,11 @@ async fn phase(
     let start = Instant::now();
     let issued = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
+    let (addr, ca_pem, proto) = (server.addr, server.ca_pem.clone(), o.proto);
     for (k, mut sender) in senders.drain(..).enumerate() {
         let templates = templates.clone();
         let issued = issued.clone();
+        let ca_pem = ca_pem.clone();
         let uid_prefix = format!("{tag}-c{k:03}");
         tasks.push(tokio::spawn(async move {
             let mut tally = Tally::new();
@@ -591,13 +612,44 @@ async fn phase(
                 if from >= end || issued.fetch_add(1, Ordering::Relaxed) >= cap {
                     break;
                 }
+                if let Some(r) = rate {
+                    // Far behind its schedule (the server holds its
+                    // answers): what is left of it counts as failed.
+                    if Instant::now() >= end + REQUEST_TIMEOUT {
+                        let left = (duration.as_nanos() as u64 * r / 1_000_000_000)
+                            .saturating_sub(seq)
+                            / n;
+                        for _ in 0..left.max(1) {
+                            tally.fail("not sent: the phase ran 5 s past its end".into());
+                        }
+                        break;
+                    }
+                }
                 match one(&mut sender, work, &templates, seq, &uid_prefix).await {
                     Ok(()) => {
                         tally.ok += 1;
                         let ns = from.elapsed().as_nanos() as u64;
                         tally.latency.saturating_record(ns.max(1_000));
                     }
-                    Err(why) => tally.fail(why),
+                    Err(why) => {
+                        tally.fail(why);
+                        // A connection the server closed is opened again
+                        // for the next request, as the API server's client
+                        // does.
+                        if sender.is_closed() {
+                            if let Ok(Ok(s)) = tokio::time::timeout(
+                                REQUEST_TIMEOUT,
+                                tokio::spawn({
+                                    let ca_pem = ca_pem.clone();
+                                    async move { connect(addr, &ca_pem, proto).await }
+                                }),
+                            )
+                            .await
+                            {
+                                sender = s;
+                            }
+                        }
+                    }
                 }
                 j += 1;
             }
@@ -869,7 +921,7 @@ mod attacks;
 /// How many connections the server allows (its default
 /// `--max-connections`): the attacker takes every one the ordinary
 /// client does not hold.
-const CONNECTION_CAP: usize = 1024;
+const CONNECTION_CAP: usize = 256;
 /// The ordinary client's connections (HTTP/2, as the API server's).
 const ORDINARY: usize = 4;
 const CPU_ATTACKERS: usize = 16;
@@ -1151,7 +1203,7 @@ fn start_attackers(
 /// `--attack`: ordinary `/mutate` reviews at `--rate` over 4 HTTP/2
 /// connections (as the API server sends them), timed from their scheduled
 /// send, first alone and then while an attacker holds every other
-/// connection the server allows (1 024 in all): 16 send the reviews of
+/// connection the server allows (256 in all, the default cap): 16 send the reviews of
 /// `benches/common/attacks.rs` (the worst within the caps) in a closed
 /// loop, 16 pipeline them and never read an answer, 200 declare 3 MiB
 /// bodies and send a byte a second, 8 send junk (unknown kinds and
@@ -1362,6 +1414,223 @@ fn attack_main(o: &Options, nproc: usize) {
     }
 }
 
+// ---------------------------------------------------------- hostage mode
+
+#[path = "common/hostage.rs"]
+mod hostage;
+
+/// One attack of one run: the ordinary reviews alone and under it, what
+/// the server closed and why, its VmHWM and CPU.
+struct HostageRow {
+    attack: hostage::Attack,
+    alone: Phase,
+    attacked: Phase,
+    closed: Vec<(String, u64)>,
+    hwm_kib: u64,
+    server_cpu_share: f64,
+    connected: u64,
+    refused: u64,
+    answered: u64,
+    turned_away: u64,
+}
+
+/// `--hostage`: for each attack of `benches/common/hostage.rs`, a server
+/// of its own (one tokio worker thread: the shipped 500m CPU limit), the
+/// ordinary `/mutate` reviews at `--rate` over 4 HTTP/2 connections alone
+/// and then while the attack runs with its worst parameters (3 s to take
+/// hold first), the attackers on a runtime (one thread) of their own. An ordinary connection the server closes is opened again
+/// for the next review, as the API server's client does; the review that
+/// failed counts.
+async fn hostage_run(
+    o: &Options,
+    run: usize,
+    attack: hostage::Attack,
+    attackers: &tokio::runtime::Handle,
+) -> HostageRow {
+    let cap = attack.cap().unwrap_or(CONNECTION_CAP);
+    let mut server_args = o.server_args.clone();
+    server_args.extend(["--max-connections".to_owned(), cap.to_string()]);
+    let o = Options {
+        workers: Some(1),
+        proto: Proto::H2,
+        server_args,
+        ..o.clone()
+    };
+    let server = ServerProcess::start(&o, run);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut mutate_t = templates("mutate-create-pod-");
+    let mut senders = Vec::new();
+    for _ in 0..ORDINARY {
+        senders.push(connect(server.addr, &server.ca_pem, Proto::H2).await);
+    }
+    check_templates(&mut senders[0], "/mutate", &mut mutate_t).await;
+    let mutate_t = Arc::new(mutate_t);
+    let tag = format!("h{run}-{attack:?}");
+    let (alone, s) = phase(
+        &server,
+        &mut senders,
+        Work::Review("/mutate"),
+        &mutate_t,
+        Some(o.rate),
+        &o,
+        &format!("{tag}-alone"),
+    )
+    .await;
+    senders = s;
+    let big = attacks::worst_reviews(FIXTURES)
+        .into_iter()
+        .find(|c| c.name.contains("volcano compat (allowed)") && c.path == "/mutate")
+        .expect("the largest allowed answer");
+    let target = Arc::new(hostage::Target {
+        addr: server.addr,
+        h1: tls_connector(&server.ca_pem, Proto::H1),
+        h2: tls_connector(&server.ca_pem, Proto::H2),
+        big: Bytes::from(big.body),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = Arc::new(hostage::Counts::default());
+    let cpu0 = server.cpu();
+    let started = Instant::now();
+    let attackers = hostage::start(
+        attackers,
+        attack,
+        attack.connections(cap, ORDINARY),
+        target,
+        stop.clone(),
+        counts.clone(),
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (attacked, mut s) = phase(
+        &server,
+        &mut senders,
+        Work::Review("/mutate"),
+        &mutate_t,
+        Some(o.rate),
+        &o,
+        &format!("{tag}-attacked"),
+    )
+    .await;
+    let server_cpu_share =
+        server.cpu().saturating_sub(cpu0).as_secs_f64() / started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in attackers {
+        t.abort();
+    }
+    let (_, hwm_kib) = server.memory();
+    let closed = closed_reasons(&mut s, &server).await;
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    HostageRow {
+        attack,
+        alone,
+        attacked,
+        closed,
+        hwm_kib,
+        server_cpu_share,
+        connected: load(&counts.connected),
+        refused: load(&counts.refused),
+        answered: load(&counts.answered),
+        turned_away: load(&counts.turned_away),
+    }
+}
+
+/// The server's `dljob_webhook_connections_closed_total`, by reason.
+async fn closed_reasons(senders: &mut [Sender], server: &ServerProcess) -> Vec<(String, u64)> {
+    let mut sender = match senders.iter_mut().find(|s| !s.is_closed()) {
+        Some(s) => std::mem::replace(s, connect(server.addr, &server.ca_pem, Proto::H2).await),
+        None => connect(server.addr, &server.ca_pem, Proto::H2).await,
+    };
+    let req = Request::get("/metrics")
+        .header("host", "localhost")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let Ok((_, body)) = sender.send(req).await else {
+        return Vec::new();
+    };
+    let prefix = "dljob_webhook_connections_closed_total{reason=\"";
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(prefix)?;
+            let (reason, n) = rest.split_once("\"} ")?;
+            Some((reason.to_owned(), n.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+fn hostage_main(o: &Options, nproc: usize) {
+    let limit = raise_fd_limit();
+    println!(
+        "dljob load, hostage mode: ordinary /mutate at {}/s on {ORDINARY} HTTP/2 connections, {} s alone then {} s under each attack alone (3 s after it starts), server with 1 tokio worker thread, {} run(s), {nproc} CPUs shared by client, attacker and server (not pinned), open-file limit {limit}; server {}",
+        o.rate,
+        o.duration.as_secs_f64(),
+        o.duration.as_secs_f64(),
+        o.runs,
+        o.server.display()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(nproc)
+        .enable_all()
+        .build()
+        .unwrap();
+    let attacks: Vec<hostage::Attack> = hostage::Attack::ALL
+        .into_iter()
+        .filter(|a| o.only.is_empty() || o.only.iter().any(|n| a.name().contains(n.as_str())))
+        .collect();
+    let mut rows = Vec::new();
+    for run in 0..o.runs {
+        for &attack in &attacks {
+            let attack_rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            let r = runtime.block_on(hostage_run(o, run, attack, attack_rt.handle()));
+            attack_rt.shutdown_timeout(Duration::from_secs(1));
+            println!(
+                "run {}, {} ({} attacking connections, cap {}):",
+                run + 1,
+                attack.name(),
+                attack.connections(attack.cap().unwrap_or(CONNECTION_CAP), ORDINARY),
+                attack.cap().unwrap_or(CONNECTION_CAP)
+            );
+            report_phase("alone", &r.alone);
+            report_phase("under attack", &r.attacked);
+            let closed: Vec<String> = r.closed.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            println!(
+                "  attacker: {} connections opened, {} refused or failed, answers {} 2xx and {} 4xx/5xx; server CPU {:.2} s/s; VmHWM {:.1} MiB; closed: {}",
+                r.connected,
+                r.refused,
+                r.answered,
+                r.turned_away,
+                r.server_cpu_share,
+                r.hwm_kib as f64 / 1024.0,
+                if closed.is_empty() { "none".to_owned() } else { closed.join(", ") }
+            );
+            rows.push(r);
+        }
+    }
+    println!("medians over {} run(s):", o.runs);
+    for &attack in &attacks {
+        let of: Vec<&HostageRow> = rows.iter().filter(|r| r.attack == attack).collect();
+        let m = |f: &dyn Fn(&HostageRow) -> f64| median(of.iter().map(|r| f(r)).collect());
+        println!(
+            "  {}: alone p99 {:.2} ms | under attack p50 {:.2} ms p99 {:.2} ms max {:.1} ms, answered {:.1} %, failed {:.0} | VmHWM {:.1} MiB | server CPU {:.2} s/s",
+            attack.name(),
+            m(&|r| r.alone.pct_ms(0.99)),
+            m(&|r| r.attacked.pct_ms(0.5)),
+            m(&|r| r.attacked.pct_ms(0.99)),
+            m(&|r| r.attacked.tally.latency.max() as f64 / 1e6),
+            m(&|r| {
+                let t = &r.attacked.tally;
+                100.0 * t.ok as f64 / (t.ok + t.failed).max(1) as f64
+            }),
+            m(&|r| r.attacked.tally.failed as f64),
+            m(&|r| r.hwm_kib as f64 / 1024.0),
+            m(&|r| r.server_cpu_share),
+        );
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -1406,6 +1675,18 @@ fn main() {
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if o.hostage {
+        let o = Options {
+            rate: if args.iter().any(|a| a == "--rate") {
+                o.rate
+            } else {
+                200
+            },
+            ..o
+        };
+        hostage_main(&o, nproc);
+        return;
+    }
     if o.attack {
         let o = Options {
             rate: if args.iter().any(|a| a == "--rate") {

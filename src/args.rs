@@ -286,11 +286,13 @@ pub struct ServeArgs {
     /// --max-body-bytes.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes_in_flight: usize,
-    /// Client connections open at once. One more is closed as soon as it
-    /// is accepted (counted in dljob_webhook_connections_closed_total), so
-    /// that idle or slow clients cannot exhaust the replica's memory; the
-    /// API server needs a few (HTTP/2).
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), env = "DLJOB_MAX_CONNECTIONS")]
+    /// Client connections open at once, so that idle or slow clients
+    /// cannot exhaust the replica's memory; the API server needs a few
+    /// (HTTP/2, 16 streams each). At the cap a new connection takes the
+    /// place of the one waiting longest on its client (idle, or not taking
+    /// its answers); it is closed at once only when every connection is
+    /// busy (both counted in dljob_webhook_connections_closed_total).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..), env = "DLJOB_MAX_CONNECTIONS")]
     pub max_connections: u32,
     /// Seconds from accepting a connection (TLS handshake included) to its
     /// first request; a connection that sends none is closed.

@@ -156,7 +156,10 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         Some(running)
     };
 
-    let outcome = wait(webhook.as_ref().is_some(), reconciler).await;
+    // One set of signal listeners for the whole run: a second signal that
+    // comes while the drain starts is not lost between two listeners.
+    let mut signals = Signals::new();
+    let outcome = wait(webhook.as_ref().is_some(), reconciler, &mut signals).await;
     if let Some(running) = webhook {
         let drain = Duration::from_secs(args.drain_seconds);
         tracing::info!(
@@ -167,7 +170,7 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         // the drain: the listener closes as the process exits.
         tokio::select! {
             drained = running.drain(drain, SHUTDOWN_GRACE) => drained.context("webhook server")?,
-            signal = shutdown_signal() => {
+            signal = signals.next() => {
                 tracing::info!(signal, "stopping without the rest of the drain");
             }
         }
@@ -183,6 +186,7 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
 async fn wait(
     webhook: bool,
     reconciler: Option<tokio::task::JoinHandle<()>>,
+    signals: &mut Signals,
 ) -> anyhow::Result<()> {
     let reconciler_ended = async {
         match reconciler {
@@ -194,7 +198,7 @@ async fn wait(
         }
     };
     tokio::select! {
-        signal = shutdown_signal() => {
+        signal = signals.next() => {
             tracing::info!(signal, "shutdown requested");
             Ok(())
         }
@@ -202,7 +206,7 @@ async fn wait(
             Some(Err(e)) => anyhow::bail!("the reconciler stopped: {e}"),
             _ if webhook => {
                 tracing::warn!("the reconciler stopped; the webhook keeps serving");
-                let signal = shutdown_signal().await;
+                let signal = signals.next().await;
                 tracing::info!(signal, "shutdown requested");
                 Ok(())
             }
@@ -211,26 +215,43 @@ async fn wait(
     }
 }
 
-#[cfg(unix)]
-async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return "SIGINT";
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    }
+/// SIGTERM and SIGINT, listened for from creation on: each comes out of
+/// [`Signals::next`] however long after it was delivered.
+struct Signals {
+    #[cfg(unix)]
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
 }
 
-#[cfg(not(unix))]
-async fn shutdown_signal() -> &'static str {
-    let _ = tokio::signal::ctrl_c().await;
-    "SIGINT"
+impl Signals {
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let streams = match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                (Ok(term), Ok(int)) => Some((term, int)),
+                _ => None,
+            };
+            Self { streams }
+        }
+        #[cfg(not(unix))]
+        Self {}
+    }
+
+    /// The next signal's name.
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        if let Some((term, int)) = &mut self.streams {
+            return tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+        }
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
+    }
 }
 
 /// A client for the cluster from the kubeconfig or the in-cluster service

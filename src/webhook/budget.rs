@@ -7,9 +7,11 @@
 //!   anything, whatever it sends;
 //! - when the total is short, the connection that has waited longest on
 //!   its client (at least [`super::conn::EVICT_AFTER`]) among those holding
-//!   some is evicted ([`super::conn::Registry::evict_holder`]), and the
-//!   request waits for the room to come back: what a stalled client holds
-//!   goes to a newer request, never the other way round.
+//!   some is evicted ([`super::conn::Registry::evict_holder`]) and its room
+//!   handed to the request at once: what a stalled client holds goes to a
+//!   newer request, never the other way round. Only a connection whose
+//!   client has taken a review's answer whole, and that holds less than
+//!   half its share, evicts; any other waits for room (or is refused).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +19,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::conn::{Conn, ConnState, Reading, Resource};
+use super::conn::{Conn, ConnState, Resource};
 
 /// A shared budget of one [`Resource`].
 pub(crate) struct Budget {
@@ -63,7 +65,7 @@ pub(crate) enum Wait {
 
 /// How often a waiting request looks for a connection to evict anew (one
 /// may have become stalled since).
-const RETRY: Duration = Duration::from_millis(100);
+const RETRY: Duration = Duration::from_millis(10);
 
 impl Budget {
     pub(crate) fn new(resource: Resource, total: usize, share: usize) -> Self {
@@ -86,35 +88,33 @@ impl Budget {
     pub(crate) fn none(&self, conn: &Conn) -> Room {
         Room {
             permit: None,
+            handed: 0,
             len: 0,
             state: conn.state.clone(),
             resource: self.resource,
+            budget: self.room.clone(),
         }
     }
 
-    /// `room` grown to at least `len`, waiting as long as it takes (the
-    /// caller bounds the wait).
+    /// `room` grown to at least `len`.
     pub(crate) async fn grow_to(
         &self,
         conn: &Conn,
         room: &mut Room,
         len: usize,
-        reading: Option<&Reading>,
+        wait: Wait,
     ) -> Result<(), Short> {
         let more = len.saturating_sub(room.len);
-        self.grow(conn, room, more, Wait::Unbounded, reading).await
+        self.grow(conn, room, more, wait).await
     }
 
     /// `n` more for `room`, a request of `conn` (see the module's rules).
-    /// While it waits, `reading` (the request's body read) is paused: the
-    /// wait is dljob's, not the client's.
     pub(crate) async fn grow(
         &self,
         conn: &Conn,
         room: &mut Room,
         n: usize,
         wait: Wait,
-        reading: Option<&Reading>,
     ) -> Result<(), Short> {
         if n == 0 {
             return Ok(());
@@ -126,6 +126,11 @@ impl Budget {
             return Err(busy);
         }
         let held = conn.state.add_held(self.resource, n);
+        // A connection evicts others only once its client has taken a
+        // review's answer whole, and while it holds less than half its
+        // share: one that has never read an answer (as every hostage-taker)
+        // or already holds much waits for room, or is refused.
+        let may_evict = conn.state.has_answered() && held - n < self.share / 2;
         if held > self.share {
             conn.state.sub_held(self.resource, n);
             return Err(Short::Share {
@@ -140,43 +145,72 @@ impl Budget {
             resource: self.resource,
             n,
         };
-        let permits = u32::try_from(n).map_err(|_| busy)?;
         let give_up = match wait {
             Wait::Unbounded => None,
             Wait::ForEvicted(d) => Some(Instant::now() + d),
         };
-        let (mut paused, mut evicted) = (false, false);
-        let permit = loop {
-            if let Ok(p) = self.room.clone().try_acquire_many_owned(permits) {
-                break p;
+        // Room is free room, or the room of a connection evicted for it:
+        // handed over at once (the evicted connection's own permits are
+        // forgotten as it goes, these given back when this room goes), so
+        // that what a stalled client held goes to the request that needed
+        // it, not to whoever waits first.
+        let mut need = n;
+        let mut handed = 0;
+        let mut permit: Option<OwnedSemaphorePermit> = None;
+        let taken =
+            |p: OwnedSemaphorePermit, permit: &mut Option<OwnedSemaphorePermit>| match permit {
+                Some(have) => have.merge(p),
+                None => *permit = Some(p),
+            };
+        let outcome = loop {
+            let want = u32::try_from(need).unwrap_or(u32::MAX);
+            if let Ok(p) = self.room.clone().try_acquire_many_owned(want) {
+                taken(p, &mut permit);
+                break Ok(());
             }
-            evicted |= conn.registry.evict_holder(self.resource, conn.state.id());
-            if !evicted && matches!(wait, Wait::ForEvicted(_)) {
-                return Err(busy);
+            while may_evict && need > 0 {
+                let Some(victim) = conn.registry.evict_holder(self.resource, conn.state.id())
+                else {
+                    break;
+                };
+                let claim = victim.claim(self.resource, need);
+                handed += claim;
+                need -= claim;
             }
-            if let (Some(r), false) = (reading, paused) {
-                r.pause();
-                paused = true;
+            if need == 0 {
+                break Ok(());
+            }
+            if matches!(wait, Wait::ForEvicted(_)) && handed == 0 {
+                break Err(busy);
             }
             let slice = match give_up {
-                Some(end) if Instant::now() >= end => return Err(busy),
+                Some(end) if Instant::now() >= end => break Err(busy),
                 Some(end) => (end - Instant::now()).min(RETRY),
                 None => RETRY,
             };
-            match tokio::time::timeout(slice, self.room.clone().acquire_many_owned(permits)).await {
-                Ok(Ok(p)) => break p,
-                Ok(Err(_)) => return Err(busy),
+            let want = u32::try_from(need).unwrap_or(u32::MAX);
+            match tokio::time::timeout(slice, self.room.clone().acquire_many_owned(want)).await {
+                Ok(Ok(p)) => {
+                    taken(p, &mut permit);
+                    break Ok(());
+                }
+                Ok(Err(_)) => break Err(busy),
                 Err(_) => continue,
             }
         };
-        if let (Some(r), true) = (reading, paused) {
-            r.progress();
+        if let Err(e) = outcome {
+            // What was handed over goes back to the budget (its connection
+            // forgets it as it goes); the rest is dropped as it was taken.
+            self.room.add_permits(handed);
+            return Err(e);
         }
         std::mem::forget(counted);
         room.len += n;
-        match &mut room.permit {
-            Some(p) => p.merge(permit),
-            None => room.permit = Some(permit),
+        room.handed += handed;
+        match (&mut room.permit, permit) {
+            (Some(have), Some(p)) => have.merge(p),
+            (None, Some(p)) => room.permit = Some(p),
+            (_, None) => {}
         }
         Ok(())
     }
@@ -196,31 +230,116 @@ impl Drop for Counted<'_> {
 }
 
 /// Room a request holds in a [`Budget`], counted as its connection's
-/// until dropped.
+/// until dropped: permits of the budget's semaphore, and room handed over
+/// from evicted connections.
 pub(crate) struct Room {
     permit: Option<OwnedSemaphorePermit>,
+    /// Room handed over from evicted connections (no permits: theirs are
+    /// forgotten as they go), given back to the budget when released.
+    handed: usize,
     len: usize,
     state: Arc<ConnState>,
     resource: Resource,
+    budget: Arc<Semaphore>,
 }
 
 impl Room {
+    /// The connection whose room it is.
+    pub(crate) fn state(&self) -> &Arc<ConnState> {
+        &self.state
+    }
+
     /// Gives back all but `keep`.
     pub(crate) fn shrink_to(&mut self, keep: usize) {
-        if keep >= self.len {
-            return;
+        if keep < self.len {
+            self.release(self.len - keep);
         }
-        let back = self.len - keep;
-        if let Some(p) = &mut self.permit {
-            drop(p.split(back));
+    }
+
+    /// Gives back `n`: handed-over room first; of its own permits, those
+    /// its connection owes to a request it was evicted for are forgotten.
+    fn release(&mut self, n: usize) {
+        let from_handed = n.min(self.handed);
+        self.handed -= from_handed;
+        self.budget.add_permits(from_handed);
+        let from_permits = n - from_handed;
+        if from_permits > 0 {
+            if let Some(mut back) = self.permit.as_mut().and_then(|p| p.split(from_permits)) {
+                let owed = self.state.settle(self.resource, from_permits);
+                if let Some(gone) = back.split(owed) {
+                    gone.forget();
+                }
+            }
         }
-        self.state.sub_held(self.resource, back);
-        self.len = keep;
+        self.state.sub_held(self.resource, n);
+        self.len -= n;
     }
 }
 
 impl Drop for Room {
     fn drop(&mut self) {
-        self.state.sub_held(self.resource, self.len);
+        self.release(self.len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::webhook::conn::Registry;
+
+    /// A connection that has waited on its client longer than a newer
+    /// request can wait for room is evicted for it, and its room handed
+    /// over at once — not left to whoever waits first — while the budget's
+    /// total comes back whole once both are gone, in either order.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_holders_room_is_handed_to_the_request_it_is_evicted_for() {
+        for victim_goes_first in [true, false] {
+            let registry = Registry::for_test(4);
+            let budget = Budget::new(Resource::Answers, 100, 100);
+            let (stalled, newer) = (Conn::admitted(&registry), Conn::admitted(&registry));
+            newer.state.answered_whole();
+            let mut held = budget.none(&stalled);
+            budget
+                .grow(&stalled, &mut held, 100, Wait::Unbounded)
+                .await
+                .unwrap();
+            tokio::time::advance(Duration::from_millis(20)).await;
+            // Not yet stalled for 50 ms: nothing to evict, refused.
+            let mut room = budget.none(&newer);
+            let refused = budget
+                .grow(&newer, &mut room, 60, Wait::ForEvicted(Duration::ZERO))
+                .await;
+            assert!(refused.is_err());
+            assert_eq!(newer.state.holds(Resource::Answers), 0);
+            tokio::time::advance(Duration::from_millis(100)).await;
+            let started = Instant::now();
+            budget
+                .grow(
+                    &newer,
+                    &mut room,
+                    60,
+                    Wait::ForEvicted(Duration::from_secs(1)),
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                started.elapsed(),
+                Duration::ZERO,
+                "handed over, not waited for"
+            );
+            assert_eq!(budget.available(), 0);
+            if victim_goes_first {
+                drop(held);
+                assert_eq!(budget.available(), 40, "60 of its 100 were handed over");
+                drop(room);
+            } else {
+                drop(room);
+                assert_eq!(budget.available(), 60);
+                drop(held);
+            }
+            assert_eq!(budget.available(), 100);
+            assert_eq!(stalled.state.holds(Resource::Answers), 0);
+            assert_eq!(newer.state.holds(Resource::Answers), 0);
+        }
     }
 }

@@ -60,12 +60,14 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The defaults: 1024 connections, 10 s to the first request, 120 s
-    /// idle — longer than the 90 s after which the API server's own client
-    /// drops an idle connection, so that in the usual case the client
-    /// closes first and no request races the close.
+    /// The defaults: 256 connections (what each can make dljob hold, at
+    /// most, times this, fits the shipped memory limit with room: see
+    /// SECURITY.md), 10 s to the first request, 120 s idle — longer than
+    /// the 90 s after which the API server's own client drops an idle
+    /// connection, so that in the usual case the client closes first and
+    /// no request races the close.
     pub(crate) const DEFAULT: Limits = Limits {
-        max_connections: 1024,
+        max_connections: 256,
         first_request: Duration::from_secs(10),
         idle: Duration::from_secs(120),
     };
@@ -125,9 +127,10 @@ pub(crate) struct Registry {
 }
 
 /// How long a connection must have been waiting on its client before a
-/// newer request may evict it for room in a budget: far longer than any
-/// pause between the chunks of a body sent at network speed.
-pub(crate) const EVICT_AFTER: Duration = Duration::from_millis(250);
+/// newer request may evict it for room in a budget: longer than the
+/// pauses between the chunks of a body sent at network speed (the one
+/// waiting longest goes first, so a body still coming is rarely it).
+pub(crate) const EVICT_AFTER: Duration = Duration::from_millis(50);
 
 impl Registry {
     fn new(cap: usize, metrics: Metrics) -> Self {
@@ -138,6 +141,13 @@ impl Registry {
             next_id: AtomicU64::new(0),
             metrics,
         }
+    }
+
+    /// A registry of `cap` connections, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_test(cap: usize) -> Arc<Self> {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        Arc::new(Self::new(cap, metrics))
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<u64, Arc<ConnState>>> {
@@ -165,16 +175,14 @@ impl Registry {
     }
 
     /// Evicts the connection that has waited longest on its client (at
-    /// least [`EVICT_AFTER`]) among those holding some of `resource`, other
-    /// than `except`. Whether one was.
-    pub(crate) fn evict_holder(&self, resource: Resource, except: u64) -> bool {
+    /// least [`EVICT_AFTER`]) among those holding some of `resource` not yet
+    /// handed to another, other than `except`; the one evicted.
+    pub(crate) fn evict_holder(&self, resource: Resource, except: u64) -> Option<Arc<ConnState>> {
         let mut open = self.lock();
         let now = Instant::now();
-        let Some(victim) = pick(&open, now, self.stall_floor, |c| {
-            c.id != except && c.holds(resource) > 0
-        }) else {
-            return false;
-        };
+        let victim = pick(&open, now, self.stall_floor, |c| {
+            c.id != except && c.claimable(resource) > 0
+        })?;
         let gone = open.remove(&victim).expect("picked from the map");
         drop(open);
         tracing::debug!(
@@ -182,12 +190,14 @@ impl Registry {
             "evicting the connection that waited longest on its client, for room a newer request needs"
         );
         gone.doom(Closed::Evicted, &self.metrics);
-        true
+        Some(gone)
     }
 }
 
 /// The connection among `open` that `may` allow and that has waited on its
-/// client longest, at least `floor`.
+/// client longest, at least `floor` — of those whose client never took a
+/// review's answer whole first (as every hostage-taker's), then of the
+/// others.
 fn pick(
     open: &HashMap<u64, Arc<ConnState>>,
     now: Instant,
@@ -196,8 +206,8 @@ fn pick(
 ) -> Option<u64> {
     open.values()
         .filter(|c| may(c))
-        .filter_map(|c| c.waiting_since().map(|t| (t, c.id)))
-        .filter(|(t, _)| now.saturating_duration_since(*t) >= floor)
+        .filter_map(|c| c.waiting_since().map(|t| ((c.has_answered(), t), c.id)))
+        .filter(|((_, t), _)| now.saturating_duration_since(*t) >= floor)
         .min()
         .map(|(_, id)| id)
 }
@@ -311,6 +321,13 @@ pub(crate) struct ConnState {
     inner: Mutex<Activity>,
     /// Of each [`Resource`], how much this connection's requests hold.
     held: [AtomicUsize; Resource::COUNT],
+    /// Of what it holds, how much was handed to requests it was evicted
+    /// for: forgotten, not given back, as its rooms go.
+    owed: [AtomicUsize; Resource::COUNT],
+    /// Whether a review's answer on it has gone out whole: only then may
+    /// its requests evict others for room (a client that has never read an
+    /// answer cannot take what others hold).
+    answered: std::sync::atomic::AtomicBool,
     /// The connection's task, woken when a deadline may have moved or the
     /// connection was evicted.
     task: AtomicWaker,
@@ -334,7 +351,18 @@ struct Activity {
     /// Past a deadline or evicted: every read and write fails.
     doomed: Option<Closed>,
     next_seq: u64,
+    /// Refusals the connection may still get before its reads pause (a
+    /// bucket of [`REFUSALS_PER_SECOND`]), and when it was last filled.
+    refusals: f64,
+    refusals_filled: Instant,
 }
+
+/// Requests a connection may have refused a second (and in a burst)
+/// before its reads pause until it is back within the rate: a client that
+/// answers a 503 by asking again at once is slowed to this, and the
+/// refusals it costs with it. The API server is refused only when the
+/// webhook is short of room, and then this is the back-off it needs.
+pub(crate) const REFUSALS_PER_SECOND: f64 = 16.0;
 
 impl ConnState {
     fn new(id: u64) -> Self {
@@ -351,8 +379,12 @@ impl ConnState {
                 write_blocked: None,
                 doomed: None,
                 next_seq: 0,
+                refusals: REFUSALS_PER_SECOND,
+                refusals_filled: now,
             }),
             held: Default::default(),
+            owed: Default::default(),
+            answered: std::sync::atomic::AtomicBool::new(false),
             task: AtomicWaker::new(),
         }
     }
@@ -375,6 +407,40 @@ impl ConnState {
 
     pub(crate) fn sub_held(&self, r: Resource, n: usize) {
         self.held[r.index()].fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Of what it holds of `r` and does not owe yet, up to `want`, now
+    /// owed to an evicting request: how much.
+    pub(crate) fn claim(&self, r: Resource, want: usize) -> usize {
+        let owed = &self.owed[r.index()];
+        let mut now = owed.load(Ordering::Relaxed);
+        loop {
+            let take = self.holds(r).saturating_sub(now).min(want);
+            match owed.compare_exchange(now, now + take, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return take,
+                Err(seen) => now = seen,
+            }
+        }
+    }
+
+    /// `n` of its room of `r` goes: how much of it was owed (and is
+    /// forgotten rather than given back).
+    pub(crate) fn settle(&self, r: Resource, n: usize) -> usize {
+        let owed = &self.owed[r.index()];
+        let mut now = owed.load(Ordering::Relaxed);
+        loop {
+            let pay = now.min(n);
+            match owed.compare_exchange(now, now - pay, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return pay,
+                Err(seen) => now = seen,
+            }
+        }
+    }
+
+    /// What it holds of `r` not yet owed to anyone.
+    fn claimable(&self, r: Resource) -> usize {
+        self.holds(r)
+            .saturating_sub(self.owed[r.index()].load(Ordering::Relaxed))
     }
 
     /// Marks the connection closed for `why` (counted once) and wakes its
@@ -488,8 +554,34 @@ impl ConnState {
         }
     }
 
-    fn reading_paused(&self, seq: u64) {
+    fn reading_ended(&self, seq: u64) {
         self.lock().reading.retain(|(s, _)| *s != seq);
+    }
+
+    /// A review's answer went out whole.
+    pub(crate) fn answered_whole(&self) {
+        self.answered.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a review's answer has gone out whole on it.
+    pub(crate) fn has_answered(&self) -> bool {
+        self.answered.load(Ordering::Relaxed)
+    }
+
+    /// A request of the connection was refused.
+    pub(crate) fn refused(&self) {
+        let mut a = self.lock();
+        let now = Instant::now();
+        a.refill_refusals(now);
+        a.refusals -= 1.0;
+    }
+
+    /// Until when the connection's reads pause (over its refusal rate).
+    fn paused_until(&self) -> Option<Instant> {
+        let mut a = self.lock();
+        let now = Instant::now();
+        a.refill_refusals(now);
+        (a.refusals < 0.0).then(|| now + Duration::from_secs_f64(-a.refusals / REFUSALS_PER_SECOND))
     }
 
     fn write_blocked(&self) {
@@ -505,6 +597,17 @@ impl ConnState {
     }
 }
 
+impl Activity {
+    fn refill_refusals(&mut self, now: Instant) {
+        let more = now
+            .saturating_duration_since(self.refusals_filled)
+            .as_secs_f64()
+            * REFUSALS_PER_SECOND;
+        self.refusals = (self.refusals + more).min(REFUSALS_PER_SECOND);
+        self.refusals_filled = now;
+    }
+}
+
 /// A request's view of its connection: for its share of the budgets and
 /// for the eviction of others (in the request's extensions).
 #[derive(Clone)]
@@ -517,11 +620,15 @@ impl Conn {
     /// A connection of its own registry, for unit tests.
     #[cfg(test)]
     pub(crate) fn for_test() -> Self {
-        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
-        let registry = Arc::new(Registry::new(1, metrics));
+        Self::admitted(&Registry::for_test(1))
+    }
+
+    /// A new connection of `registry`, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn admitted(registry: &Arc<Registry>) -> Self {
         Self {
-            state: registry.admit().expect("an empty registry admits"),
-            registry,
+            state: registry.admit().expect("room in the registry"),
+            registry: registry.clone(),
         }
     }
 
@@ -538,27 +645,28 @@ impl Conn {
 
 /// A request reading its body: waiting on its client, since the last
 /// bytes came. While dljob itself makes it wait (for room), it is not
-/// ([`Reading::pause`]).
+/// ([`Reading::pause`]): a request is never evicted for dljob's own wait.
 pub(crate) struct Reading {
     state: Arc<ConnState>,
     seq: u64,
 }
 
 impl Reading {
-    /// Bytes came (or dljob's own wait is over).
+    /// Bytes came, or dljob's own wait is over: waiting on the client from
+    /// now.
     pub(crate) fn progress(&self) {
         self.state.reading_progress(self.seq);
     }
 
     /// dljob makes the request wait: not the client's doing.
     pub(crate) fn pause(&self) {
-        self.state.reading_paused(self.seq);
+        self.state.reading_ended(self.seq);
     }
 }
 
 impl Drop for Reading {
     fn drop(&mut self) {
-        self.state.reading_paused(self.seq);
+        self.state.reading_ended(self.seq);
     }
 }
 
@@ -624,6 +732,15 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
         let this = self.get_mut();
         if let Some(why) = this.state.doomed() {
             return Poll::Ready(Err(closed(why)));
+        }
+        if let Some(until) = this.state.paused_until() {
+            // Over its refusal rate: nothing is read until it is back
+            // within it (a deadline that passes meanwhile is seen then).
+            this.state.task.register(cx.waker());
+            this.timer.as_mut().reset(until);
+            if this.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
         }
         if let Poll::Ready(r) = Pin::new(&mut this.io).poll_read(cx, buf) {
             return Poll::Ready(r);
@@ -877,5 +994,21 @@ mod tests {
         new.answer_started();
         assert!(registry.admit().is_some());
         assert_eq!(new.doomed(), Some(Closed::Evicted));
+    }
+
+    /// A connection whose client has never taken a review's answer whole
+    /// goes before one whose client has, however long that one has waited.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_has_read_an_answer_is_evicted_last() {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let registry = Registry::new(2, metrics);
+        let reader = registry.admit().unwrap();
+        reader.answered_whole();
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let silent = registry.admit().unwrap();
+        tokio::time::advance(Duration::from_millis(1)).await;
+        registry.admit().expect("room is made");
+        assert_eq!(silent.doomed(), Some(Closed::Evicted));
+        assert_eq!(reader.doomed(), None);
     }
 }

@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 
 use super::admission::{self, Answer, Endpoint, Summary};
 use super::budget::{Budget, Room, Short, Wait};
-use super::conn::{Conn, Guard, Limits, Resource};
+use super::conn::{Conn, Guard, Limits, Reading, Resource};
 use super::frames::Meter;
 use super::metrics::{Metrics, Rejection};
 use super::tls::{self, TlsError, TlsSource};
@@ -183,6 +183,11 @@ const ANSWER_BUDGET: usize = 16 * 1024 * 1024;
 
 /// A connection's share of the small lane and of the answers' budget.
 const CONNECTION_SHARE: usize = 4 * 1024 * 1024;
+
+/// Above the largest answer dljob gives (0.63 MiB, a Volcano-compat
+/// launcher): the room a review takes in the answers' budget before it is
+/// computed (then cut to its answer's size).
+const LARGEST_ANSWER: usize = 1024 * 1024;
 
 /// How long an answer waits for the room of a connection evicted for it.
 const ANSWER_WAIT: Duration = Duration::from_secs(1);
@@ -483,15 +488,15 @@ async fn review(
     let mut slot = b.requests.none(conn);
     if let Err(short) = b
         .requests
-        .grow(conn, &mut slot, 1, Wait::ForEvicted(ANSWER_WAIT), None)
+        .grow(conn, &mut slot, 1, Wait::ForEvicted(ANSWER_WAIT))
         .await
     {
-        return reject(endpoint, s, BodyError::Busy(short), start);
+        return reject(endpoint, s, conn, BodyError::Busy(short), start);
     }
     let (bytes, room) = match read_body(headers, body, s, conn).await {
         Ok(b) => b,
         Err(why) => {
-            let mut response = reject(endpoint, s, why, start);
+            let mut response = reject(endpoint, s, conn, why, start);
             // An HTTP/1.1 client that sent too much, too slowly or garbage
             // gets its connection closed after the answer.
             if version < Version::HTTP_2 {
@@ -502,6 +507,24 @@ async fn review(
             return response;
         }
     };
+    // Room for the largest answer, taken before anything is computed and
+    // cut to the answer's size after: the answers computed and not yet
+    // taken never exceed their budget, and a connection whose unsent
+    // answers leave no room in its share is refused before its review
+    // costs anything.
+    let mut held = b.answers.none(conn);
+    if let Err(short) = b
+        .answers
+        .grow(
+            conn,
+            &mut held,
+            LARGEST_ANSWER,
+            Wait::ForEvicted(ANSWER_WAIT),
+        )
+        .await
+    {
+        return reject(endpoint, s, conn, BodyError::Busy(short), start);
+    }
     let answer = if bytes.len() <= SMALL_BODY {
         let config = s.inputs.config.borrow();
         admission::review(endpoint, &bytes, &config, s.inputs.peers.as_ref())
@@ -509,17 +532,17 @@ async fn review(
         let mut turn = b.heavy.none(conn);
         let waited = tokio::time::timeout(
             s.read_timeout,
-            b.heavy.grow(conn, &mut turn, 1, Wait::Unbounded, None),
+            b.heavy.grow(conn, &mut turn, 1, Wait::Unbounded),
         )
         .await;
         match waited {
             Ok(Ok(())) => {}
-            Ok(Err(short)) => return reject(endpoint, s, BodyError::Busy(short), start),
+            Ok(Err(short)) => return reject(endpoint, s, conn, BodyError::Busy(short), start),
             Err(_) => {
                 let short = Short::Busy {
                     resource: Resource::Heavy,
                 };
-                return reject(endpoint, s, BodyError::Busy(short), start);
+                return reject(endpoint, s, conn, BodyError::Busy(short), start);
             }
         }
         let config = s.inputs.config.borrow().clone();
@@ -535,6 +558,7 @@ async fn review(
                 return reject(
                     endpoint,
                     s,
+                    conn,
                     BodyError::BadRequest(format!("the review failed: {e}")),
                     start,
                 )
@@ -545,23 +569,19 @@ async fn review(
     drop(room);
     match answer {
         Answer::Review { body, summary } => {
-            // The answer's bytes are held in the answers' budget until they
-            // are taken: a client that never reads holds them until its
-            // connection's stall deadline, and at most its share.
-            let mut held = b.answers.none(conn);
-            if let Err(short) = b
-                .answers
-                .grow(
-                    conn,
-                    &mut held,
-                    body.len(),
-                    Wait::ForEvicted(ANSWER_WAIT),
-                    None,
-                )
-                .await
-            {
-                return reject(endpoint, s, BodyError::Busy(short), start);
+            // The answer's bytes stay held in the answers' budget until
+            // they are taken: a client that never reads holds them until
+            // its connection's stall deadline, and at most its share.
+            if body.len() > LARGEST_ANSWER {
+                if let Err(short) = b
+                    .answers
+                    .grow_to(conn, &mut held, body.len(), Wait::ForEvicted(ANSWER_WAIT))
+                    .await
+                {
+                    return reject(endpoint, s, conn, BodyError::Busy(short), start);
+                }
             }
+            held.shrink_to(body.len());
             let latency = start.elapsed();
             s.metrics.observe_review(endpoint, &summary, latency);
             log_review(endpoint, &summary, latency, s.log_reviews);
@@ -578,7 +598,9 @@ async fn review(
             )
                 .into_response()
         }
-        Answer::BadRequest(message) => reject(endpoint, s, BodyError::BadRequest(message), start),
+        Answer::BadRequest(message) => {
+            reject(endpoint, s, conn, BodyError::BadRequest(message), start)
+        }
     }
 }
 
@@ -611,6 +633,10 @@ impl http_body::Body for HeldBody {
         let end = (this.at + ANSWER_CHUNK).min(this.bytes.len());
         let piece = this.bytes.slice(this.at..end);
         this.at = end;
+        if end == this.bytes.len() {
+            // The last piece: the client has taken the rest.
+            this._held[0].state().answered_whole();
+        }
         std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
     }
 
@@ -647,11 +673,11 @@ const DRAIN_LIMIT: u64 = 16 * 1024 * 1024;
 ///
 /// A body that declares at most [`SMALL_BODY`] takes the small lane (and
 /// is cut there: hyper ends a body at its declared length); any other the
-/// big one. Room is taken before the next bytes are asked for (at most
-/// [`READ_AHEAD`] ahead of them, never for a declared length: a client
-/// that declares 3 MiB and sends one byte holds [`READ_AHEAD`]), so what
-/// the client sends beyond it waits in its window. Returns the body and
-/// its room.
+/// big one. Once bytes have come, room is taken before the next are
+/// asked for (at most [`READ_AHEAD`] ahead of them, never for a declared
+/// length: a client that declares 3 MiB and sends one byte holds one
+/// byte and [`READ_AHEAD`]), so what the client sends beyond it waits in
+/// its window. Returns the body and its room.
 async fn read_body(
     headers: &HeaderMap,
     body: Body,
@@ -683,7 +709,9 @@ async fn read_body(
         let mut too_large = declared.is_some_and(|n| n > limit as u64);
         let mut stream = body.into_data_stream();
         loop {
-            if !too_large {
+            // Room ahead of the next bytes once some have come (a request
+            // that has sent nothing holds nothing and waits on its client).
+            if !too_large && len > 0 {
                 let ahead = declared.map_or(READ_AHEAD, |d| {
                     usize::try_from(d)
                         .unwrap_or(usize::MAX)
@@ -691,10 +719,7 @@ async fn read_body(
                         .min(READ_AHEAD)
                 });
                 let want = (len + ahead).min(limit);
-                waiting.store(true, Ordering::Relaxed);
-                let grown = lane.grow_to(conn, &mut held, want, Some(&reading)).await;
-                waiting.store(false, Ordering::Relaxed);
-                grown.map_err(BodyError::Busy)?;
+                room_for(lane, conn, &mut held, want, &reading, &waiting).await?;
             }
             let Some(chunk) = stream.next().await else {
                 break;
@@ -709,10 +734,7 @@ async fn read_body(
                 }
                 continue;
             }
-            waiting.store(true, Ordering::Relaxed);
-            let grown = lane.grow_to(conn, &mut held, len, Some(&reading)).await;
-            waiting.store(false, Ordering::Relaxed);
-            grown.map_err(BodyError::Busy)?;
+            room_for(lane, conn, &mut held, len, &reading, &waiting).await?;
             if first.is_none() && buf.is_empty() {
                 first = Some(chunk);
                 continue;
@@ -743,6 +765,24 @@ async fn read_body(
     }
 }
 
+/// `held` grown to `want` bytes in `lane`: while dljob waits for the room,
+/// the request is not waiting on its client (and is not evicted for it).
+async fn room_for(
+    lane: &Budget,
+    conn: &Conn,
+    held: &mut Room,
+    want: usize,
+    reading: &Reading,
+    waiting: &std::sync::atomic::AtomicBool,
+) -> Result<(), BodyError> {
+    waiting.store(true, Ordering::Relaxed);
+    reading.pause();
+    let grown = lane.grow_to(conn, held, want, Wait::Unbounded).await;
+    reading.progress();
+    waiting.store(false, Ordering::Relaxed);
+    grown.map_err(BodyError::Busy)
+}
+
 /// The lane a body of `declared` length takes.
 fn lane_resource(declared: Option<u64>) -> Resource {
     match declared {
@@ -751,7 +791,14 @@ fn lane_resource(declared: Option<u64>) -> Resource {
     }
 }
 
-fn reject(endpoint: Endpoint, s: &AppState, why: BodyError, start: Instant) -> Response {
+fn reject(
+    endpoint: Endpoint,
+    s: &AppState,
+    conn: &Conn,
+    why: BodyError,
+    start: Instant,
+) -> Response {
+    conn.state.refused();
     let (status, kind, message) = match why {
         BodyError::TooLarge(limit) => (
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -902,12 +949,12 @@ mod tests {
         let len = 200_000;
         let mut room = budget.none(&conn);
         budget
-            .grow(&conn, &mut room, len, Wait::Unbounded, None)
+            .grow(&conn, &mut room, len, Wait::Unbounded)
             .await
             .unwrap();
         let mut slot = slots.none(&conn);
         slots
-            .grow(&conn, &mut slot, 1, Wait::Unbounded, None)
+            .grow(&conn, &mut slot, 1, Wait::Unbounded)
             .await
             .unwrap();
         let mut body = HeldBody {
@@ -931,7 +978,7 @@ mod tests {
         let mut second = slots.none(&conn);
         assert_eq!(
             slots
-                .grow(&conn, &mut second, 1, Wait::Unbounded, None)
+                .grow(&conn, &mut second, 1, Wait::Unbounded)
                 .await
                 .err(),
             Some(Short::Share {
