@@ -165,6 +165,9 @@ async fn tls(
     alpn: &[&[u8]],
 ) -> std::io::Result<TlsStream<TcpStream>> {
     let tcp = TcpStream::connect(addr).await?;
+    // As the API server's client: a request's HEADERS and DATA are not
+    // held back by Nagle's algorithm.
+    tcp.set_nodelay(true)?;
     tls_connector(ca_pem, alpn)
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
@@ -2743,6 +2746,39 @@ async fn control_frames_past_the_rate_pause_the_connection() {
             (Duration::from_millis(1500)..Duration::from_secs(6)).contains(&slow),
             "{slow:?}"
         );
+    })
+    .await
+}
+
+/// A client that answers refusals by asking again at once is slowed to 16
+/// refusals a second (a burst of as many), its connection's reads paused
+/// meanwhile; another connection is answered as ever.
+#[tokio::test]
+async fn a_connection_refused_again_and_again_is_slowed_to_the_refusal_rate() {
+    bounded(async {
+        let s = start(|_| {}).await;
+        let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
+        let started = std::time::Instant::now();
+        for _ in 0..16 {
+            let (status, _) = c.send("POST", "/mutate", b"{".to_vec()).await.unwrap();
+            assert_eq!(status, StatusCode::BAD_REQUEST);
+        }
+        let burst = started.elapsed();
+        assert!(
+            burst < Duration::from_millis(500),
+            "the burst took {burst:?}"
+        );
+        for _ in 0..24 {
+            let (status, _) = c.send("POST", "/mutate", b"{".to_vec()).await.unwrap();
+            assert_eq!(status, StatusCode::BAD_REQUEST);
+        }
+        let all = started.elapsed();
+        assert!(
+            all >= Duration::from_millis(1300),
+            "40 refusals took {all:?}: not slowed to 16 a second"
+        );
+        let took = ordinary_review_answered(&s).await;
+        assert!(took < Duration::from_millis(500), "answered after {took:?}");
     })
     .await
 }
