@@ -17,7 +17,8 @@
 //! [`hostage_run`].
 //!
 //! The second form (idle mode) opens that many TLS connections that
-//! complete the handshake and send nothing, and reports how many the
+//! complete the handshake and send nothing (half of them the HTTP/2
+//! preface and SETTINGS, then nothing), and reports how many the
 //! server kept open (`--max-connections`), its RSS with them open and when
 //! it closed them (`--first-request-timeout-secs`).
 //!
@@ -872,6 +873,14 @@ async fn idle_run(o: &Options, n: usize, run: usize) {
                 return; // closed at once: past the server's limit
             };
             handshakes.fetch_add(1, Ordering::Relaxed);
+            if i % 2 == 1 {
+                // HTTP/2: the client preface and empty SETTINGS, so that
+                // the server holds an HTTP/2 connection (its windows and
+                // tables), then nothing.
+                let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+                preface.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+                let _ = tokio::io::AsyncWriteExt::write_all(&mut tls, &preface).await;
+            }
             let mut buf = [0u8; 16];
             let _ = tokio::time::timeout(
                 Duration::from_secs(60),
