@@ -66,6 +66,30 @@ fn input_files(file: &str) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// `text` as a terminal line: control characters (a newline among them)
+/// and the Unicode marks that reorder text (bidi embeddings, overrides,
+/// isolates and marks) written as `\u{…}` escapes, so that a name or value
+/// a manifest carries cannot forge lines or hide what a message says.
+fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| {
+            if unsafe_char(c) {
+                format!("\\u{{{:04x}}}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
 /// Parses the input's documents; no object at all is an error, as it is
 /// for `kubectl apply`.
 fn read_documents(file: &str) -> anyhow::Result<Vec<manifest::Document>> {
@@ -95,7 +119,7 @@ fn load_config_warning(path: Option<&Path>) -> anyhow::Result<Config> {
     if let Some(p) = path {
         let mut stderr = std::io::stderr().lock();
         for w in config.warnings() {
-            writeln!(stderr, "Warning: config {}: {w}", p.display())?;
+            writeln!(stderr, "Warning: config {}: {}", p.display(), terminal(&w))?;
         }
     }
     Ok(config)
@@ -118,19 +142,19 @@ pub fn mutate(mutate_args: &MutateArgs) -> anyhow::Result<ExitCode> {
         Ok(out) => {
             let mut stderr = std::io::stderr().lock();
             for (name, advice) in &operator_jobs {
-                writeln!(stderr, "Warning: {name}: {advice}")?;
+                writeln!(stderr, "Warning: {}: {}", terminal(name), terminal(advice))?;
             }
             for w in &out.warnings {
-                writeln!(stderr, "Warning: {w}")?;
+                writeln!(stderr, "Warning: {}", terminal(w))?;
             }
             std::io::stdout().lock().write_all(out.yaml.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
         Err((name, violations)) => {
             let mut stderr = std::io::stderr().lock();
-            writeln!(stderr, "error: {name} is refused by dljob:")?;
+            writeln!(stderr, "error: {} is refused by dljob:", terminal(&name))?;
             for v in violations.0 {
-                writeln!(stderr, "  - {v}")?;
+                writeln!(stderr, "  - {}", terminal(&v.to_string()))?;
             }
             Ok(ExitCode::FAILURE)
         }
@@ -248,11 +272,11 @@ pub fn validate(args: &ManifestArgs) -> anyhow::Result<ExitCode> {
     let (problems, warnings) = manifest::validate(&docs, Some(&args.namespace), &config);
     let mut stderr = std::io::stderr().lock();
     for w in &warnings {
-        writeln!(stderr, "Warning: {w}")?;
+        writeln!(stderr, "Warning: {}", terminal(w))?;
     }
     let mut stdout = std::io::stdout().lock();
     for (name, p) in &problems {
-        writeln!(stdout, "{name}: {p}")?;
+        writeln!(stdout, "{}: {}", terminal(name), terminal(p))?;
     }
     if problems.is_empty() {
         Ok(ExitCode::SUCCESS)
@@ -298,7 +322,9 @@ struct Input {
 }
 
 /// Reads `-f FILE|DIR|-` file by file, so that --in-place can write each
-/// back; `in_place` with `-` is refused.
+/// back; `in_place` with `-` is refused, and so is a symbolic link named
+/// as the file, while one in the directory is skipped (its target may be
+/// anywhere, and is left alone).
 fn read_files(file: &str, in_place: bool) -> anyhow::Result<(Vec<Input>, Vec<manifest::Document>)> {
     if in_place && file == "-" {
         anyhow::bail!("--in-place rewrites files: it cannot be used with -f -");
@@ -309,6 +335,35 @@ fn read_files(file: &str, in_place: bool) -> anyhow::Result<(Vec<Input>, Vec<man
         vec![None]
     } else {
         input_files(file)?.into_iter().map(Some).collect()
+    };
+    let is_link = |p: &Path| {
+        p.symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+    };
+    let files = if in_place {
+        // A link's target may be anywhere: it is left alone.
+        if is_link(Path::new(file)) {
+            anyhow::bail!(
+                "--in-place rewrites regular files only, and {file} is a symbolic link: nothing was written; name its target, or run without --in-place"
+            );
+        }
+        let mut stderr = std::io::stderr().lock();
+        let mut kept = Vec::new();
+        for path in files {
+            match path {
+                Some(p) if is_link(&p) => {
+                    writeln!(
+                        stderr,
+                        "skipped {}: a symbolic link (--in-place rewrites regular files only)",
+                        p.display()
+                    )?;
+                }
+                other => kept.push(other),
+            }
+        }
+        kept
+    } else {
+        files
     };
     for path in files {
         let (text, name) = match &path {
@@ -349,7 +404,9 @@ fn write_out(
         std::io::stdout().lock().write_all(text.as_bytes())?;
         return Ok(());
     }
-    let mut stderr = std::io::stderr().lock();
+    // What each changed file becomes, every one checked before any is
+    // written: a file that cannot be replaced leaves them all as they were.
+    let mut writes = Vec::new();
     let mut start = 0;
     for input in inputs {
         let these: Vec<manifest::Document> = documents.drain(..input.count).flatten().collect();
@@ -357,19 +414,61 @@ fn write_out(
         start += input.count;
         let Some(path) = input.path else { continue };
         if any_changed {
-            std::fs::write(&path, join_documents(&these, input.leading_marker))
-                .with_context(|| format!("writing {}", path.display()))?;
-            writeln!(stderr, "{verb} {}", path.display())?;
+            writes.push((path, join_documents(&these, input.leading_marker)));
         }
     }
+    let read_only: Vec<String> = writes
+        .iter()
+        .filter(|(p, _)| std::fs::metadata(p).is_ok_and(|m| m.permissions().readonly()))
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    if !read_only.is_empty() {
+        anyhow::bail!(
+            "{} {} read-only: nothing was written; make {} writable, or run without --in-place",
+            read_only.join(", "),
+            if read_only.len() == 1 { "is" } else { "are" },
+            if read_only.len() == 1 { "it" } else { "them" }
+        );
+    }
+    let mut stderr = std::io::stderr().lock();
+    for (path, text) in writes {
+        replace_file(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+        writeln!(stderr, "{verb} {}", path.display())?;
+    }
     Ok(())
+}
+
+/// Replaces `path` with `text` whole: written to a new file beside it with
+/// its permissions, then renamed over it, so that a failure midway leaves
+/// the old file as it was (never a truncated one).
+fn replace_file(path: &Path, text: &str) -> std::io::Result<()> {
+    let permissions = std::fs::metadata(path)?.permissions();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = path.with_file_name(format!(".{name}.dljob-{}", std::process::id()));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        f.write_all(text.as_bytes())?;
+        f.set_permissions(permissions)?;
+        f.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
 }
 
 /// Says every problem and that nothing was printed or written.
 fn refuse(problems: &[String], in_place: bool) -> anyhow::Result<ExitCode> {
     let mut stderr = std::io::stderr().lock();
     for p in problems {
-        writeln!(stderr, "{p}")?;
+        writeln!(stderr, "{}", terminal(p))?;
     }
     writeln!(
         stderr,
@@ -392,7 +491,7 @@ pub fn convert(args: &ConvertArgs) -> anyhow::Result<ExitCode> {
     {
         let mut stderr = std::io::stderr().lock();
         for w in &converted.warnings {
-            writeln!(stderr, "Warning: {w}")?;
+            writeln!(stderr, "Warning: {}", terminal(w))?;
         }
         if !converted.changed.iter().any(|c| *c) {
             writeln!(
@@ -431,7 +530,7 @@ pub fn label(args: &LabelArgs) -> anyhow::Result<ExitCode> {
     {
         let mut stderr = std::io::stderr().lock();
         for w in &labelled.warnings {
-            writeln!(stderr, "Warning: {w}")?;
+            writeln!(stderr, "Warning: {}", terminal(w))?;
         }
     }
     let documents = labelled.documents.into_iter().map(|d| vec![d]).collect();

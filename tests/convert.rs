@@ -316,6 +316,111 @@ fn other_documents_pass_through_byte_for_byte_and_in_place_rewrites_only_jobs() 
     assert!(refused.stderr.contains("--in-place rewrites files"));
 }
 
+/// --in-place writes only the directory's own regular files, each whole
+/// through a file beside it and a rename: a symbolic link in it (its
+/// target may be anywhere) is skipped and said so, a link named as the
+/// file is refused, and a read-only file is refused before anything is
+/// written. Before, the link's target outside the directory was truncated
+/// and rewritten, read-only or not.
+#[test]
+fn in_place_rewrites_regular_files_only_whole_and_never_through_a_link() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch_dir("convert-tests", "in-place-links");
+    let outside = scratch_dir("convert-tests", "in-place-outside");
+    let job = std::fs::read_to_string(fixture("jaxjob-cpu.yaml")).unwrap();
+    let target = outside.join("job.yaml");
+    std::fs::write(&target, &job).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o444)).unwrap();
+    std::os::unix::fs::symlink(&target, dir.join("a-link.yaml")).unwrap();
+    let own = dir.join("b-own.yaml");
+    std::fs::write(&own, &job).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o640)).unwrap();
+
+    let run = dljob(
+        &["convert", "-f", dir.to_str().unwrap(), "--in-place"],
+        None,
+    );
+    assert!(run.success(), "{run:?}");
+    assert_eq!(
+        run.stderr,
+        format!(
+            "skipped {}: a symbolic link (--in-place rewrites regular files only)\nconverted {}\n",
+            dir.join("a-link.yaml").display(),
+            own.display()
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        job,
+        "the link's target"
+    );
+    assert_eq!(
+        values(&std::fs::read_to_string(&own).unwrap())[0]["kind"],
+        "Job"
+    );
+    let mode = std::fs::metadata(&own).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "the rewritten file keeps its mode");
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(leftovers.len(), 2, "{leftovers:?}");
+
+    let named = dljob(
+        &[
+            "convert",
+            "-f",
+            dir.join("a-link.yaml").to_str().unwrap(),
+            "--in-place",
+        ],
+        None,
+    );
+    assert!(!named.success(), "{named:?}");
+    assert!(
+        named
+            .stderr
+            .contains("is a symbolic link: nothing was written"),
+        "{named:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), job);
+
+    // A read-only file (root may write it anyway): refused, nothing written.
+    let read_only = dir.join("c-read-only.yaml");
+    std::fs::write(&read_only, &job).unwrap();
+    std::fs::set_permissions(&read_only, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let refused = dljob(
+        &["convert", "-f", read_only.to_str().unwrap(), "--in-place"],
+        None,
+    );
+    assert!(!refused.success(), "{refused:?}");
+    assert!(
+        refused.stderr.contains("is read-only: nothing was written"),
+        "{refused:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&read_only).unwrap(), job);
+    for d in [dir, outside] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// A name or value a manifest carries reaches the terminal escaped: a bidi
+/// override (which would show the rest of the line reversed) or a newline
+/// (which would forge a line) is written as `\u{…}`.
+#[test]
+fn refusals_echo_names_with_their_control_characters_escaped() {
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: \"evil\\u202Egpj.exe\"\n  labels: {dljob.dev/job: j, dljob.dev/role: worker}\n  annotations: {dljob.dev/framework: \"py\\ntorch\"}\nspec:\n  containers: [{name: c, image: i}]\n";
+    let run = dljob(&["validate", "-f", "-"], Some(pod));
+    assert!(!run.success(), "{run:?}");
+    assert!(!run.stdout.contains('\u{202e}'), "{run:?}");
+    assert!(run.stdout.contains("evil\\u{202e}gpj.exe"), "{run:?}");
+    assert!(run.stdout.contains("py\\u{000a}torch"), "{run:?}");
+    assert_eq!(
+        run.stdout.lines().count(),
+        run.stdout.matches("evil").count(),
+        "{run:?}"
+    );
+}
+
 #[test]
 fn validate_mutate_and_label_point_at_convert() {
     let file = fixture("pytorchjob-simple.yaml");
