@@ -634,12 +634,15 @@ impl Slots {
         Ok(out)
     }
 
-    /// Slots of worker `index`.
+    /// Slots of worker `index`: a binary search of the ranges (sorted, not
+    /// overlapping), as a launcher's hostfile asks for every worker.
     pub(crate) fn of_worker(&self, index: u32) -> u32 {
-        self.ranges
-            .iter()
-            .find(|(first, last, _)| (*first..=*last).contains(&index))
-            .map_or(self.default, |(_, _, n)| *n)
+        let after = self.ranges.partition_point(|(first, _, _)| *first <= index);
+        after
+            .checked_sub(1)
+            .map(|i| self.ranges[i])
+            .filter(|(_, last, _)| index <= *last)
+            .map_or(self.default, |(_, _, n)| n)
     }
 
     /// Slots of every host no range names.
@@ -1087,6 +1090,25 @@ mod tests {
         assert!(err("0-1=0").contains("has \"0\" where a slot count goes"));
         assert!(err("3-1=2").contains("has the range 3-1, which is empty"));
         assert!(err("a-1=2").contains("has \"a\" where an index goes"));
+    }
+
+    /// 700 ranges with gaps between them (as a 5 KB annotation may hold,
+    /// for 7 000 workers): every worker gets its range's count, and a
+    /// worker in a gap or past the last range the default.
+    #[test]
+    fn slots_of_many_ranges_are_found_for_every_worker() {
+        let text: Vec<String> = std::iter::once("2".to_owned())
+            .chain((0..700u32).map(|k| format!("{}-{}={}", k * 10, k * 10 + 4, k % 7 + 1)))
+            .collect();
+        let s = Slots::parse(&text.join(",")).unwrap();
+        for i in 0..7_020u32 {
+            let expected = if i < 7_000 && i % 10 <= 4 {
+                (i / 10) % 7 + 1
+            } else {
+                2
+            };
+            assert_eq!(s.of_worker(i), expected, "worker {i}");
+        }
     }
 
     #[test]
