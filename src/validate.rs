@@ -167,6 +167,37 @@ fn immutable_keys(
             );
         }
     }
+    // What dljob wrote on a member pod at its creation for the kubelet to
+    // project into its files (/etc/dljob/hostfile, /etc/volcano/*.host)
+    // stays as written: changed, the kubelet would rewrite those files in
+    // the running pod.
+    if kind == Kind::Pod {
+        let projected = |o: &Value| -> std::collections::BTreeMap<String, String> {
+            object::string_map(o, &[], "annotations")
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| {
+                    k.as_str() == c::HOSTFILE || k.starts_with(c::VOLCANO_HOSTS_PREFIX)
+                })
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect()
+        };
+        let (before, after) = (projected(old), projected(new));
+        let keys: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+        for key in keys {
+            let (b, a) = (before.get(key), after.get(key));
+            if b != a {
+                v.push(
+                    Rule::ImmutableKey,
+                    format!(
+                        "{} is written by dljob when a member pod is created, and the kubelet keeps a file of the running pod equal to it: it cannot change ({}); delete the pod to have it created again",
+                        c::quoted(key),
+                        changed_value(b.map(String::as_str), a.map(String::as_str))
+                    ),
+                );
+            }
+        }
+    }
     // The reconciler's mark of a finished run is added once and never
     // changed or removed: taken off, the leftovers would count again.
     // (On the object itself: the reconciler marks the workload, not its

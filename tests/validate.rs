@@ -1358,6 +1358,47 @@ fn the_finished_run_mark_cannot_change_or_go() {
     );
 }
 
+/// What dljob wrote on a member pod for the kubelet to project into its
+/// files cannot change on UPDATE: changed, the kubelet would rewrite
+/// /etc/dljob/hostfile or /etc/volcano/*.host inside the running pod.
+#[test]
+fn the_annotations_dljob_projects_into_a_running_pod_cannot_change() {
+    let mut member = tf_pod("worker", json!({}));
+    member["metadata"]["annotations"]["dljob.dev/hostfile"] = json!("mnist-worker-0 slots=1\n");
+    member["metadata"]["annotations"]["volcano.dljob.dev/worker.host"] = json!("mnist-worker-0");
+    // Another annotation may change.
+    let mut noted = member.clone();
+    noted["metadata"]["annotations"]["note"] = json!("hello");
+    assert!(problems_with(Kind::Pod, &noted, Some(&member), &[]).is_empty());
+    let mut hostfile = member.clone();
+    hostfile["metadata"]["annotations"]["dljob.dev/hostfile"] = json!("evil slots=64\n");
+    assert_eq!(
+        problems_with(Kind::Pod, &hostfile, Some(&member), &[]),
+        vec!["dljob.dev/hostfile is written by dljob when a member pod is created, and the kubelet keeps a file of the running pod equal to it: it cannot change (\"mnist-worker-0 slots=1\n\" → \"evil slots=64\n\"); delete the pod to have it created again"]
+    );
+    // Added or removed, a Volcano host list is refused as well.
+    let mut added = member.clone();
+    added["metadata"]["annotations"]["volcano.dljob.dev/ps.host"] = json!("evil");
+    assert_eq!(
+        problems_with(Kind::Pod, &added, Some(&member), &[]).len(),
+        1
+    );
+    let mut removed = member.clone();
+    removed["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("volcano.dljob.dev/worker.host");
+    assert_eq!(
+        problems_with(Kind::Pod, &removed, Some(&member), &[]).len(),
+        1
+    );
+    // A pod that is no member is not dljob's.
+    let plain = pod(json!({}), json!({"dljob.dev/hostfile": "a"}));
+    let mut changed = plain.clone();
+    changed["metadata"]["annotations"]["dljob.dev/hostfile"] = json!("b");
+    assert!(problems_with(Kind::Pod, &changed, Some(&plain), &[]).is_empty());
+}
+
 /// An UPDATE judges the old object and the new one against the same
 /// members: the webhook's source of peers is read once for both (a member
 /// that comes or goes between two reads would otherwise make a problem the
