@@ -286,10 +286,14 @@ pub(crate) struct PodEdits<'a> {
     appends: Vec<(List, Added<'a>)>,
 }
 
-/// What is added to one list: before its original items, and after.
+/// What is added to one list: before its original items, before a given
+/// original item, and after them all.
 #[derive(Default)]
 struct Added<'a> {
     front: Vec<Item<'a>>,
+    /// (original index, item): put just before that original item, in
+    /// the order of the indexes (then of their adding).
+    before: Vec<(usize, Item<'a>)>,
     back: Vec<Item<'a>>,
 }
 
@@ -340,16 +344,22 @@ impl<'a> PodEdits<'a> {
     /// front so far, the original ones, then those appended so far.
     pub(crate) fn items(&self, list: List) -> impl Iterator<Item = Seen<'_, 'a>> {
         let original = list.original(self.pod).map(Vec::as_slice).unwrap_or(&[]);
-        let (front, back) = self
+        let (front, before, back) = self
             .appends
             .iter()
             .find(|(l, _)| *l == list)
-            .map(|(_, a)| (a.front.as_slice(), a.back.as_slice()))
-            .unwrap_or((&[], &[]));
+            .map(|(_, a)| (a.front.as_slice(), a.before.as_slice(), a.back.as_slice()))
+            .unwrap_or((&[], &[], &[]));
         front
             .iter()
             .map(Seen::Pending)
-            .chain(original.iter().map(Seen::Original))
+            .chain(original.iter().enumerate().flat_map(move |(k, item)| {
+                before
+                    .iter()
+                    .filter(move |(at, _)| *at == k)
+                    .map(|(_, added)| Seen::Pending(added))
+                    .chain(std::iter::once(Seen::Original(item)))
+            }))
             .chain(back.iter().map(Seen::Pending))
     }
 
@@ -374,6 +384,19 @@ impl<'a> PodEdits<'a> {
     /// vars as `$(NAME)`, which Kubernetes expands from earlier ones only.
     pub(crate) fn prepend(&mut self, list: List, item: Item<'a>) {
         self.added(list).front.push(item);
+    }
+
+    /// Puts `item` just before the original item at `index` of `list` (or
+    /// after them all when there is none there).
+    pub(crate) fn insert_before(&mut self, list: List, index: usize, item: Item<'a>) {
+        let len = list.original(self.pod).map_or(0, Vec::len);
+        let added = self.added(list);
+        if index >= len {
+            added.back.push(item);
+        } else {
+            let at = added.before.partition_point(|(k, _)| *k <= index);
+            added.before.insert(at, (index, item));
+        }
     }
 
     /// The JSON Patch of every recorded edit.
@@ -415,11 +438,21 @@ impl<'a> PodEdits<'a> {
                 }
                 Some(existing) => {
                     // Each add at k inserts before what was at k, so the
-                    // front items land in order before the originals.
+                    // front items land in order before the originals, and
+                    // each of the others before its original item (moved
+                    // along by all that was added before it).
                     for (k, item) in added.front.iter().enumerate() {
                         ops.push(operation(Op::Add, format!("{path}/{k}"), item));
                     }
-                    let end = existing.len() + added.front.len();
+                    let front = added.front.len();
+                    for (n, (k, item)) in added.before.iter().enumerate() {
+                        ops.push(operation(
+                            Op::Add,
+                            format!("{path}/{}", front + n + k),
+                            item,
+                        ));
+                    }
+                    let end = existing.len() + front + added.before.len();
                     for (k, item) in added.back.iter().enumerate() {
                         ops.push(operation(Op::Add, format!("{path}/{}", end + k), item));
                     }
@@ -545,6 +578,36 @@ mod tests {
         let out = apply(&bare, &e.into_patch());
         assert_eq!(out["spec"]["containers"][0]["env"][0]["name"], "A");
         assert_eq!(out["spec"]["containers"][0]["env"][1]["name"], "Z");
+    }
+
+    #[test]
+    fn items_put_before_an_original_land_there_in_order() {
+        let pod = json!({"spec": {"containers": [{"name": "c"}], "initContainers": [
+            {"name": "A", "restartPolicy": "Always"}, {"name": "B"}, {"name": "C"}
+        ]}});
+        let mut e = PodEdits::new(&pod);
+        let init = |name: &str| Item::Json(json!({"name": name}));
+        e.insert_before(List::InitContainers, 1, init("X"));
+        e.append(List::InitContainers, init("L"));
+        e.insert_before(List::InitContainers, 2, init("Z"));
+        e.insert_before(List::InitContainers, 1, init("Y"));
+        e.prepend(List::InitContainers, init("F"));
+        // Past the last original: after them all.
+        e.insert_before(List::InitContainers, 9, init("M"));
+        let want = ["F", "A", "X", "Y", "B", "Z", "C", "L", "M"];
+        let names: Vec<String> = e
+            .items(List::InitContainers)
+            .map(|s| s.name().to_owned())
+            .collect();
+        assert_eq!(names, want);
+        let out = apply(&pod, &e.into_patch());
+        let names: Vec<&str> = out["spec"]["initContainers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, want);
     }
 
     #[test]

@@ -689,8 +689,12 @@ fn wait_for_names(
         "image": image,
         "command": command,
     });
-    if let Some(v) = framework.get("securityContext") {
-        container["securityContext"] = v.clone();
+    // The framework container's image, pulled as it is (a `:latest` image
+    // loaded into the node with `Never` is not pulled for this one).
+    for key in ["securityContext", "imagePullPolicy"] {
+        if let Some(v) = framework.get(key) {
+            container[key] = v.clone();
+        }
     }
     // Every resource but devices (extended resources): a LimitRange that
     // bounds one (ephemeral-storage, hugepages) judges this container too.
@@ -721,8 +725,22 @@ fn wait_for_names(
     let ours = |c: &Value| {
         c["command"].get(3).and_then(Value::as_str) == Some(c::WAIT_FOR_NAMES_CONTAINER)
     };
+    // Before the user's own init containers that run to completion (one
+    // may reach the coordinator), after the sidecars before them (which
+    // keep running, as the framework's own do).
+    let first_to_complete = edits
+        .pod()
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .and_then(|list| {
+            list.iter()
+                .position(|c| c.get("restartPolicy").and_then(Value::as_str) != Some("Always"))
+        });
     match existing {
-        None => edits.append(List::InitContainers, Item::Json(container)),
+        None => match first_to_complete {
+            Some(at) => edits.insert_before(List::InitContainers, at, Item::Json(container)),
+            None => edits.append(List::InitContainers, Item::Json(container)),
+        },
         Some(theirs) if ours(&theirs) || object::contains(&theirs, &container) => {}
         Some(_) => warnings.push(format!(
             "init container \"{}\" is the user's and kept; dljob's would wait for the job's names before the framework starts",
@@ -764,11 +782,30 @@ fn template_image_env(kind: Kind, object: &Value, config: &Config) -> Vec<String
         .collect()
 }
 
-/// A Windows pod (`spec.os.name`, or the node selector
-/// `kubernetes.io/os`): no `sh` to wait with.
+/// A Windows pod (`spec.os.name`, the node selector `kubernetes.io/os`,
+/// or a required node affinity every term of which asks for Windows
+/// nodes only): no `sh` to wait with.
 fn runs_windows(pod: &Value) -> bool {
+    const OS: &str = "kubernetes.io/os";
+    let windows_only = |term: &Value| {
+        term["matchExpressions"].as_array().is_some_and(|exprs| {
+            exprs.iter().any(|e| {
+                e["key"] == OS
+                    && e["operator"] == "In"
+                    && e["values"]
+                        .as_array()
+                        .is_some_and(|v| !v.is_empty() && v.iter().all(|v| v == "windows"))
+            })
+        })
+    };
+    let affinity = pod.pointer(
+        "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms",
+    );
     object::str_at(pod, &["spec", "os", "name"]) == Some("windows")
-        || object::str_at(pod, &["spec", "nodeSelector", "kubernetes.io/os"]) == Some("windows")
+        || object::str_at(pod, &["spec", "nodeSelector", OS]) == Some("windows")
+        || affinity
+            .and_then(Value::as_array)
+            .is_some_and(|terms| !terms.is_empty() && terms.iter().all(windows_only))
 }
 
 /// The job-wide keys whose default comes from the webhook's config

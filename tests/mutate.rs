@@ -1021,8 +1021,11 @@ fn ssh_members_are_told_what_their_user_cannot_read() {
 
 /// Every member waits, before its framework starts, for its own name and
 /// its coordinator's to resolve: an init container from the framework
-/// container's image with its CPU, memory and securityContext. Not for the
-/// SSH frameworks, nor when the member or the config says not to.
+/// container's image, pulled as it is, with its CPU, memory and
+/// securityContext, before the user's own init containers that run to
+/// completion (one may reach the coordinator) and after the sidecars
+/// before them. Not for the SSH frameworks, nor Windows pods, nor when the
+/// member or the config says not to.
 #[test]
 fn members_wait_for_their_names_in_an_init_container() {
     const T: &str = "master=1,worker=2";
@@ -1038,13 +1041,24 @@ fn members_wait_for_their_names_in_an_init_container() {
         "limits": {"memory": "4Gi", "ephemeral-storage": "2Gi", "nvidia.com/gpu": "1"}
     });
     worker["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 1000});
-    worker["spec"]["initContainers"] = json!([{"name": "fetch", "image": "busybox"}]);
+    worker["spec"]["containers"][0]["imagePullPolicy"] = json!("Never");
+    worker["spec"]["initContainers"] = json!([
+        {"name": "proxy", "image": "envoy", "restartPolicy": "Always"},
+        {"name": "fetch", "image": "busybox"},
+        {"name": "log", "image": "fluent", "restartPolicy": "Always"}
+    ]);
     let m = create(Kind::Pod, &worker, &Config::default());
-    let inits = m.object["spec"]["initContainers"].as_array().unwrap();
-    assert_eq!(inits[0]["name"], "fetch", "the user's own come first");
-    let wait = &inits[1];
+    let inits: Vec<&str> = m.object["spec"]["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(inits, ["proxy", "dljob-wait-for-names", "fetch", "log"]);
+    let wait = &m.object["spec"]["initContainers"][1];
     assert_eq!(wait["name"], "dljob-wait-for-names");
     assert_eq!(wait["image"], "img");
+    assert_eq!(wait["imagePullPolicy"], "Never");
     let command: Vec<&str> = wait["command"]
         .as_array()
         .unwrap()
@@ -1119,9 +1133,12 @@ fn members_wait_for_their_names_in_an_init_container() {
         create(Kind::Pod, &launcher, &Config::default()).object["spec"].get("initContainers"),
         None
     );
+    let windows_term = json!({"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]});
+    let affinity = |terms: Value| json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}});
     for windows in [
         json!({"os": {"name": "windows"}}),
         json!({"nodeSelector": {"kubernetes.io/os": "windows"}}),
+        affinity(json!([windows_term])),
     ] {
         let mut w = master.clone();
         for (k, v) in windows.as_object().unwrap() {
@@ -1133,6 +1150,15 @@ fn members_wait_for_their_names_in_an_init_container() {
             "{windows}"
         );
     }
+    // A term that allows Linux nodes too: the pod may run on Linux.
+    let either = json!({"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]});
+    let mut maybe_linux = master.clone();
+    maybe_linux["spec"]["affinity"] = affinity(json!([windows_term, either]))["affinity"].clone();
+    assert_eq!(
+        create(Kind::Pod, &maybe_linux, &Config::default()).object["spec"]["initContainers"][0]
+            ["name"],
+        "dljob-wait-for-names"
+    );
     let bad = pod(
         "xg",
         "master",

@@ -185,11 +185,13 @@ enum Depth {
 
 /// What no part of dljob's admission reads, skipped unread where it sits
 /// (`tests::skipped_fields_are_read_nowhere` holds the core's sources to
-/// it): the server's bookkeeping, a pod's scheduling, DNS, identity and
-/// lifecycle settings, a container's probes and terminal settings, and
-/// the status. Most of what the API server's defaulting adds to a Pod is
-/// here. A patch made on the rest applies to the object as sent: no
-/// operation dljob makes names a skipped field.
+/// it): the server's bookkeeping, a pod's scheduling (but its affinity,
+/// which may say it runs on Windows), DNS, identity and lifecycle
+/// settings, a container's probes and terminal settings (but its image
+/// pull policy, which dljob's init container copies), and the status.
+/// Most of what the API server's defaulting adds to a Pod is here. A patch
+/// made on the rest applies to the object as sent: no operation dljob
+/// makes names a skipped field.
 const SKIPPED_METADATA: &[&str] = &[
     "managedFields",
     "creationTimestamp",
@@ -198,7 +200,6 @@ const SKIPPED_METADATA: &[&str] = &[
 ];
 const SKIPPED_SPEC: &[&str] = &[
     "tolerations",
-    "affinity",
     "dnsPolicy",
     "dnsConfig",
     "terminationGracePeriodSeconds",
@@ -220,7 +221,6 @@ const SKIPPED_SPEC: &[&str] = &[
     "setHostnameAsFQDN",
 ];
 const SKIPPED_CONTAINER: &[&str] = &[
-    "imagePullPolicy",
     "terminationMessagePath",
     "terminationMessagePolicy",
     "livenessProbe",
@@ -473,7 +473,7 @@ mod tests {
             "metadata": {"name": "p", "resourceVersion": "7", "labels": {"status": "kept"}},
             "spec": {
                 "tolerations": [{"key": "k"}], "dnsPolicy": "ClusterFirst", "hostname": "h",
-                "containers": [{"name": "c", "imagePullPolicy": "Always", "env": [{"name": "tty", "value": "x"}]}],
+                "containers": [{"name": "c", "stdin": true, "env": [{"name": "tty", "value": "x"}]}],
                 "initContainers": [{"name": "i", "terminationMessagePath": "/dev/t"}],
                 "volumes": [{"name": "v", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}],
             },
