@@ -86,22 +86,13 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 extra_sans: args.self_signed_sans.clone(),
             },
         };
-        let client_auth = match &args.client_ca {
-            Some(path) => {
-                let pem = std::fs::read(path)
-                    .with_context(|| format!("reading --client-ca {}", path.display()))?;
-                let verifier = tls::client_verifier(&pem, &path.display().to_string())?;
-                tracing::info!(
-                    ca = %path.display(),
-                    "clients of the webhook port must present a certificate this CA signed; denials name the job's other members"
-                );
-                Some(verifier)
-            }
-            None => {
-                tracing::info!("no --client-ca: whoever reaches the webhook port gets answers, so denials do not name the job's other members (docs/client-certificate.md)");
-                None
-            }
-        };
+        match &args.client_ca {
+            Some(path) => tracing::info!(
+                ca = %path.display(),
+                "clients of the webhook port must present a certificate this CA signed (re-read when it changes); denials name the job's other members"
+            ),
+            None => tracing::info!("no --client-ca: whoever reaches the webhook port gets answers, so denials do not name the job's other members (docs/client-certificate.md)"),
+        }
         let settings = Settings {
             max_body_bytes: args.max_body_bytes,
             max_body_bytes_in_flight: args.max_body_bytes_in_flight,
@@ -114,7 +105,7 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             metrics_listen: args.metrics_listen,
             reload_interval: RELOAD_INTERVAL,
             log_reviews: args.log_reviews,
-            client_auth,
+            client_ca: args.client_ca.clone(),
             ..Settings::new(args.listen, tls.clone())
         };
         let running = run(settings, Inputs { config, peers }, registry).await?;

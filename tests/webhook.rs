@@ -2229,17 +2229,22 @@ fn client_ca() -> (String, Identity) {
 
 /// With a client CA the webhook port answers only a client that presents
 /// a certificate it signed (the API server, configured so): one without a
-/// certificate, or with another CA's, gets no answer. The probes move to
-/// the metrics port, where the kubelet (which presents none) reaches them.
+/// certificate, or with another CA's, gets no answer; the CA's file is
+/// re-read when it changes (before, it was read once, at start). The
+/// probes move to the metrics port, where the kubelet (which presents
+/// none) reaches them.
 #[tokio::test]
 async fn with_a_client_ca_only_its_clients_are_answered() {
     bounded(async {
         let (ca, identity) = client_ca();
-        let (_, stranger) = client_ca();
-        let verifier = webhook::tls::client_verifier(ca.as_bytes(), "client CA").unwrap();
+        let (other_ca, stranger) = client_ca();
+        let dir = tempdir("client-ca");
+        let ca_file = dir.join("client-ca.pem");
+        std::fs::write(&ca_file, &ca).unwrap();
         let s = start(|s| {
             s.metrics_listen = Some(localhost());
-            s.client_auth = Some(verifier);
+            s.client_ca = Some(ca_file.clone());
+            s.reload_interval = Duration::from_millis(100);
         })
         .await;
         let answered = |identity: Option<Identity>| {
@@ -2270,15 +2275,38 @@ async fn with_a_client_ca_only_its_clients_are_answered() {
                 Ok::<_, std::io::Error>(resp.status())
             }
         };
-        assert_eq!(answered(Some(identity)).await.unwrap(), StatusCode::OK);
+        assert_eq!(
+            answered(Some(identity.clone())).await.unwrap(),
+            StatusCode::OK
+        );
         assert!(
             answered(None).await.is_err(),
             "answered without a certificate"
         );
         assert!(
-            answered(Some(stranger)).await.is_err(),
+            answered(Some(stranger.clone())).await.is_err(),
             "answered another CA's client"
         );
+        // The CA file replaced (a rotation): new connections are judged
+        // by the new CA, as the serving certificate is reloaded.
+        write_atomically(&ca_file, &other_ca);
+        let reloaded = std::time::Instant::now();
+        while answered(Some(stranger.clone())).await.is_err() {
+            assert!(
+                reloaded.elapsed() < Duration::from_secs(10),
+                "the new client CA was not read"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            answered(Some(identity.clone())).await.is_err(),
+            "the old CA's client is still answered"
+        );
+        // A file that is no CA is logged and the last good one kept.
+        write_atomically(&ca_file, "not a certificate");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(answered(Some(stranger)).await.unwrap(), StatusCode::OK);
+        let _ = std::fs::remove_dir_all(&dir);
         // The probes, over plain HTTP on the metrics port.
         let at = s.running.metrics_addr().expect("a metrics port");
         for (path, expected) in [("/healthz", "HTTP/1.1 200"), ("/readyz", "HTTP/1.1 200")] {
@@ -2563,8 +2591,8 @@ fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// 64 connections each with the 16 streams a connection may open, every
-/// one a review whose body never comes: the 1 024 reviews in flight the
+/// 32 connections each with the 16 streams a connection may open, every
+/// one a review whose body never comes: the 512 reviews in flight the
 /// server allows in all. An ordinary review, on a connection whose client
 /// has read its answers before, then takes the place of the connection
 /// that has waited longest on its client (one, its 16 streams freed)
@@ -2575,8 +2603,6 @@ async fn held_streams_give_their_places_to_an_ordinary_review() {
     bounded(async {
         let s = start(|s| {
             s.read_timeout = Duration::from_secs(30);
-            // Room for every stream's first 16 KiB in the big bodies' lane.
-            s.max_body_bytes_in_flight = 32 * 1024 * 1024;
         })
         .await;
         let ordinary = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
@@ -2584,7 +2610,7 @@ async fn held_streams_give_their_places_to_an_ordinary_review() {
         let (_, resp) = ordinary.post("/mutate", &review).await;
         assert_allowed(&resp, &uid(&review));
         let (mut held, mut drivers) = (Vec::new(), Vec::new());
-        for _ in 0..64 {
+        for _ in 0..32 {
             let (client, driver) = h2_client(&s, 65_535).await;
             for _ in 0..16 {
                 let mut c = client.clone().ready().await.unwrap();

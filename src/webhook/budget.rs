@@ -13,6 +13,7 @@
 //!   client has taken a review's answer whole, and that holds less than
 //!   half its share, evicts; any other waits for room (or is refused).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,9 @@ pub(crate) struct Budget {
     total: usize,
     share: usize,
     room: Arc<Semaphore>,
+    /// Room handed over from evicted connections that still hold it (until
+    /// they go): memory over the total, kept under a quarter of it.
+    unsettled: Arc<AtomicUsize>,
 }
 
 /// Why room was not given.
@@ -75,6 +79,7 @@ impl Budget {
             total,
             share: share.clamp(1, total),
             room: Arc::new(Semaphore::new(total)),
+            unsettled: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -93,6 +98,7 @@ impl Budget {
             state: conn.state.clone(),
             resource: self.resource,
             budget: self.room.clone(),
+            unsettled: self.unsettled.clone(),
         }
     }
 
@@ -168,14 +174,21 @@ impl Budget {
                 taken(p, &mut permit);
                 break Ok(());
             }
-            while may_evict && need > 0 {
+            // What evicted connections still hold stays under a quarter of
+            // the total: past it, a request waits for their room to come
+            // back as anyone would.
+            let mut may_hand =
+                (self.total / 4).saturating_sub(self.unsettled.load(Ordering::Relaxed));
+            while may_evict && need > 0 && may_hand > 0 {
                 let Some(victim) = conn.registry.evict_holder(self.resource, conn.state.id())
                 else {
                     break;
                 };
-                let claim = victim.claim(self.resource, need);
+                let claim = victim.claim(self.resource, need.min(may_hand));
+                self.unsettled.fetch_add(claim, Ordering::Relaxed);
                 handed += claim;
                 need -= claim;
+                may_hand -= claim;
             }
             if need == 0 {
                 break Ok(());
@@ -241,6 +254,7 @@ pub(crate) struct Room {
     state: Arc<ConnState>,
     resource: Resource,
     budget: Arc<Semaphore>,
+    unsettled: Arc<AtomicUsize>,
 }
 
 impl Room {
@@ -256,19 +270,21 @@ impl Room {
         }
     }
 
-    /// Gives back `n`: handed-over room first; of its own permits, those
-    /// its connection owes to a request it was evicted for are forgotten.
+    /// Gives back `n` (handed-over room first, then permits), but what its
+    /// connection owes to a request it was evicted for: that is the other
+    /// request's now, and is kept out of the budget (its permits
+    /// forgotten).
     fn release(&mut self, n: usize) {
+        let owed = self.state.settle(self.resource, n);
+        self.unsettled.fetch_sub(owed, Ordering::Relaxed);
         let from_handed = n.min(self.handed);
         self.handed -= from_handed;
-        self.budget.add_permits(from_handed);
+        let kept_out = owed.min(from_handed);
+        self.budget.add_permits(from_handed - kept_out);
         let from_permits = n - from_handed;
-        if from_permits > 0 {
-            if let Some(mut back) = self.permit.as_mut().and_then(|p| p.split(from_permits)) {
-                let owed = self.state.settle(self.resource, from_permits);
-                if let Some(gone) = back.split(owed) {
-                    gone.forget();
-                }
+        if let Some(mut back) = self.permit.as_mut().and_then(|p| p.split(from_permits)) {
+            if let Some(gone) = back.split(owed - kept_out) {
+                gone.forget();
             }
         }
         self.state.sub_held(self.resource, n);
@@ -290,7 +306,8 @@ mod tests {
     /// A connection that has waited on its client longer than a newer
     /// request can wait for room is evicted for it, and its room handed
     /// over at once — not left to whoever waits first — while the budget's
-    /// total comes back whole once both are gone, in either order.
+    /// total comes back whole once both are gone, in either order. What
+    /// evicted connections still hold stays under a quarter of the total.
     #[tokio::test(start_paused = true)]
     async fn a_stalled_holders_room_is_handed_to_the_request_it_is_evicted_for() {
         for victim_goes_first in [true, false] {
@@ -307,7 +324,7 @@ mod tests {
             // Not yet stalled for 50 ms: nothing to evict, refused.
             let mut room = budget.none(&newer);
             let refused = budget
-                .grow(&newer, &mut room, 60, Wait::ForEvicted(Duration::ZERO))
+                .grow(&newer, &mut room, 20, Wait::ForEvicted(Duration::ZERO))
                 .await;
             assert!(refused.is_err());
             assert_eq!(newer.state.holds(Resource::Answers), 0);
@@ -317,7 +334,7 @@ mod tests {
                 .grow(
                     &newer,
                     &mut room,
-                    60,
+                    20,
                     Wait::ForEvicted(Duration::from_secs(1)),
                 )
                 .await
@@ -328,18 +345,44 @@ mod tests {
                 "handed over, not waited for"
             );
             assert_eq!(budget.available(), 0);
+            assert_eq!(budget.unsettled.load(Ordering::Relaxed), 20);
             if victim_goes_first {
                 drop(held);
-                assert_eq!(budget.available(), 40, "60 of its 100 were handed over");
+                assert_eq!(budget.available(), 80, "20 of its 100 were handed over");
                 drop(room);
             } else {
                 drop(room);
-                assert_eq!(budget.available(), 60);
+                assert_eq!(budget.available(), 20);
                 drop(held);
             }
             assert_eq!(budget.available(), 100);
+            assert_eq!(budget.unsettled.load(Ordering::Relaxed), 0);
             assert_eq!(stalled.state.holds(Resource::Answers), 0);
             assert_eq!(newer.state.holds(Resource::Answers), 0);
         }
+    }
+
+    /// Past a quarter of the total held by evicted connections, a request
+    /// is not handed more: it waits for room as anyone would.
+    #[tokio::test(start_paused = true)]
+    async fn no_more_than_a_quarter_of_a_budget_is_handed_over() {
+        let registry = Registry::for_test(4);
+        let budget = Budget::new(Resource::Answers, 100, 100);
+        let (stalled, newer) = (Conn::admitted(&registry), Conn::admitted(&registry));
+        newer.state.answered_whole();
+        let mut held = budget.none(&stalled);
+        budget
+            .grow(&stalled, &mut held, 100, Wait::Unbounded)
+            .await
+            .unwrap();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let mut room = budget.none(&newer);
+        let wait = Wait::ForEvicted(Duration::from_millis(50));
+        assert!(budget.grow(&newer, &mut room, 60, wait).await.is_err());
+        // What was claimed went back: the victim forgets it as it goes.
+        assert_eq!(budget.unsettled.load(Ordering::Relaxed), 25);
+        drop(held);
+        assert_eq!(budget.unsettled.load(Ordering::Relaxed), 0);
+        assert_eq!(budget.available(), 100);
     }
 }

@@ -60,11 +60,12 @@ pub struct Settings {
     /// Log every review at INFO; otherwise only denials and reviews with
     /// warnings are (the others at DEBUG).
     pub log_reviews: bool,
-    /// Client certificates required on the webhook port, and whose: with
-    /// them, denials name the job's other members (only the API server
+    /// The PEM CA bundle whose certificates clients of the webhook port
+    /// must present (re-read with the certificate files when it changes):
+    /// with it, denials name the job's other members (only the API server
     /// can ask); without, they do not (whoever reaches the port could ask
     /// about any namespace).
-    pub client_auth: tls::ClientAuth,
+    pub client_ca: Option<std::path::PathBuf>,
 }
 
 impl Settings {
@@ -79,7 +80,7 @@ impl Settings {
             connections: Limits::DEFAULT,
             metrics_listen: None,
             reload_interval: Duration::from_secs(2),
-            client_auth: None,
+            client_ca: None,
             log_reviews: false,
         }
     }
@@ -165,8 +166,9 @@ impl Budgets {
 /// a few tens of KiB.
 const SMALL_BODY: usize = 256 * 1024;
 
-/// The small lane's room: 64 bodies of [`SMALL_BODY`].
-const SMALL_BUDGET: usize = 64 * SMALL_BODY;
+/// The small lane's room: 32 bodies of [`SMALL_BODY`] (thousands of the
+/// API server's, of a few KiB each).
+const SMALL_BUDGET: usize = 32 * SMALL_BODY;
 
 /// HTTP/2 streams a connection may have open: the API server sends a
 /// handful at a time on a connection, and opens another past this.
@@ -174,12 +176,14 @@ const MAX_STREAMS: u32 = 16;
 
 /// Reviews in flight over every connection (a connection holds at most
 /// [`MAX_STREAMS`]): each holds its stream's state, headers and task
-/// (about 4 KiB) besides its body.
-const MAX_REQUESTS: usize = 1024;
+/// (about 4 KiB, and its header list of at most [`MAX_HEADER_LIST`])
+/// besides its body.
+const MAX_REQUESTS: usize = 512;
 
 /// Room for answers not yet taken, over every connection: the largest
-/// answer is 0.63 MiB (a Volcano-compat launcher), an ordinary one 1–2 KiB.
-const ANSWER_BUDGET: usize = 16 * 1024 * 1024;
+/// answer is 0.63 MiB (a Volcano-compat launcher), an ordinary one 1–2 KiB;
+/// each review being computed holds [`LARGEST_ANSWER`] of it meanwhile.
+const ANSWER_BUDGET: usize = 8 * 1024 * 1024;
 
 /// A connection's share of the small lane and of the answers' budget.
 const CONNECTION_SHARE: usize = 4 * 1024 * 1024;
@@ -286,9 +290,9 @@ pub async fn run(
     mut registry: Registry,
 ) -> Result<Running, StartError> {
     let metrics = Metrics::register(&mut registry);
-    let mut loaded = tls::load(&settings.tls, settings.client_auth.clone())?;
+    let mut loaded = tls::load(&settings.tls, settings.client_ca.as_deref())?;
     let mut inputs = inputs;
-    if settings.client_auth.is_none() {
+    if !loaded.client_auth {
         inputs.peers = Arc::new(crate::validate::Withheld(inputs.peers));
     }
     let reloader = loaded.spawn_reloader(settings.reload_interval, metrics.clone());
@@ -507,11 +511,32 @@ async fn review(
             return response;
         }
     };
-    // Room for the largest answer, taken before anything is computed and
-    // cut to the answer's size after: the answers computed and not yet
-    // taken never exceed their budget, and a connection whose unsent
-    // answers leave no room in its share is refused before its review
-    // costs anything.
+    // A big body's review waits for its turn at the blocking pool first;
+    // then every review takes room for the largest answer before anything
+    // is computed, cut to its answer's size after: the answers computed
+    // and not yet taken never exceed their budget, and a connection whose
+    // unsent answers leave no room in its share is refused before its
+    // review costs anything.
+    let turn = if bytes.len() <= SMALL_BODY {
+        None
+    } else {
+        let mut turn = b.heavy.none(conn);
+        let waited = tokio::time::timeout(
+            s.read_timeout,
+            b.heavy.grow(conn, &mut turn, 1, Wait::Unbounded),
+        )
+        .await;
+        match waited {
+            Ok(Ok(())) => Some(turn),
+            Ok(Err(short)) => return reject(endpoint, s, conn, BodyError::Busy(short), start),
+            Err(_) => {
+                let short = Short::Busy {
+                    resource: Resource::Heavy,
+                };
+                return reject(endpoint, s, conn, BodyError::Busy(short), start);
+            }
+        }
+    };
     let mut held = b.answers.none(conn);
     if let Err(short) = b
         .answers
@@ -525,43 +550,30 @@ async fn review(
     {
         return reject(endpoint, s, conn, BodyError::Busy(short), start);
     }
-    let answer = if bytes.len() <= SMALL_BODY {
-        let config = s.inputs.config.borrow();
-        admission::review(endpoint, &bytes, &config, s.inputs.peers.as_ref())
-    } else {
-        let mut turn = b.heavy.none(conn);
-        let waited = tokio::time::timeout(
-            s.read_timeout,
-            b.heavy.grow(conn, &mut turn, 1, Wait::Unbounded),
-        )
-        .await;
-        match waited {
-            Ok(Ok(())) => {}
-            Ok(Err(short)) => return reject(endpoint, s, conn, BodyError::Busy(short), start),
-            Err(_) => {
-                let short = Short::Busy {
-                    resource: Resource::Heavy,
-                };
-                return reject(endpoint, s, conn, BodyError::Busy(short), start);
-            }
+    let answer = match turn {
+        None => {
+            let config = s.inputs.config.borrow();
+            admission::review(endpoint, &bytes, &config, s.inputs.peers.as_ref())
         }
-        let config = s.inputs.config.borrow().clone();
-        let peers = s.inputs.peers.clone();
-        let answered = tokio::task::spawn_blocking(move || {
-            let _turn = turn;
-            admission::review(endpoint, &bytes, &config, peers.as_ref())
-        })
-        .await;
-        match answered {
-            Ok(answer) => answer,
-            Err(e) => {
-                return reject(
-                    endpoint,
-                    s,
-                    conn,
-                    BodyError::BadRequest(format!("the review failed: {e}")),
-                    start,
-                )
+        Some(turn) => {
+            let config = s.inputs.config.borrow().clone();
+            let peers = s.inputs.peers.clone();
+            let answered = tokio::task::spawn_blocking(move || {
+                let _turn = turn;
+                admission::review(endpoint, &bytes, &config, peers.as_ref())
+            })
+            .await;
+            match answered {
+                Ok(answer) => answer,
+                Err(e) => {
+                    return reject(
+                        endpoint,
+                        s,
+                        conn,
+                        BodyError::BadRequest(format!("the review failed: {e}")),
+                        start,
+                    )
+                }
             }
         }
     };

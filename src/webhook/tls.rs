@@ -116,86 +116,158 @@ pub struct Loaded {
     pub ca_pem: Option<String>,
     /// Whether the self-signed CA was reused or made, and why.
     pub ca_origin: Option<crate::certs::CaOrigin>,
-    files: Option<(WatchedFiles, String)>,
-    client: ClientAuth,
+    /// Whether client certificates are asked for.
+    pub client_auth: bool,
+    watch: Option<Watch>,
 }
 
-/// Loads (or generates) the serving certificate; `client`: whether (and
-/// whose) client certificates are required.
-pub fn load(source: &TlsSource, client: ClientAuth) -> Result<Loaded, TlsError> {
-    match source {
+/// What a reload re-reads, and what it keeps.
+struct Watch {
+    files: WatchedFiles,
+    /// The serving pair: re-read from its files, or the generated one.
+    pair: Pair,
+    /// The client CA's file, the last of the watched files.
+    client_ca: Option<PathBuf>,
+    client: ClientAuth,
+    what: String,
+}
+
+enum Pair {
+    Files,
+    Generated { cert_pem: Vec<u8>, key_pem: Vec<u8> },
+}
+
+/// Loads (or generates) the serving certificate; `client_ca`: the PEM CA
+/// bundle whose certificates clients must present, if any.
+pub fn load(source: &TlsSource, client_ca: Option<&Path>) -> Result<Loaded, TlsError> {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| TlsError::Read(p.to_owned(), e));
+    let client_pem = client_ca.map(read).transpose()?;
+    let client: ClientAuth = match (client_ca, &client_pem) {
+        (Some(path), Some(pem)) => Some(client_verifier(pem, &path.display().to_string())?),
+        _ => None,
+    };
+    let (config, ca_pem, ca_origin, pair, mut paths, mut contents, what) = match source {
         TlsSource::Files { cert, key } => {
-            let read = |p: &Path| std::fs::read(p).map_err(|e| TlsError::Read(p.to_owned(), e));
             let (cert_pem, key_pem) = (read(cert)?, read(key)?);
             let what = format!("{} + {}", cert.display(), key.display());
             let config = server_config(&cert_pem, &key_pem, &what, &client)?;
-            Ok(Loaded {
-                rustls: RustlsConfig::from_config(Arc::new(config)),
-                ca_pem: None,
-                ca_origin: None,
-                files: Some((
-                    WatchedFiles::new(vec![cert.clone(), key.clone()], vec![cert_pem, key_pem]),
-                    what,
-                )),
-                client,
-            })
+            (
+                config,
+                None,
+                None,
+                Pair::Files,
+                vec![cert.clone(), key.clone()],
+                vec![cert_pem, key_pem],
+                what,
+            )
         }
         TlsSource::SelfSigned { ca_out, extra_sans } => {
             let mut sans = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
             sans.extend(extra_sans.iter().cloned());
             let (bundle, origin) = crate::certs::dev_bundle(ca_out, &ca_key_path(ca_out), &sans)?;
+            let what = "generated certificate".to_owned();
             let config = server_config(
                 bundle.cert_pem.as_bytes(),
                 bundle.key_pem.as_bytes(),
-                "generated certificate",
+                &what,
                 &client,
             )?;
-            Ok(Loaded {
-                rustls: RustlsConfig::from_config(Arc::new(config)),
-                ca_pem: Some(bundle.ca_pem),
-                ca_origin: Some(origin),
-                files: None,
-                client,
-            })
+            (
+                config,
+                Some(bundle.ca_pem),
+                Some(origin),
+                Pair::Generated {
+                    cert_pem: bundle.cert_pem.into_bytes(),
+                    key_pem: bundle.key_pem.into_bytes(),
+                },
+                Vec::new(),
+                Vec::new(),
+                what,
+            )
+        }
+    };
+    if let (Some(path), Some(pem)) = (client_ca, client_pem) {
+        paths.push(path.to_owned());
+        contents.push(pem);
+    }
+    let watch = (!paths.is_empty()).then(|| Watch {
+        files: WatchedFiles::new(paths, contents),
+        pair,
+        client_ca: client_ca.map(Path::to_owned),
+        client: client.clone(),
+        what,
+    });
+    Ok(Loaded {
+        rustls: RustlsConfig::from_config(Arc::new(config)),
+        ca_pem,
+        ca_origin,
+        client_auth: client.is_some(),
+        watch,
+    })
+}
+
+impl Watch {
+    /// The server config from the files' new `contents`: the serving pair
+    /// (read, or the generated one) and the client CA (the last file).
+    fn config(&mut self, mut contents: Vec<Vec<u8>>) -> Result<ServerConfig, TlsError> {
+        if let Some(path) = &self.client_ca {
+            let pem = contents.pop().unwrap_or_default();
+            self.client = Some(client_verifier(&pem, &path.display().to_string())?);
+        }
+        let (cert, key) = match &self.pair {
+            Pair::Files => (&contents[0], &contents[1]),
+            Pair::Generated { cert_pem, key_pem } => (cert_pem, key_pem),
+        };
+        server_config(cert, key, &self.what, &self.client)
+    }
+
+    fn files(&self) -> String {
+        match (&self.pair, &self.client_ca) {
+            (Pair::Files, Some(ca)) => format!("{} + client CA {}", self.what, ca.display()),
+            (Pair::Files, None) => self.what.clone(),
+            (Pair::Generated { .. }, Some(ca)) => format!("client CA {}", ca.display()),
+            (Pair::Generated { .. }, None) => String::new(),
         }
     }
 }
 
 impl Loaded {
-    /// For certificate files: a task that re-reads them every `interval`
-    /// and swaps the certificate for new connections (open connections keep
-    /// theirs). A pair that does not load — say the certificate was
-    /// replaced and the key not yet — is logged and the old one kept until
-    /// the files change again.
+    /// For certificate files and a client CA: a task that re-reads them
+    /// every `interval` and swaps the TLS config for new connections (open
+    /// connections keep theirs). Files that do not load — say the
+    /// certificate was replaced and the key not yet, or a client CA that is
+    /// not one — are logged and the old config kept until they change again.
     pub(crate) fn spawn_reloader(
         &mut self,
         interval: Duration,
         metrics: Metrics,
     ) -> Option<JoinHandle<()>> {
-        let (mut files, what) = self.files.take()?;
+        let mut watch = self.watch.take()?;
         let rustls = self.rustls.clone();
-        let client = self.client.clone();
         Some(tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
+            let files = watch.files();
             loop {
                 tick.tick().await;
-                let Some(pair) = files.changed().await else {
+                let Some(contents) = watch.files.changed().await else {
                     continue;
                 };
-                match server_config(&pair[0], &pair[1], &what, &client) {
+                let before = watch.client.clone();
+                match watch.config(contents) {
                     Ok(config) => {
                         rustls.reload_from_config(Arc::new(config));
                         metrics.tls_reload(true);
-                        tracing::info!(files = %what, "TLS certificate reloaded");
+                        tracing::info!(files = %files, "TLS certificate reloaded");
                     }
                     Err(e) => {
+                        watch.client = before;
                         metrics.tls_reload(false);
                         tracing::error!(
-                            files = %what,
+                            files = %files,
                             error = %Chain(&e),
-                            "new TLS certificate does not load; keeping the previous one"
+                            "new TLS files do not load; keeping the previous ones"
                         );
                     }
                 }
