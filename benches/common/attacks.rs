@@ -183,7 +183,20 @@ pub(crate) fn worst_reviews(fixtures: &str) -> Vec<Crafted> {
             ("dljob.dev/replicas", "launcher=1,worker=9999".into()),
         ],
     );
-    add("mpi launcher, 9 999 workers", r);
+    add("mpi launcher, 9 999 workers", r.clone());
+
+    // The same with as many slot ranges as the 4 KiB annotation cap holds
+    // (one per worker from 5 000 on): each host's count is looked up.
+    let mut slots = String::from("1");
+    for i in 5_000.. {
+        let next = format!(",{i}={}", i % 8 + 1);
+        if slots.len() + next.len() > 4096 {
+            break;
+        }
+        slots.push_str(&next);
+    }
+    set_annotations(&mut r, &[("dljob.dev/slots", slots)]);
+    add("mpi launcher, 9 999 workers, 4 KiB of slot ranges", r);
 
     // A 3 MiB pod: 1 500 containers, each with env and a mount.
     let mut r = base(fixtures);
