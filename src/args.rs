@@ -275,7 +275,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 3 * 1024 * 1024)]
     pub max_body_bytes: usize,
     /// Seconds a client may take to send its request before it is answered
-    /// with 408 and disconnected.
+    /// with 408 and disconnected; also how long it may take to receive an
+    /// answer whole, and how long a write to it may make no progress,
+    /// before its connection is closed.
     #[arg(long, default_value_t = 10)]
     pub read_timeout_secs: u64,
     /// Bytes of bodies over 256 KiB held at once, over every connection: a
@@ -310,8 +312,10 @@ pub struct ServeArgs {
     /// with such a certificate, docs/client-certificate.md) gets answers. With it,
     /// denials name the job's other members and their values; without it
     /// they do not, since whoever reaches the port could ask about any
-    /// namespace. Needs --metrics-listen: the kubelet's probes, which
-    /// present no certificate, go there (/healthz, /readyz).
+    /// namespace. Re-read every 2 s when it changes (a CA rotation); a file
+    /// that is no CA is logged and the last good one kept. Needs
+    /// --metrics-listen: the kubelet's probes, which present no
+    /// certificate, go there (/healthz, /readyz).
     #[arg(
         long,
         env = "DLJOB_CLIENT_CA",

@@ -49,6 +49,10 @@ impl Short {
                 "this connection holds its share of {} ({share}): try again on another connection",
                 resource.as_str()
             ),
+            Self::Busy {
+                resource: Resource::BigBodies,
+            } => "too many request bytes in flight (--max-body-bytes-in-flight): try again"
+                .to_owned(),
             Self::Busy { resource } => format!(
                 "no room for {} in flight (a budget shared by every connection): try again",
                 resource.as_str()
@@ -62,8 +66,8 @@ impl Short {
 pub(crate) enum Wait {
     /// As long as it takes (the caller bounds the wait).
     Unbounded,
-    /// Only for the room of a connection just evicted, at most this long;
-    /// otherwise refused at once.
+    /// Only for the room of connections evicted (for it, or still going),
+    /// at most this long; otherwise refused at once.
     ForEvicted(Duration),
 }
 
@@ -193,7 +197,13 @@ impl Budget {
             if need == 0 {
                 break Ok(());
             }
-            if matches!(wait, Wait::ForEvicted(_)) && handed == 0 {
+            // Refused at once unless room is on its way back: handed over
+            // to this request, or (for a client that reads its answers)
+            // still held by connections evicted and going.
+            if matches!(wait, Wait::ForEvicted(_))
+                && handed == 0
+                && !(conn.state.has_answered() && self.unsettled.load(Ordering::Relaxed) > 0)
+            {
                 break Err(busy);
             }
             let slice = match give_up {

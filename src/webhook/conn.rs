@@ -14,13 +14,16 @@
 //!
 //! A connection past a deadline fails every read and write from then on,
 //! so hyper drops it and its slot, its streams and their room are freed.
+//! One refused more than [`REFUSALS_PER_SECOND`] times a second has its
+//! reads paused until it is back within that rate.
 //!
 //! At most [`Limits::max_connections`] are open at once ([`Registry`]). At
 //! the cap, a new connection takes the place of the one that has waited
 //! longest on its client (idle since its last answer, or stalled on an
-//! unread answer, a blocked write or a body that does not come); only
-//! when every connection is busy on dljob's side is the new one closed.
-//! The same eviction frees a shared budget that a newer request needs
+//! unread answer, a blocked write or a body that does not come) — of
+//! those whose client never took a review's answer whole first; only when
+//! every connection is busy on dljob's side is the new one closed. The
+//! same eviction frees a shared budget that a newer request needs
 //! ([`super::budget`]).
 //!
 //! The acceptor ([`Guard`]) sits under TLS: it wraps each accepted TCP

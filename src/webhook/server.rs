@@ -189,9 +189,15 @@ const ANSWER_BUDGET: usize = 8 * 1024 * 1024;
 const CONNECTION_SHARE: usize = 4 * 1024 * 1024;
 
 /// Above the largest answer dljob gives (0.63 MiB, a Volcano-compat
-/// launcher): the room a review takes in the answers' budget before it is
-/// computed (then cut to its answer's size).
+/// launcher): the room a review of a client that has never taken an
+/// answer whole takes in the answers' budget before it is computed (then
+/// cut to its answer's size).
 const LARGEST_ANSWER: usize = 1024 * 1024;
+
+/// Above an ordinary answer (1–2 KiB; 0.12 MiB at most without
+/// `dljob.dev/compat`): the room a review of a client that reads its
+/// answers takes before it is computed.
+const ORDINARY_ANSWER: usize = 128 * 1024;
 
 /// How long an answer waits for the room of a connection evicted for it.
 const ANSWER_WAIT: Duration = Duration::from_secs(1);
@@ -537,15 +543,20 @@ async fn review(
             }
         }
     };
+    // A client that has taken answers whole before reserves room for an
+    // ordinary answer, and its answer grows from there into room free or
+    // handed over; any other reserves room for the largest (so what a
+    // client that never reads makes dljob compute is bounded by the
+    // budget, and refused before computing once the budget is full).
+    let reserve = if conn.state.has_answered() {
+        ORDINARY_ANSWER
+    } else {
+        LARGEST_ANSWER
+    };
     let mut held = b.answers.none(conn);
     if let Err(short) = b
         .answers
-        .grow(
-            conn,
-            &mut held,
-            LARGEST_ANSWER,
-            Wait::ForEvicted(ANSWER_WAIT),
-        )
+        .grow(conn, &mut held, reserve, Wait::ForEvicted(ANSWER_WAIT))
         .await
     {
         return reject(endpoint, s, conn, BodyError::Busy(short), start);
@@ -584,14 +595,19 @@ async fn review(
             // The answer's bytes stay held in the answers' budget until
             // they are taken: a client that never reads holds them until
             // its connection's stall deadline, and at most its share.
-            if body.len() > LARGEST_ANSWER {
-                if let Err(short) = b
-                    .answers
-                    .grow_to(conn, &mut held, body.len(), Wait::ForEvicted(ANSWER_WAIT))
-                    .await
-                {
-                    return reject(endpoint, s, conn, BodyError::Busy(short), start);
-                }
+            // Grown into room free or handed over only, never waited for:
+            // no computed answer is held outside the budget.
+            if let Err(short) = b
+                .answers
+                .grow_to(
+                    conn,
+                    &mut held,
+                    body.len(),
+                    Wait::ForEvicted(Duration::ZERO),
+                )
+                .await
+            {
+                return reject(endpoint, s, conn, BodyError::Busy(short), start);
             }
             held.shrink_to(body.len());
             let latency = start.elapsed();
@@ -777,8 +793,10 @@ async fn read_body(
     }
 }
 
-/// `held` grown to `want` bytes in `lane`: while dljob waits for the room,
-/// the request is not waiting on its client (and is not evicted for it).
+/// `held` grown to `want` bytes in `lane`. While dljob waits for the room,
+/// a request whose client has taken answers whole before is not waiting on
+/// its client (and is not evicted for it); one whose client never has
+/// still is.
 async fn room_for(
     lane: &Budget,
     conn: &Conn,
@@ -788,9 +806,14 @@ async fn room_for(
     waiting: &std::sync::atomic::AtomicBool,
 ) -> Result<(), BodyError> {
     waiting.store(true, Ordering::Relaxed);
-    reading.pause();
+    let trusted = conn.state.has_answered();
+    if trusted {
+        reading.pause();
+    }
     let grown = lane.grow_to(conn, held, want, Wait::Unbounded).await;
-    reading.progress();
+    if trusted {
+        reading.progress();
+    }
     waiting.store(false, Ordering::Relaxed);
     grown.map_err(BodyError::Busy)
 }
