@@ -930,12 +930,12 @@ mod attacks;
 /// How many connections the server allows (its default
 /// `--max-connections`): the attacker takes every one the ordinary
 /// client does not hold.
-const CONNECTION_CAP: usize = 256;
+const CONNECTION_CAP: usize = 192;
 /// The ordinary client's connections (HTTP/2, as the API server's).
 const ORDINARY: usize = 4;
 const CPU_ATTACKERS: usize = 16;
 const NON_READERS: usize = 16;
-const SLOW_BODIES: usize = 200;
+const SLOW_BODIES: usize = 100;
 const JUNK: usize = 8;
 /// An attacker reconnects after a refusal or a close this much later, not
 /// in a tight loop.
@@ -1212,9 +1212,9 @@ fn start_attackers(
 /// `--attack`: ordinary `/mutate` reviews at `--rate` over 4 HTTP/2
 /// connections (as the API server sends them), timed from their scheduled
 /// send, first alone and then while an attacker holds every other
-/// connection the server allows (256 in all, the default cap): 16 send the reviews of
+/// connection the server allows (192 in all, the default cap): 16 send the reviews of
 /// `benches/common/attacks.rs` (the worst within the caps) in a closed
-/// loop, 16 pipeline them and never read an answer, 200 declare 3 MiB
+/// loop, 16 pipeline them and never read an answer, 100 declare 3 MiB
 /// bodies and send a byte a second, 8 send junk (unknown kinds and
 /// operations, long uids, unparsable bodies, denials with long messages),
 /// and the rest complete the TLS handshake and send nothing, reconnecting

@@ -284,9 +284,9 @@ pub struct ServeArgs {
     /// request waits for room (then 503), so that many slow large bodies
     /// cannot exhaust the replica's memory; such reviews are computed one
     /// at a time. Bodies of at most 256 KiB (every ordinary review) have
-    /// 16 MiB of their own and must arrive within 2 s. At least
+    /// 8 MiB of their own and must arrive within 2 s. At least
     /// --max-body-bytes.
-    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    #[arg(long, default_value_t = 6 * 1024 * 1024)]
     pub max_body_bytes_in_flight: usize,
     /// Client connections open at once, so that idle or slow clients
     /// cannot exhaust the replica's memory; the API server needs a few
@@ -294,7 +294,7 @@ pub struct ServeArgs {
     /// place of the one waiting longest on its client (idle, or not taking
     /// its answers); it is closed at once only when every connection is
     /// busy (both counted in dljob_webhook_connections_closed_total).
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..), env = "DLJOB_MAX_CONNECTIONS")]
+    #[arg(long, default_value_t = 192, value_parser = clap::value_parser!(u32).range(1..), env = "DLJOB_MAX_CONNECTIONS")]
     pub max_connections: u32,
     /// Seconds from accepting a connection (TLS handshake included) to its
     /// first request; a connection that sends none is closed.

@@ -11,7 +11,10 @@
 //!   handed to the request at once: what a stalled client holds goes to a
 //!   newer request, never the other way round. Only a connection whose
 //!   client has taken a review's answer whole, and that holds less than
-//!   half its share, evicts; any other waits for room (or is refused).
+//!   half its share, evicts; any other waits for room (or is refused);
+//! - clients that have never taken an answer whole hold at most three
+//!   quarters of each budget between them: the last quarter is always
+//!   there for those that read their answers.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -31,6 +34,12 @@ pub(crate) struct Budget {
     /// Room handed over from evicted connections that still hold it (until
     /// they go): memory over the total, kept under a quarter of it.
     unsettled: Arc<AtomicUsize>,
+    /// What clients that have never taken an answer whole may hold, over
+    /// all of them: three quarters of the total. The last quarter is for
+    /// those that read their answers (the API server's connections), so
+    /// that however many clients hold room and go, one of those always
+    /// finds some.
+    untrusted: Arc<Semaphore>,
 }
 
 /// Why room was not given.
@@ -84,6 +93,7 @@ impl Budget {
             share: share.clamp(1, total),
             room: Arc::new(Semaphore::new(total)),
             unsettled: Arc::new(AtomicUsize::new(0)),
+            untrusted: Arc::new(Semaphore::new((total - total / 4).max(1))),
         }
     }
 
@@ -97,6 +107,7 @@ impl Budget {
     pub(crate) fn none(&self, conn: &Conn) -> Room {
         Room {
             permit: None,
+            untrusted: None,
             handed: 0,
             len: 0,
             state: conn.state.clone(),
@@ -159,6 +170,22 @@ impl Budget {
             Wait::Unbounded => None,
             Wait::ForEvicted(d) => Some(Instant::now() + d),
         };
+        // A client that has never taken an answer whole takes its room in
+        // the untrusted three quarters first: refused at once when they
+        // are full (but for a body's read, which waits, bounded by its
+        // caller).
+        let mut untrusted = None;
+        if !conn.state.has_answered() {
+            let want = u32::try_from(n).map_err(|_| busy)?;
+            let part = match wait {
+                Wait::ForEvicted(_) => self.untrusted.clone().try_acquire_many_owned(want).ok(),
+                Wait::Unbounded => self.untrusted.clone().acquire_many_owned(want).await.ok(),
+            };
+            match part {
+                Some(p) => untrusted = Some(p),
+                None => return Err(busy),
+            }
+        }
         // Room is free room, or the room of a connection evicted for it:
         // handed over at once (the evicted connection's own permits are
         // forgotten as it goes, these given back when this room goes), so
@@ -230,6 +257,11 @@ impl Budget {
         std::mem::forget(counted);
         room.len += n;
         room.handed += handed;
+        match (&mut room.untrusted, untrusted) {
+            (Some(have), Some(p)) => have.merge(p),
+            (None, Some(p)) => room.untrusted = Some(p),
+            (_, None) => {}
+        }
         match (&mut room.permit, permit) {
             (Some(have), Some(p)) => have.merge(p),
             (None, Some(p)) => room.permit = Some(p),
@@ -257,6 +289,9 @@ impl Drop for Counted<'_> {
 /// from evicted connections.
 pub(crate) struct Room {
     permit: Option<OwnedSemaphorePermit>,
+    /// Its part of the untrusted three quarters, taken while its client
+    /// had never taken an answer whole.
+    untrusted: Option<OwnedSemaphorePermit>,
     /// Room handed over from evicted connections (no permits: theirs are
     /// forgotten as they go), given back to the budget when released.
     handed: usize,
@@ -297,6 +332,10 @@ impl Room {
                 gone.forget();
             }
         }
+        if let Some(p) = &mut self.untrusted {
+            let back = n.min(p.num_permits());
+            drop(p.split(back));
+        }
         self.state.sub_held(self.resource, n);
         self.len -= n;
     }
@@ -324,6 +363,9 @@ mod tests {
             let registry = Registry::for_test(4);
             let budget = Budget::new(Resource::Answers, 100, 100);
             let (stalled, newer) = (Conn::admitted(&registry), Conn::admitted(&registry));
+            // Both clients read answers before (so either may hold all of
+            // the budget); the first then stops.
+            stalled.state.answered_whole();
             newer.state.answered_whole();
             let mut held = budget.none(&stalled);
             budget
@@ -372,6 +414,34 @@ mod tests {
         }
     }
 
+    /// Clients that never took an answer whole hold at most three quarters
+    /// of a budget between them: past that one is refused (or, reading a
+    /// body, waits), and the last quarter goes to a client that reads.
+    #[tokio::test]
+    async fn clients_that_never_read_an_answer_leave_a_quarter_of_a_budget() {
+        let registry = Registry::for_test(4);
+        let budget = Budget::new(Resource::Answers, 100, 100);
+        let (a, b, reader) = (
+            Conn::admitted(&registry),
+            Conn::admitted(&registry),
+            Conn::admitted(&registry),
+        );
+        reader.state.answered_whole();
+        let wait = Wait::ForEvicted(Duration::ZERO);
+        let (mut ra, mut rb, mut rr) = (budget.none(&a), budget.none(&b), budget.none(&reader));
+        budget.grow(&a, &mut ra, 50, wait).await.unwrap();
+        budget.grow(&b, &mut rb, 25, wait).await.unwrap();
+        assert!(
+            budget.grow(&b, &mut rb, 1, wait).await.is_err(),
+            "past three quarters"
+        );
+        budget.grow(&reader, &mut rr, 25, wait).await.unwrap();
+        assert_eq!(budget.available(), 0);
+        drop(ra);
+        // What an untrusted client gives back is theirs to take again.
+        budget.grow(&b, &mut rb, 50, wait).await.unwrap();
+    }
+
     /// Past a quarter of the total held by evicted connections, a request
     /// is not handed more: it waits for room as anyone would.
     #[tokio::test(start_paused = true)]
@@ -379,6 +449,7 @@ mod tests {
         let registry = Registry::for_test(4);
         let budget = Budget::new(Resource::Answers, 100, 100);
         let (stalled, newer) = (Conn::admitted(&registry), Conn::admitted(&registry));
+        stalled.state.answered_whole();
         newer.state.answered_whole();
         let mut held = budget.none(&stalled);
         budget

@@ -63,14 +63,14 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The defaults: 256 connections (what each can make dljob hold, at
-    /// most, times this, fits the shipped memory limit with room: see
-    /// SECURITY.md), 10 s to the first request, 120 s idle — longer than
+    /// The defaults: 192 connections (what each can make dljob hold, at
+    /// most, times this, with every budget, fits half the shipped memory
+    /// limit: see SECURITY.md), 10 s to the first request, 120 s idle — longer than
     /// the 90 s after which the API server's own client drops an idle
     /// connection, so that in the usual case the client closes first and
     /// no request races the close.
     pub(crate) const DEFAULT: Limits = Limits {
-        max_connections: 256,
+        max_connections: 192,
         first_request: Duration::from_secs(10),
         idle: Duration::from_secs(120),
     };

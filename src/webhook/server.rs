@@ -75,7 +75,7 @@ impl Settings {
             listen,
             tls,
             max_body_bytes: 3 * 1024 * 1024,
-            max_body_bytes_in_flight: 8 * 1024 * 1024,
+            max_body_bytes_in_flight: 6 * 1024 * 1024,
             read_timeout: Duration::from_secs(10),
             connections: Limits::DEFAULT,
             metrics_listen: None,
