@@ -1,5 +1,5 @@
 //! Logging: `tracing` to standard error, as text or one JSON object per
-//! line. `RUST_LOG` overrides the default `info` filter. Errors are shown
+//! line. `RUST_LOG` overrides the default filter ([`DEFAULT_FILTER`]). Errors are shown
 //! with their causes, each once ([`Chain`]).
 
 use std::io::IsTerminal;
@@ -8,9 +8,15 @@ use tracing_subscriber::EnvFilter;
 
 use crate::args::LogFormat;
 
+/// The filter without `RUST_LOG`: INFO, but kube's watcher, whose own
+/// WARN line for each failed retry is a raw `Debug` dump — dljob says each
+/// watch failure once per change, with what to do about it.
+const DEFAULT_FILTER: &str = "info,kube_runtime::watcher=error";
+
 /// Installs the global subscriber. Calling it again (tests) is harmless.
 pub(crate) fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

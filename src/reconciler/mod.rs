@@ -72,8 +72,15 @@ pub(crate) const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(500);
 pub const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(3);
 
 /// The backoff of every watch: [`WATCH_BACKOFF_MIN`] doubling up to
-/// [`WATCH_BACKOFF_MAX`], back to the minimum on the first event after
-/// an error ([`kube::runtime::utils::StreamBackoff`] resets it on `Ok`).
+/// [`WATCH_BACKOFF_MAX`], back to the minimum once the watch has gone
+/// [`WATCH_BACKOFF_RESET`] without an error.
+///
+/// [`kube::runtime::utils::StreamBackoff`] calls `reset` on every `Ok`
+/// item, and the watcher yields `Ok(Event::Init)` before each list, so a
+/// list that keeps failing (a 403, a CRD missing, the API server down)
+/// would reset it every time: it retried every 0.5 s for as long as the
+/// failure lasted. A reset is therefore taken only that long after the
+/// last error.
 ///
 /// Not kube's `default_backoff()` (client-go's 0.8 s doubling to 30 s, plus
 /// up to as much again of jitter, reset only after 120 s without an error):
@@ -83,12 +90,20 @@ pub const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(3);
 #[derive(Clone, Debug)]
 pub(crate) struct WatchBackoff {
     next: Duration,
+    /// When the last error's wait was handed out.
+    failed: Option<tokio::time::Instant>,
 }
+
+/// How long a watch must go without an error for its backoff to start
+/// again from [`WATCH_BACKOFF_MIN`]: longer than the longest wait, so that
+/// the `Init` the watcher yields after each wait does not reset it.
+pub(crate) const WATCH_BACKOFF_RESET: Duration = Duration::from_secs(10);
 
 impl Default for WatchBackoff {
     fn default() -> Self {
         Self {
             next: WATCH_BACKOFF_MIN,
+            failed: None,
         }
     }
 }
@@ -99,13 +114,87 @@ impl Iterator for WatchBackoff {
     fn next(&mut self) -> Option<Duration> {
         let wait = self.next;
         self.next = (wait * 2).min(WATCH_BACKOFF_MAX);
+        self.failed = Some(tokio::time::Instant::now() + wait);
         Some(wait)
     }
 }
 
 impl kube::runtime::utils::Backoff for WatchBackoff {
     fn reset(&mut self) {
-        self.next = WATCH_BACKOFF_MIN;
+        let quiet = self.failed.is_none_or(|t| {
+            tokio::time::Instant::now().saturating_duration_since(t) >= WATCH_BACKOFF_RESET
+        });
+        if quiet {
+            self.next = WATCH_BACKOFF_MIN;
+            self.failed = None;
+        }
+    }
+}
+
+/// What a watch's errors have been, so that each is logged once per
+/// change (with what to do about it) rather than once per retry, and its
+/// recovery once.
+pub(crate) struct WatchErrors {
+    kind: String,
+    last: Option<String>,
+    repeats: u64,
+}
+
+impl WatchErrors {
+    pub(crate) fn new(kind: &str, plural: &str) -> Self {
+        Self {
+            kind: format!("{kind} ({plural})"),
+            last: None,
+            repeats: 0,
+        }
+    }
+
+    /// A watch error: logged with its hint when it differs from the last.
+    pub(crate) fn failed(&mut self, e: &kube::runtime::watcher::Error) {
+        let message = Chain(e).to_string();
+        if self.last.as_deref() == Some(message.as_str()) {
+            self.repeats += 1;
+            return;
+        }
+        tracing::warn!(
+            watch = %self.kind,
+            error = %message,
+            hint = watch_hint(e),
+            "watch failed; retrying with backoff (0.5 s doubling to 3 s), logged again when the error changes"
+        );
+        self.last = Some(message);
+        self.repeats = 0;
+    }
+
+    /// An event came: a failure that was going on is over.
+    pub(crate) fn ok(&mut self) {
+        if self.last.take().is_some() {
+            tracing::info!(
+                watch = %self.kind,
+                retries = self.repeats + 1,
+                "watch recovered"
+            );
+            self.repeats = 0;
+        }
+    }
+}
+
+/// What to do about a watch error, where the API server's answer says.
+fn watch_hint(e: &kube::runtime::watcher::Error) -> &'static str {
+    use kube::runtime::watcher::Error as W;
+    let status = match e {
+        W::InitialListFailed(kube::Error::Api(s))
+        | W::WatchStartFailed(kube::Error::Api(s))
+        | W::WatchFailed(kube::Error::Api(s)) => Some(s.code),
+        W::WatchError(s) => Some(s.code),
+        _ => None,
+    };
+    match status {
+        Some(403) => "dljob's ServiceAccount may not list or watch these: grant it in its ClusterRole (or, with `namespaces:` in the config, the Role of each namespace): deploy/base/rbac.yaml",
+        Some(404) => "the API server does not serve these: is their CRD installed (dljob crd | kubectl apply -f -)?",
+        Some(401) => "the API server does not accept dljob's credentials: is its ServiceAccount token mounted and valid?",
+        Some(code) if code >= 500 => "the API server failed: retried until it answers",
+        _ => "retried until the API server answers",
     }
 }
 
@@ -221,12 +310,16 @@ impl Watch<'_> {
             self.config.clone(),
             self.changed.clone(),
         );
+        let mut errors = WatchErrors::new(&K::kind(&()), &K::plural(&()));
         self.scope
             .watch::<K>(self.client, self.cfg, scope::gone::<K>)
             .modify(trim)
             .for_each(move |event| {
                 match event {
                     Ok(ev) => {
+                        if !matches!(ev, watcher::Event::Init) {
+                            errors.ok();
+                        }
                         if let Some(store) = store.as_mut() {
                             store.apply_watcher_event(&ev);
                         }
@@ -238,9 +331,7 @@ impl Watch<'_> {
                             changed.mark_owner_of(o);
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(kind = %K::kind(&()), error = %Chain(&e), "member watch failed");
-                    }
+                    Err(e) => errors.failed(&e),
                 }
                 future::ready(())
             })
@@ -463,17 +554,21 @@ pub async fn run_controller(
 }
 
 /// Logs and drops a watch's errors (the watch itself retries after its
-/// own [`WatchBackoff`]).
+/// own [`WatchBackoff`]), once per change.
 fn without_errors<K, S>(stream: S) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send
 where
     K: Resource<DynamicType = ()> + Send,
     S: futures::Stream<Item = Result<K, watcher::Error>> + Send,
 {
-    stream.filter_map(|item| {
+    let mut errors = WatchErrors::new(&K::kind(&()), &K::plural(&()));
+    stream.filter_map(move |item| {
         future::ready(match item {
-            Ok(object) => Some(Ok(object)),
+            Ok(object) => {
+                errors.ok();
+                Some(Ok(object))
+            }
             Err(e) => {
-                tracing::warn!(kind = %K::kind(&()), error = %Chain(&e), "watch failed, retrying");
+                errors.failed(&e);
                 None
             }
         })
@@ -570,5 +665,66 @@ mod tests {
             assert!(seen.insert(job.name), "each once");
         }
         assert_eq!(seen.len(), 5000);
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::watcher::{Error as WatchError, Event};
+
+    fn forbidden() -> WatchError {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 403, "reason": "Forbidden",
+            "message": "pods is forbidden: User \"system:serviceaccount:dljob:dljob\" cannot list resource \"pods\""
+        }))
+        .unwrap();
+        WatchError::InitialListFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    /// When each item of a watch with [`WatchBackoff`] comes, from the
+    /// start, for a watcher that yields `items` as soon as it is polled.
+    async fn arrivals(items: Vec<Result<Event<Pod>, WatchError>>) -> Vec<Duration> {
+        let start = tokio::time::Instant::now();
+        let stream = futures::stream::iter(items).backoff(WatchBackoff::default());
+        stream.map(|_| start.elapsed()).collect::<Vec<_>>().await
+    }
+
+    /// A list that keeps failing: the watcher yields `Init` before each
+    /// list, and that `Ok` no longer resets the backoff, so the waits grow
+    /// 0.5, 1, 2, 3, 3 s (before: 0.5 s each, for as long as it failed).
+    #[tokio::test(start_paused = true)]
+    async fn a_list_that_keeps_failing_is_retried_ever_more_slowly() {
+        let mut items = Vec::new();
+        for _ in 0..5 {
+            items.push(Ok(Event::Init));
+            items.push(Err(forbidden()));
+        }
+        items.push(Ok(Event::Init));
+        let at = arrivals(items).await;
+        // Each Init comes after the wait that followed the error before it.
+        let inits: Vec<f64> = at.iter().step_by(2).map(Duration::as_secs_f64).collect();
+        assert_eq!(inits, [0.0, 0.5, 1.5, 3.5, 6.5, 9.5]);
+    }
+
+    /// After 10 s without an error the backoff starts again from 0.5 s.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_quiet_for_ten_seconds_starts_from_the_shortest_wait_again() {
+        let mut b = WatchBackoff::default();
+        assert_eq!(b.next(), Some(WATCH_BACKOFF_MIN));
+        assert_eq!(b.next(), Some(WATCH_BACKOFF_MIN * 2));
+        kube::runtime::utils::Backoff::reset(&mut b);
+        assert_eq!(b.next(), Some(WATCH_BACKOFF_MIN * 4), "too soon to reset");
+        tokio::time::advance(Duration::from_secs(2) + WATCH_BACKOFF_RESET).await;
+        kube::runtime::utils::Backoff::reset(&mut b);
+        assert_eq!(b.next(), Some(WATCH_BACKOFF_MIN));
+    }
+
+    #[test]
+    fn a_forbidden_watch_says_which_permission_to_grant() {
+        let hint = watch_hint(&forbidden());
+        assert!(hint.contains("ClusterRole"), "{hint}");
+        assert!(hint.contains("deploy/base/rbac.yaml"), "{hint}");
     }
 }
