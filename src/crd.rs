@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::CustomResource;
 use kube::CustomResourceExt;
@@ -355,9 +356,50 @@ impl SavedPod {
     }
 }
 
+/// The formats of OpenAPI the API server knows for integers, and the
+/// bounds of those schemars writes for Rust's unsigned integers: the API
+/// server warns on every apply of a CRD with a format it does not know
+/// (`unrecognized format "uint32"`), and validates none of them.
+const UNSIGNED_FORMATS: &[(&str, &str, f64)] = &[
+    ("uint8", "int32", 255.0),
+    ("uint16", "int32", 65_535.0),
+    ("uint32", "int64", 4_294_967_295.0),
+    ("uint64", "int64", 9_223_372_036_854_775_807.0),
+    ("uint", "int64", 9_223_372_036_854_775_807.0),
+];
+
+/// The DLJob CRD, its unsigned integers in the formats the API server
+/// knows (their range as `minimum` and `maximum`).
+pub(crate) fn definition() -> CustomResourceDefinition {
+    let mut value = serde_json::to_value(DLJob::crd()).expect("a CRD serializes");
+    known_formats(&mut value);
+    serde_json::from_value(value).expect("the same CRD")
+}
+
+/// Rewrites every unsigned `format` under `node` ([`UNSIGNED_FORMATS`]).
+fn known_formats(node: &mut Value) {
+    match node {
+        Value::Object(map) => {
+            let found = map
+                .get("format")
+                .and_then(Value::as_str)
+                .and_then(|f| UNSIGNED_FORMATS.iter().find(|(u, _, _)| *u == f));
+            if let Some((_, known, max)) = found {
+                map.insert("format".into(), Value::from(*known));
+                map.entry("maximum").or_insert(Value::from(*max));
+            }
+            for v in map.values_mut() {
+                known_formats(v);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(known_formats),
+        _ => {}
+    }
+}
+
 /// The CRD as YAML, exactly what `crds/dljob.yaml` holds.
 pub(crate) fn yaml() -> Result<String, serde_saphyr::SerializeError> {
-    serde_saphyr::to_string(&DLJob::crd())
+    serde_saphyr::to_string(&definition())
 }
 
 /// `dljob crd`.
@@ -523,9 +565,38 @@ mod tests {
         );
     }
 
+    /// Every `format` in the CRD is one the API server knows (its
+    /// OpenAPI formats): an unknown one draws a warning on every apply.
+    #[test]
+    fn every_format_is_one_the_api_server_knows() {
+        fn formats(node: &Value, out: &mut Vec<String>) {
+            match node {
+                Value::Object(map) => {
+                    if let Some(f) = map.get("format").and_then(Value::as_str) {
+                        out.push(f.to_owned());
+                    }
+                    map.values().for_each(|v| formats(v, out));
+                }
+                Value::Array(items) => items.iter().for_each(|v| formats(v, out)),
+                _ => {}
+            }
+        }
+        let mut found = Vec::new();
+        formats(&serde_json::to_value(definition()).unwrap(), &mut found);
+        // k8s.io/apiextensions-apiserver's supported formats for integers
+        // and strings that dljob's types use.
+        let known = ["int32", "int64", "date-time"];
+        let unknown: Vec<&String> = found
+            .iter()
+            .filter(|f| !known.contains(&f.as_str()))
+            .collect();
+        assert!(unknown.is_empty(), "{unknown:?}");
+        assert!(found.iter().any(|f| f == "int64"), "{found:?}");
+    }
+
     #[test]
     fn schema_is_structural() {
-        let crd = serde_json::to_value(DLJob::crd()).unwrap();
+        let crd = serde_json::to_value(definition()).unwrap();
         let versions = crd["spec"]["versions"].as_array().unwrap();
         assert_eq!(versions.len(), 1);
         let v = &versions[0];

@@ -15,6 +15,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
@@ -269,33 +270,26 @@ pub fn webhook_config(args: &WebhookConfigArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The kustomize Component `dljob certs` writes beside the PEM files: it
-/// generates the TLS Secret from them and copies the CA (already base64 in
-/// the Secret's `ca.crt`) into both webhook configurations' caBundle.
+/// The kustomize Component `dljob certs` writes beside the PEM files: the
+/// TLS Secret (`secret.yaml`), and the CA (already base64 in the Secret's
+/// `ca.crt`) copied into both webhook configurations' caBundle.
+///
+/// The Secret is a resource dljob writes, not a kustomize secretGenerator:
+/// the generator wraps its base64 at 70 columns, and so did the caBundle
+/// copied from it, which the API server decodes but stores unwrapped — so
+/// every `kubectl apply` found the Secret and both webhooks changed
+/// (`configured`) though nothing was.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CertsComponent {
     pub api_version: String,
     pub kind: String,
-    pub secret_generator: Vec<SecretGenerator>,
+    pub resources: Vec<String>,
     pub replacements: Vec<Replacement>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub(crate) struct SecretGenerator {
-    pub name: String,
-    pub namespace: String,
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub files: Vec<String>,
-    pub options: GeneratorOptions,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct GeneratorOptions {
-    pub disable_name_suffix_hash: bool,
-}
+/// The file of the Secret in the Component.
+pub(crate) const SECRET_FILE: &str = "secret.yaml";
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Replacement {
@@ -330,8 +324,8 @@ pub(crate) struct TargetOptions {
     pub create: bool,
 }
 
-/// The Component for a Secret in `namespace`.
-pub(crate) fn certs_component(namespace: &str) -> CertsComponent {
+/// The Component (whose Secret is in `namespace`: [`tls_secret`]).
+pub(crate) fn certs_component() -> CertsComponent {
     let target = |kind: &str| ReplacementTarget {
         select: Selector {
             kind: kind.to_owned(),
@@ -343,22 +337,7 @@ pub(crate) fn certs_component(namespace: &str) -> CertsComponent {
     CertsComponent {
         api_version: "kustomize.config.k8s.io/v1alpha1".to_owned(),
         kind: "Component".to_owned(),
-        secret_generator: vec![SecretGenerator {
-            name: TLS_SECRET.to_owned(),
-            namespace: namespace.to_owned(),
-            type_: "kubernetes.io/tls".to_owned(),
-            files: vec![
-                "tls.crt".to_owned(),
-                "tls.key".to_owned(),
-                "ca.crt=ca.pem".to_owned(),
-            ],
-            // A fixed name: `dljob serve` re-reads the mounted files, so
-            // re-running `dljob certs && kubectl apply -k deploy/` rotates
-            // the certificate without a restart or an orphaned Secret.
-            options: GeneratorOptions {
-                disable_name_suffix_hash: true,
-            },
-        }],
+        resources: vec![SECRET_FILE.to_owned()],
         replacements: vec![Replacement {
             source: ReplacementSource {
                 kind: "Secret".to_owned(),
@@ -373,23 +352,52 @@ pub(crate) fn certs_component(namespace: &str) -> CertsComponent {
     }
 }
 
+/// The TLS Secret of the Component: the serving pair and the CA, named as
+/// `dljob serve` reads them from its mount (a fixed name: `dljob serve`
+/// re-reads the mounted files, so re-running `dljob certs &&
+/// deploy/install` rotates the certificate without a restart or an
+/// orphaned Secret).
+pub(crate) fn tls_secret(namespace: &str, bundle: &crate::certs::CertBundle) -> Secret {
+    let bytes = |s: &str| ByteString(s.as_bytes().to_vec());
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(TLS_SECRET.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        data: Some(
+            [
+                ("tls.crt".to_owned(), bytes(&bundle.cert_pem)),
+                ("tls.key".to_owned(), bytes(&bundle.key_pem)),
+                ("ca.crt".to_owned(), bytes(&bundle.ca_pem)),
+            ]
+            .into(),
+        ),
+        ..Secret::default()
+    }
+}
+
 /// `dljob certs`.
 pub fn certs(args: &CertsArgs) -> anyhow::Result<ExitCode> {
     let sans = crate::certs::service_sans(&args.service, &args.namespace);
     let bundle = crate::certs::generate(&sans, CERT_DAYS).context("generating certificates")?;
-    let component = serde_saphyr::to_string(&certs_component(&args.namespace))?;
+    let component = serde_saphyr::to_string(&certs_component())?;
+    let secret = serde_saphyr::to_string(&tls_secret(&args.namespace, &bundle))?;
 
     let out = &args.out;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     write_file(&out.join("ca.pem"), bundle.ca_pem.as_bytes(), 0o644)?;
     write_file(&out.join("tls.crt"), bundle.cert_pem.as_bytes(), 0o644)?;
     write_file(&out.join("tls.key"), bundle.key_pem.as_bytes(), 0o600)?;
+    // It holds the key too.
+    write_file(&out.join(SECRET_FILE), secret.as_bytes(), 0o600)?;
     write_file(&out.join("kustomization.yaml"), component.as_bytes(), 0o644)?;
 
     let mut stderr = std::io::stderr().lock();
     writeln!(
         stderr,
-        "wrote {0}/ca.pem, {0}/tls.crt, {0}/tls.key and {0}/kustomization.yaml: \
+        "wrote {0}/ca.pem, {0}/tls.crt, {0}/tls.key, {0}/secret.yaml and {0}/kustomization.yaml: \
          a CA and a serving certificate for {1}, valid {2} days",
         out.display(),
         sans.join(", "),
@@ -404,8 +412,9 @@ pub fn certs(args: &CertsArgs) -> anyhow::Result<ExitCode> {
     }
     writeln!(
         stderr,
-        "next: kubectl apply -k deploy/   (deploy/ includes ../certs as a kustomize \
-         Component; keep {} out of git)",
+        "next: deploy/install   (applies deploy/, which includes ../certs as a kustomize \
+         Component, and registers the fail-closed webhooks only once a replica is ready; \
+         keep {} out of git)",
         out.join("tls.key").display()
     )?;
     Ok(ExitCode::SUCCESS)
@@ -560,11 +569,23 @@ mod tests {
     }
 
     #[test]
-    fn certs_component_names_the_secret_namespace() {
-        let c = certs_component("elsewhere");
-        assert_eq!(c.secret_generator[0].namespace, "elsewhere");
-        assert_eq!(c.secret_generator[0].name, TLS_SECRET);
+    fn certs_component_holds_the_secret_in_its_namespace() {
+        let c = certs_component();
+        assert_eq!(c.resources, [SECRET_FILE]);
         assert_eq!(c.replacements[0].targets.len(), 2);
+        let bundle = crate::certs::generate(&["a.b.svc".to_owned()], 1).unwrap();
+        let secret = tls_secret("elsewhere", &bundle);
+        assert_eq!(secret.metadata.namespace.as_deref(), Some("elsewhere"));
+        assert_eq!(secret.metadata.name.as_deref(), Some(TLS_SECRET));
+        // As YAML: each value base64 on one line, as the API server
+        // returns it (a wrapped one reads as changed on every apply).
+        let yaml = serde_saphyr::to_string(&secret).unwrap();
+        let read: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+        let ca = read["data"]["ca.crt"].as_str().expect("ca.crt");
+        assert!(
+            ca.len() > 500 && !ca.contains(char::is_whitespace),
+            "{yaml}"
+        );
     }
 
     /// The reconciler may read, create and repair the PodGroup of every

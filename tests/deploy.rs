@@ -88,33 +88,9 @@ fn kustomize(dir: &Path) -> Vec<Value> {
         dir.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut docs: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap())
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap())
         .expect("kubectl kustomize printed YAML serde-saphyr cannot read");
-    docs.iter_mut().for_each(unwrap_base64);
     docs
-}
-
-/// kustomize wraps base64 values (Secret data, the caBundle it copies from
-/// one) at 70 columns. The API server's decoder (Go's encoding/base64)
-/// skips the newlines; k8s-openapi's does not, so drop them before reading.
-fn unwrap_base64(doc: &mut Value) {
-    let unwrap = |v: &mut Value| {
-        if let Some(s) = v.as_str() {
-            *v = Value::String(s.replace('\n', ""));
-        }
-    };
-    if doc["kind"] == "Secret" {
-        if let Some(data) = doc["data"].as_object_mut() {
-            data.values_mut().for_each(unwrap);
-        }
-    }
-    if let Some(webhooks) = doc["webhooks"].as_array_mut() {
-        for webhook in webhooks {
-            if let Some(ca) = webhook["clientConfig"].get_mut("caBundle") {
-                unwrap(ca);
-            }
-        }
-    }
 }
 
 /// What `dljob certs && kubectl kustomize deploy/` produced.
@@ -311,6 +287,7 @@ fn install_renders_exactly_the_expected_objects() {
         ("Namespace", "", "dljob-system"),
         ("NetworkPolicy", "dljob-system", "dljob"),
         ("PodDisruptionBudget", "dljob-system", "dljob"),
+        ("PriorityClass", "", "dljob-webhook"),
         ("Role", "dljob-system", "dljob-leader-election"),
         ("RoleBinding", "dljob-system", "dljob-leader-election"),
         ("Secret", "dljob-system", "dljob-tls"),
@@ -470,6 +447,35 @@ fn webhook_config_refuses_a_plain_http_url() {
     assert!(stderr.contains("https://"), "{stderr}");
 }
 
+/// Every base64 value the install renders (the Secret's data, the caBundle
+/// copied from it) is on one line, as the API server returns it: a
+/// secretGenerator's, wrapped at 70 columns, read as changed on every
+/// `kubectl apply`, so a re-run of deploy/install reported the Secret and
+/// both webhooks `configured` though nothing was.
+#[test]
+fn base64_values_render_on_one_line_so_a_reapply_changes_nothing() {
+    let docs = &install().docs;
+    let secret = docs.iter().find(|d| d["kind"] == "Secret").unwrap();
+    let mut values: Vec<&Value> = secret["data"].as_object().unwrap().values().collect();
+    for d in docs.iter().filter(|d| d["webhooks"].is_array()) {
+        for w in d["webhooks"].as_array().unwrap() {
+            values.push(&w["clientConfig"]["caBundle"]);
+        }
+    }
+    assert_eq!(
+        values.len(),
+        3 + 2,
+        "three keys, a webhook in each configuration"
+    );
+    for v in values {
+        let text = v.as_str().unwrap();
+        assert!(
+            text.len() > 200 && !text.contains(char::is_whitespace),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn generated_certificate_reaches_the_mounted_secret() {
     let install = install();
@@ -493,6 +499,7 @@ fn certs_writes_the_private_key_readable_by_its_owner_only() {
     dljob(&["certs", "--out", out.to_str().unwrap()]);
     let mode = |f: &str| std::fs::metadata(out.join(f)).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode("tls.key"), 0o600);
+    assert_eq!(mode("secret.yaml"), 0o600, "it holds the key too");
     assert_eq!(mode("tls.crt"), 0o644);
     let mut files: Vec<_> = std::fs::read_dir(&out)
         .unwrap()
@@ -501,7 +508,13 @@ fn certs_writes_the_private_key_readable_by_its_owner_only() {
     files.sort();
     assert_eq!(
         files,
-        ["ca.pem", "kustomization.yaml", "tls.crt", "tls.key"]
+        [
+            "ca.pem",
+            "kustomization.yaml",
+            "secret.yaml",
+            "tls.crt",
+            "tls.key"
+        ]
     );
 }
 
@@ -696,6 +709,19 @@ fn deployment_runs_two_restricted_probed_replicas_with_tls_and_config_mounted() 
     // The pod is given time for the drain after SIGTERM plus the 25 s the
     // server lets in-flight reviews finish.
     assert_eq!(pod.termination_grace_period_seconds, Some(40));
+    // Fail-closed: scheduled before the workloads it admits, with a class
+    // of the install's own (not system-cluster-critical, which some
+    // clusters admit in kube-system only), at the highest value a class
+    // outside the system may have, preempting lower ones.
+    assert_eq!(pod.priority_class_name.as_deref(), Some("dljob-webhook"));
+    let class: k8s_openapi::api::scheduling::v1::PriorityClass =
+        get(&install().docs, "dljob-webhook");
+    assert_eq!(class.value, Some(1_000_000_000));
+    assert_eq!(class.global_default, Some(false));
+    assert_eq!(
+        class.preemption_policy.as_deref(),
+        Some("PreemptLowerPriority")
+    );
     let probe_path = |p: Option<k8s_openapi::api::core::v1::Probe>| {
         let get = p.unwrap().http_get.unwrap();
         assert_eq!(get.scheme.as_deref(), Some("HTTPS"));
@@ -876,17 +902,47 @@ fn dockerfile_builds_a_release_binary_into_a_non_root_image() {
     assert!(dockerfile.contains(concat!("version=\"", env!("CARGO_PKG_VERSION"), "\"")));
 }
 
-/// What `deploy/install` asks kubectl for, with a stand-in kubectl that
-/// records its arguments and fails `rollout status` when told to.
-fn install_script(args: &[&str], rollout_fails: bool) -> (bool, Vec<String>, String) {
-    let scratch = Scratch::new(&format!("install-{rollout_fails}-{}", args.len()));
+/// How the stand-in kubectl of [`install_script`] answers.
+#[derive(Default)]
+struct Cluster {
+    /// `rollout status` fails (no replica ready).
+    rollout_fails: bool,
+    /// cert-manager's CRDs are installed.
+    cert_manager: bool,
+    /// Namespaces that exist besides `dljob-system`.
+    namespaces: &'static [&'static str],
+    /// `dljob certs` was run (certs/ in the copy of the repository).
+    certs: bool,
+}
+
+/// What `deploy/install` asks kubectl for, run from a copy of deploy/ and
+/// crds/ (with certs/ when `cluster.certs`), with a stand-in kubectl that
+/// records its arguments (DEPLOY for the copy's deploy/), renders with the
+/// real `kubectl kustomize`, and answers the rest as `cluster` says.
+fn install_script(args: &[&str], cluster: Cluster) -> (Option<i32>, Vec<String>, String) {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let scratch = Scratch::new(&format!("install-{run}"));
+    copy_tree(&repo().join("deploy"), &scratch.0.join("deploy"));
+    copy_tree(&repo().join("crds"), &scratch.0.join("crds"));
+    if cluster.certs {
+        dljob(&["certs", "--out", scratch.0.join("certs").to_str().unwrap()]);
+    }
     let log = scratch.0.join("calls");
     let fake = scratch.0.join("kubectl");
     std::fs::write(
         &fake,
         format!(
-            "#!/bin/sh\necho \"$*\" >> '{}'\nif [ \"$3\" = rollout ] && [ -n \"$ROLLOUT_FAILS\" ]; then exit 1; fi\n",
-            log.display()
+            r#"#!/bin/sh
+echo "$*" >> '{log}'
+case "$1 $2" in
+    "kustomize "*) exec kubectl "$@" ;;
+    "get crd") [ -n "$CERT_MANAGER" ] || exit 1 ;;
+    "get namespace") case " $NAMESPACES " in *" $3 "*) ;; *) exit 1 ;; esac ;;
+esac
+if [ "$3" = rollout ] && [ -n "$ROLLOUT_FAILS" ]; then exit 1; fi
+"#,
+            log = log.display()
         ),
     )
     .unwrap();
@@ -895,19 +951,25 @@ fn install_script(args: &[&str], rollout_fails: bool) -> (bool, Vec<String>, Str
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let mut cmd = Command::new(repo().join("deploy/install"));
-    cmd.args(args).env("KUBECTL", &fake);
-    if rollout_fails {
+    let mut cmd = Command::new(scratch.0.join("deploy/install"));
+    cmd.args(args)
+        .env("KUBECTL", &fake)
+        .env("NAMESPACES", cluster.namespaces.join(" "));
+    if cluster.rollout_fails {
         cmd.env("ROLLOUT_FAILS", "1");
     }
+    if cluster.cert_manager {
+        cmd.env("CERT_MANAGER", "1");
+    }
     let out = cmd.output().unwrap();
+    let deploy = scratch.0.join("deploy").display().to_string();
     let calls = std::fs::read_to_string(&log)
         .unwrap_or_default()
         .lines()
-        .map(|l| l.replace(&repo().display().to_string(), "REPO"))
+        .map(|l| l.replace(&deploy, "DEPLOY"))
         .collect();
     (
-        out.status.success(),
+        out.status.code(),
         calls,
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
@@ -915,24 +977,36 @@ fn install_script(args: &[&str], rollout_fails: bool) -> (bool, Vec<String>, Str
 
 #[test]
 fn install_registers_the_webhooks_only_after_a_replica_is_ready() {
-    let (ok, calls, _) = install_script(&[], false);
-    assert!(ok);
+    let ready = Cluster {
+        certs: true,
+        ..Cluster::default()
+    };
+    let (code, calls, _) = install_script(&[], ready);
+    assert_eq!(code, Some(0));
     assert_eq!(
         calls,
         vec![
-            "apply -k REPO/deploy -l app.kubernetes.io/component!=admission-webhooks",
+            "kustomize DEPLOY",
+            "apply -k DEPLOY -l app.kubernetes.io/component!=admission-webhooks",
             "-n dljob-system rollout status deployment/dljob --timeout=5m",
-            "apply -k REPO/deploy -l app.kubernetes.io/component=admission-webhooks",
+            "apply -k DEPLOY -l app.kubernetes.io/component=admission-webhooks",
         ]
     );
     // No replica ready: the webhooks are not registered, and the user is
     // told nothing is refused and where to look.
-    let (ok, calls, stderr) = install_script(&["cert-manager"], true);
-    assert!(!ok);
+    let not_ready = Cluster {
+        rollout_fails: true,
+        cert_manager: true,
+        ..Cluster::default()
+    };
+    let (code, calls, stderr) = install_script(&["cert-manager"], not_ready);
+    assert_eq!(code, Some(1));
     assert_eq!(
         calls,
         vec![
-            "apply -k REPO/deploy/cert-manager -l app.kubernetes.io/component!=admission-webhooks",
+            "get crd certificates.cert-manager.io issuers.cert-manager.io",
+            "kustomize DEPLOY/cert-manager",
+            "apply -k DEPLOY/cert-manager -l app.kubernetes.io/component!=admission-webhooks",
             "-n dljob-system rollout status deployment/dljob --timeout=5m",
         ]
     );
@@ -940,6 +1014,62 @@ fn install_registers_the_webhooks_only_after_a_replica_is_ready() {
         stderr.contains("the webhooks were NOT registered and\nnothing is refused"),
         "{stderr}"
     );
+}
+
+/// What a layout needs is checked before anything is applied: certs/ (a
+/// kustomize error before), cert-manager's CRDs (a half install with pods
+/// waiting forever for their certificate before), the namespaces the
+/// namespaced layout puts Roles in (the apply failed after registering the
+/// webhooks before: that layout could only go in all at once).
+#[test]
+fn install_checks_what_the_layout_needs_before_applying_anything() {
+    let applied = |calls: &[String]| calls.iter().any(|c| c.starts_with("apply"));
+
+    let (code, calls, stderr) = install_script(&[], Cluster::default());
+    assert_eq!(code, Some(1));
+    assert!(!applied(&calls), "{calls:?}");
+    assert!(
+        stderr.contains("no certificate yet: run `dljob certs` first"),
+        "{stderr}"
+    );
+
+    let (code, calls, stderr) = install_script(&["cert-manager"], Cluster::default());
+    assert_eq!(code, Some(1));
+    assert!(!applied(&calls), "{calls:?}");
+    assert!(stderr.contains("cert-manager is not installed"), "{stderr}");
+
+    let only_a = Cluster {
+        certs: true,
+        namespaces: &["team-a"],
+        ..Cluster::default()
+    };
+    let (code, calls, stderr) = install_script(&["namespaced"], only_a);
+    assert_eq!(code, Some(1));
+    assert!(!applied(&calls), "{calls:?}");
+    assert!(
+        stderr.contains("namespace(s) that do not\nexist: team-b."),
+        "{stderr}"
+    );
+    let both = Cluster {
+        certs: true,
+        namespaces: &["team-a", "team-b"],
+        ..Cluster::default()
+    };
+    let (code, calls, _) = install_script(&["namespaced"], both);
+    assert_eq!(code, Some(0));
+    assert!(
+        calls.contains(&"get namespace team-a".to_owned()),
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls.last().map(String::as_str),
+        Some("apply -k DEPLOY/namespaced -l app.kubernetes.io/component=admission-webhooks")
+    );
+
+    let (code, calls, stderr) = install_script(&["everything"], Cluster::default());
+    assert_eq!(code, Some(2));
+    assert!(calls.is_empty());
+    assert!(stderr.starts_with("usage: deploy/install"), "{stderr}");
 }
 
 #[test]

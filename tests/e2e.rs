@@ -123,3 +123,106 @@ async fn labelled_pods_are_wired_and_get_a_dljob() {
     let _ = namespaces.delete(&ns_name, &DeleteParams::default()).await;
     result.expect("the cluster answered within 120 s");
 }
+
+/// `kubectl` with the e2e kubeconfig: its status and output.
+fn kubectl(kubeconfig: &str, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("kubectl on PATH");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The install as docs/install.md gives it, against a cluster where dljob is
+/// not installed yet (its image loaded): `dljob certs`, `deploy/install`
+/// twice (the second changes nothing: every object `unchanged`), the mxnet
+/// example admitted and given its DLJob, then the documented uninstall,
+/// twice (idempotent). Runs only with `DLJOB_E2E_INSTALL=1` as well, since
+/// it installs and removes dljob itself.
+#[tokio::test]
+async fn install_twice_run_an_example_and_uninstall_twice() {
+    let (Ok(kubeconfig), Ok("1")) = (
+        std::env::var("DLJOB_E2E_KUBECONFIG"),
+        std::env::var("DLJOB_E2E_INSTALL").as_deref(),
+    ) else {
+        eprintln!("DLJOB_E2E_KUBECONFIG and DLJOB_E2E_INSTALL=1 are not both set: not installing");
+        return;
+    };
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run = |program: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .current_dir(repo)
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .expect("runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "{} {args:?}:\n{text}",
+            program.display()
+        );
+        text
+    };
+    run(
+        std::path::Path::new(env!("CARGO_BIN_EXE_dljob")),
+        &["certs"],
+    );
+    let install = repo.join("deploy/install");
+    run(&install, &[]);
+    let again = run(&install, &[]);
+    let changed: Vec<&str> = again
+        .lines()
+        .filter(|l| l.ends_with(" configured") || l.ends_with(" created"))
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "a second install changed {changed:?}:\n{again}"
+    );
+
+    let (ok, out) = kubectl(
+        &kubeconfig,
+        &["apply", "-f", "examples/mxnet-linear/job.yaml"],
+    );
+    assert!(ok, "{out}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !kubectl(&kubeconfig, &["get", "dljob", "mxnet-linear"]).0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no DLJob within 120 s"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    for _ in 0..2 {
+        for args in [
+            &[
+                "delete",
+                "--ignore-not-found",
+                "-f",
+                "examples/mxnet-linear/job.yaml",
+            ][..],
+            &[
+                "delete",
+                "--ignore-not-found",
+                "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+                "dljob",
+            ],
+            &["delete", "--ignore-not-found", "-k", "deploy/"],
+        ] {
+            let (ok, out) = kubectl(&kubeconfig, args);
+            assert!(ok, "kubectl {args:?}:\n{out}");
+        }
+    }
+}
