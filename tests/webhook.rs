@@ -2591,13 +2591,15 @@ fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// 32 connections each with the 16 streams a connection may open, every
-/// one a review whose body never comes: the 512 reviews in flight the
-/// server allows in all. An ordinary review, on a connection whose client
-/// has read its answers before, then takes the place of the connection
-/// that has waited longest on its client (one, its 16 streams freed)
-/// instead of being refused; a request on a connection that has never
-/// read an answer (as every hostage-taker's) may not, and is refused.
+/// Streams whose bodies never come, on connections whose clients have
+/// never read an answer (as every hostage-taker's): together they hold
+/// at most three quarters of the 512 reviews in flight the server allows
+/// (384), the rest refused at once, and a newcomer that has read nothing
+/// is refused too. Clients that read an answer before the attack then
+/// hold the last quarter the same way (8 connections of 16 streams). An ordinary
+/// review, on a connection whose client has read its answers, then takes
+/// the place of one connection that has never read an answer (one, its
+/// streams freed) instead of being refused.
 #[tokio::test]
 async fn held_streams_give_their_places_to_an_ordinary_review() {
     bounded(async {
@@ -2607,36 +2609,72 @@ async fn held_streams_give_their_places_to_an_ordinary_review() {
         .await;
         let ordinary = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
         let review = captured("mutate-create-pod-resnet-chief.json");
+        let body = serde_json::to_vec(&review).unwrap();
         let (_, resp) = ordinary.post("/mutate", &review).await;
         assert_allowed(&resp, &uid(&review));
-        let (mut held, mut drivers) = (Vec::new(), Vec::new());
-        for _ in 0..32 {
-            let (client, driver) = h2_client(&s, 65_535).await;
-            for _ in 0..16 {
-                let mut c = client.clone().ready().await.unwrap();
+        let (mut held, mut drivers, mut refused) = (Vec::new(), Vec::new(), 0);
+        let hold = |client: &h2::client::SendRequest<Bytes>| {
+            let client = client.clone();
+            async move {
+                let mut c = client.ready().await.unwrap();
                 let req = Request::post("/mutate")
                     .header("content-type", "application/json")
                     .body(())
                     .unwrap();
-                held.push(c.send_request(req, false).unwrap());
+                c.send_request(req, false).unwrap()
+            }
+        };
+        // Clients that read an answer, before the attack.
+        let mut readers = Vec::new();
+        for _ in 0..8 {
+            let (client, driver) = h2_client(&s, 65_535).await;
+            let resp = h2_post(&client, "/mutate", &body).await.await.unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+            let mut answer = resp.into_body();
+            while let Some(chunk) = answer.data().await {
+                let chunk = chunk.unwrap();
+                let _ = answer.flow_control().release_capacity(chunk.len());
+            }
+            readers.push((client, driver));
+        }
+        for _ in 0..32 {
+            let (client, driver) = h2_client(&s, 65_535).await;
+            for _ in 0..16 {
+                held.push(hold(&client).await);
             }
             drivers.push((client, driver));
         }
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        // A new connection that has read nothing may not evict.
+        // The untrusted three quarters are full: what did not fit is
+        // refused with a 503 each.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for (resp, _) in &mut held {
+            if let Some(r) = futures::FutureExt::now_or_never(&mut *resp) {
+                assert_eq!(r.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, 512 - 384, "untrusted streams refused");
         let newcomer = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
         let (status, _) = newcomer
-            .send("POST", "/mutate", serde_json::to_vec(&review).unwrap())
+            .send("POST", "/mutate", body.clone())
             .await
             .unwrap();
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        // The readers hold the last quarter.
+        for (client, _) in &readers {
+            for _ in 0..16 {
+                held.push(hold(client).await);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(closed_for(&s, "evicted").await, 0, "room was free");
         let asked = std::time::Instant::now();
         let (_, resp) = ordinary.post("/mutate", &review).await;
         assert_allowed(&resp, &uid(&review));
         let took = asked.elapsed();
         assert!(took < Duration::from_secs(2), "answered after {took:?}");
         assert_eq!(closed_for(&s, "evicted").await, 1);
-        drop((held, drivers));
+        drop((held, drivers, readers));
     })
     .await
 }
