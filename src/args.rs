@@ -78,10 +78,15 @@ pub enum Command {
     /// with --in-place).
     ///
     /// Reads kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob,
-    /// JAXJob, MXJob and MPIJob, MXJob v1beta1, the MPI operator's v2beta1
-    /// MPIJob, the first forms (TfJob mlkube.io/v1beta1, TFJob and MXJob
-    /// kubeflow.org/v1alpha1), the chainer-operator's ChainerJob and
-    /// Volcano's batch.volcano.sh/v1alpha1 Job. Per job it prints one
+    /// JAXJob, MXJob (the training-operator's, and the mxnet-operator's with
+    /// its run policy inline) and MPIJob, MXJob v1beta1, the MPI operator's
+    /// v2beta1 MPIJob, the first forms (TfJob mlkube.io/v1beta1, TFJob and
+    /// MXJob kubeflow.org/v1alpha1, MXJob fioravanzo.org/v1alpha1), the
+    /// chainer-operator's ChainerJob and Volcano's batch.volcano.sh/v1alpha1
+    /// Job. Another kubeflow.org job kind, and Kubeflow Trainer v2's
+    /// TrainJob, are refused by name (exit 1). A container's
+    /// alpha.kubernetes.io/nvidia-gpu becomes nvidia.com/gpu, with a
+    /// warning. Per job it prints one
     /// workload per replica type, named <job>-<role>: an Indexed Job
     /// (completions = parallelism = replicas) for a replica type whose
     /// restartPolicy is OnFailure, Never or ExitCode, since it runs to
@@ -430,8 +435,10 @@ pub struct LabelArgs {
 pub struct ConvertArgs {
     #[command(flatten)]
     pub manifest: ManifestArgs,
-    /// Rewrite the file (each file of a directory) instead of printing;
-    /// files with no job to convert are not touched. Not with -f -.
+    /// Rewrite the file (each file of a directory, not its subdirectories)
+    /// instead of printing; files with no job to convert are not touched.
+    /// YAML files only: a JSON file with a job is refused, nothing written.
+    /// Not with -f -.
     #[arg(long)]
     pub in_place: bool,
 }

@@ -48,7 +48,16 @@ pub struct Config {
     /// 600; 0 adds no such step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_names_seconds: Option<u32>,
+    /// What reading the file changed, said by [`Config::warnings`].
+    #[serde(skip)]
+    read_as: Vec<String>,
 }
+
+/// The GPU resource as clusters before device plugins named it; no
+/// current node advertises it.
+const ALPHA_GPU: &str = "alpha.kubernetes.io/nvidia-gpu";
+/// What the NVIDIA device plugin advertises.
+const GPU: &str = "nvidia.com/gpu";
 
 /// How long a member waits for its names by default: long enough for a
 /// coordinator that waits for its node, bounded so that a job whose
@@ -158,7 +167,7 @@ impl Config {
     /// What the config does that may not be meant, one sentence each: an
     /// accelerator env var that replaces an image's own ([`IMAGE_ENV`]).
     pub fn warnings(&self) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out = self.read_as.clone();
         for (resource, acc) in &self.accelerators {
             for e in acc
                 .env
@@ -192,9 +201,30 @@ impl Config {
         }
         let config: Option<Config> =
             serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        let config = config.unwrap_or_default();
+        let mut config = config.unwrap_or_default();
+        config.current_gpu_name();
         config.check()?;
         Ok(config)
+    }
+
+    /// The first operators' controller config keyed its GPU host
+    /// libraries by `alpha.kubernetes.io/nvidia-gpu`; containers ask for
+    /// `nvidia.com/gpu` today (and `dljob convert` rewrites the old name),
+    /// so that entry is read as `nvidia.com/gpu`'s unless the file has one.
+    fn current_gpu_name(&mut self) {
+        let Some(old) = self.accelerators.remove(ALPHA_GPU) else {
+            return;
+        };
+        if self.accelerators.contains_key(GPU) {
+            self.read_as.push(format!(
+                "accelerators.{ALPHA_GPU} is not used: no current node advertises it, and accelerators.{GPU} is given too; remove it"
+            ));
+        } else {
+            self.accelerators.insert(GPU.to_owned(), old);
+            self.read_as.push(format!(
+                "accelerators.{ALPHA_GPU} is read as accelerators.{GPU}: no current node advertises the alpha resource, and containers ask for {GPU}; rename the key"
+            ));
+        }
     }
 
     fn check(&self) -> Result<(), ConfigError> {
@@ -378,6 +408,36 @@ mod tests {
             assert!(e.contains("not a variable name"), "{env:?}: {e}");
         }
         assert!(config("nvidia.com/gpu", "-a.b_C9").is_ok());
+    }
+
+    /// The first operators' controller config, as the tf-operator's
+    /// chart shipped it: keyed by the alpha GPU resource.
+    #[test]
+    fn the_alpha_gpu_key_is_read_as_nvidia_com_gpu_with_a_warning() {
+        let seed = "accelerators:\n  alpha.kubernetes.io/nvidia-gpu:\n    volumes:\n    - name: nvidia-libraries\n      mountPath: /usr/local/nvidia/lib64\n      hostPath: /home/kubernetes/bin/nvidia/lib64\n";
+        let c = Config::from_yaml(seed).unwrap();
+        assert_eq!(
+            c.accelerators.keys().collect::<Vec<_>>(),
+            ["nvidia.com/gpu"]
+        );
+        assert_eq!(
+            c.accelerators["nvidia.com/gpu"].volumes[0].mount_path,
+            "/usr/local/nvidia/lib64"
+        );
+        assert_eq!(
+            c.warnings(),
+            ["accelerators.alpha.kubernetes.io/nvidia-gpu is read as accelerators.nvidia.com/gpu: no current node advertises the alpha resource, and containers ask for nvidia.com/gpu; rename the key"]
+        );
+        let both = format!("{seed}  nvidia.com/gpu:\n    env: [{{name: A, value: b}}]\n");
+        let c = Config::from_yaml(&both).unwrap();
+        assert!(c.accelerators["nvidia.com/gpu"].volumes.is_empty());
+        assert_eq!(c.accelerators.len(), 1);
+        assert!(
+            c.warnings()[0].contains("is not used"),
+            "{:?}",
+            c.warnings()
+        );
+        assert!(Config::from_yaml("{}").unwrap().warnings().is_empty());
     }
 
     #[test]

@@ -923,16 +923,23 @@ fn dljob_volumes(
     volumes
 }
 
-/// Volcano's host files: `<task>.host` for every task, projected from
-/// the pod's annotations into /etc/volcano.
+/// Volcano's host files for every task, projected from the pod's
+/// annotations into /etc/volcano: named as Volcano's svc plugin names
+/// them, the task's name with `-` as `_` (`tf-worker` → `tf_worker.host`,
+/// since Volcano 1.4), and under the task's own name as before it.
 fn volcano_volume(volcano_hosts: &[(String, String)]) -> (Value, Vec<Value>) {
     let items: Vec<Value> = volcano_hosts
         .iter()
-        .map(|(task, _)| {
-            json!({
-                "path": format!("{task}.host"),
-                "fieldRef": {"fieldPath": format!("metadata.annotations['{}{task}.host']", c::VOLCANO_HOSTS_PREFIX)}
-            })
+        .flat_map(|(task, _)| {
+            let field = json!({"fieldPath": format!("metadata.annotations['{}{task}.host']", c::VOLCANO_HOSTS_PREFIX)});
+            let svc = task.replace('-', "_");
+            let mut names = vec![svc];
+            if task.contains('-') {
+                names.push(task.clone());
+            }
+            names
+                .into_iter()
+                .map(move |name| json!({"path": format!("{name}.host"), "fieldRef": field.clone()}))
         })
         .collect();
     (

@@ -49,17 +49,35 @@ fn input_files(file: &str) -> anyhow::Result<Vec<PathBuf>> {
     if !path.is_dir() {
         return Ok(vec![path.to_path_buf()]);
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+    let entries: Vec<PathBuf> = std::fs::read_dir(path)
         .with_context(|| format!("reading directory {file}"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    let mut files: Vec<PathBuf> = entries
+        .iter()
         .filter(|p| {
             p.is_file()
                 && p.extension()
                     .and_then(|e| e.to_str())
                     .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
         })
+        .cloned()
         .collect();
     files.sort();
+    let mut subdirectories: Vec<String> = entries
+        .iter()
+        .filter(|p| p.is_dir())
+        .map(|p| terminal(&p.display().to_string()).into_owned())
+        .collect();
+    subdirectories.sort();
+    if !subdirectories.is_empty() {
+        // As `kubectl apply -f DIR` without -R: said, so that a job kept
+        // one level down is not missed without a word.
+        eprintln!(
+            "skipped {}: -f DIR reads the files directly in DIR, not its subdirectories; name each with -f",
+            subdirectories.join(", ")
+        );
+    }
     if files.is_empty() {
         anyhow::bail!("{file} has no .yaml, .yml or .json files");
     }
@@ -417,6 +435,22 @@ fn write_out(
             writes.push((path, join_documents(&these, input.leading_marker)));
         }
     }
+    // A JSON file would get YAML: refused, before anything is written.
+    let json: Vec<String> = writes
+        .iter()
+        .filter(|(p, _)| {
+            p.extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        })
+        .map(|(p, _)| terminal(&p.display().to_string()).into_owned())
+        .collect();
+    if !json.is_empty() {
+        anyhow::bail!(
+            "{} {} JSON, and dljob writes YAML: nothing was written; run without --in-place and save the output as a .yaml file",
+            json.join(", "),
+            if json.len() == 1 { "is" } else { "are" },
+        );
+    }
     let read_only: Vec<String> = writes
         .iter()
         .filter(|(p, _)| std::fs::metadata(p).is_ok_and(|m| m.permissions().readonly()))
@@ -484,10 +518,27 @@ fn refuse(problems: &[String], in_place: bool) -> anyhow::Result<ExitCode> {
 pub fn convert(args: &ConvertArgs) -> anyhow::Result<ExitCode> {
     let (inputs, docs) = read_files(&args.manifest.file, args.in_place)?;
     let config = load_config(args.manifest.config.as_deref())?;
-    let converted = match crate::migrate::convert(&docs, &args.manifest.namespace, &config) {
-        Ok(c) => c,
-        Err(problems) => return refuse(&problems, args.in_place),
+    // Where there are several files, each document's, for messages.
+    let origins: Vec<String> = if inputs.len() > 1 {
+        inputs
+            .iter()
+            .flat_map(|i| {
+                let file = i
+                    .path
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                std::iter::repeat_n(file, i.count)
+            })
+            .collect()
+    } else {
+        Vec::new()
     };
+    let converted =
+        match crate::migrate::convert(&docs, &origins, &args.manifest.namespace, &config) {
+            Ok(c) => c,
+            Err(problems) => return refuse(&problems, args.in_place),
+        };
     {
         let mut stderr = std::io::stderr().lock();
         for w in &converted.warnings {

@@ -33,10 +33,17 @@ const SOURCES: &[Source] = &[
     source("kubeflow.org/v2beta1", "MPIJob", true),
     source("kubeflow.org/v1alpha1", "ChainerJob", true),
     source("kubeflow.org/v1alpha1", "MXJob", true),
+    source("fioravanzo.org/v1alpha1", "MXJob", true),
     source("kubeflow.org/v1alpha1", "TFJob", true),
     source("mlkube.io/v1beta1", "TfJob", true),
     source("batch.volcano.sh/v1alpha1", "Job", true),
+    // Kubeflow Trainer v2: recognised, not converted yet.
+    source("trainer.kubeflow.org/v1alpha1", "TrainJob", false),
 ];
+
+/// What [`recognise`] calls a `kubeflow.org` kind named like a job that
+/// is none of the operators' (`kind` is then not the document's).
+pub(crate) const UNKNOWN_KUBEFLOW_JOB: &str = "job of a kind dljob does not know";
 
 /// Kinds of the `kubeflow.org` group, in API versions not listed above.
 const KUBEFLOW_KINDS: &[&str] = &[
@@ -61,13 +68,34 @@ pub(crate) fn recognise(value: &Value) -> Option<Source> {
         return Some(*s);
     }
     let group = api_version.split('/').next().unwrap_or("");
-    let kind = KUBEFLOW_KINDS.iter().find(|k| **k == kind)?;
-    (group == "kubeflow.org").then(|| source("kubeflow.org, another version", kind, false))
+    if group != "kubeflow.org" {
+        return None;
+    }
+    match KUBEFLOW_KINDS.iter().find(|k| **k == kind) {
+        Some(kind) => Some(source("kubeflow.org, another version", kind, false)),
+        // Another kubeflow.org job kind: not passed over as if it were
+        // none of an operator's (Notebooks, Profiles and the like are).
+        None if kind.ends_with("Job") => Some(source("kubeflow.org", UNKNOWN_KUBEFLOW_JOB, false)),
+        None => None,
+    }
+}
+
+/// The kinds `dljob convert` converts, for messages.
+pub(crate) fn convertible_kinds() -> String {
+    SOURCES
+        .iter()
+        .filter(|s| s.convertible)
+        .map(Source::display)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Source {
     /// `PyTorchJob (kubeflow.org/v1)`.
     pub(crate) fn display(&self) -> String {
+        if self.kind == UNKNOWN_KUBEFLOW_JOB {
+            return format!("kubeflow.org {UNKNOWN_KUBEFLOW_JOB}");
+        }
         format!("{} ({})", self.kind, self.api_version)
     }
 
@@ -104,6 +132,19 @@ mod tests {
                 .convertible
         );
         assert!(!of("kubeflow.org/v1beta2", "TFJob").unwrap().convertible);
+        assert_eq!(
+            of("kubeflow.org/v1", "FancyJob").unwrap().kind,
+            UNKNOWN_KUBEFLOW_JOB
+        );
+        assert!(
+            !of("trainer.kubeflow.org/v1alpha1", "TrainJob")
+                .unwrap()
+                .convertible
+        );
+        assert_eq!(
+            of("fioravanzo.org/v1alpha1", "MXJob").unwrap().kind,
+            "MXJob"
+        );
         assert_eq!(of("batch/v1", "Job"), None);
         assert_eq!(of("kubeflow.org/v1", "Notebook"), None);
         assert_eq!(of("example.com/v1", "PyTorchJob"), None);

@@ -1054,3 +1054,259 @@ fn help_says_what_convert_reads_and_why_each_kind_of_workload() {
     let label = dljob(&["label", "--help"], None);
     assert!(label.stdout.contains("Roles: --role wins"), "{label:?}");
 }
+
+/// The first MXJob (the mx-operator's `fioravanzo.org/v1alpha1`): its list
+/// of replicas typed by `mxReplicaType`, each replica's port `mxPort`
+/// (9000 when none is given), and the env its `pkg/trainer/replicas.go`
+/// sets: `DMLC_ROLE`, `DMLC_PS_ROOT_URI` (the scheduler), `DMLC_PS_ROOT_PORT`,
+/// `DMLC_NUM_SERVER`, `DMLC_NUM_WORKER`; its `PS_VERBOSE=2` is said, not set.
+#[test]
+fn the_first_mxjob_converts_with_its_own_port_field_and_default() {
+    let (run, out) = converted("mxjob-fioravanzo.yaml");
+    assert_eq!(
+        kinds_and_names(&out),
+        [
+            ("Job", "mx-test-dist-scheduler"),
+            ("Job", "mx-test-dist-server"),
+            ("Job", "mx-test-dist-worker")
+        ]
+    );
+    let a = annotations(&out[0]);
+    assert_eq!(a["dljob.dev/framework"], "mxnet");
+    assert_eq!(a["dljob.dev/port"], "9000");
+    assert_eq!(a["dljob.dev/replicas"], "scheduler=1,server=1,worker=1");
+    assert_eq!(a["dljob.dev/clean-pod-policy"], "All");
+    assert!(
+        run.stderr
+            .contains("MXJob/mx-test-dist: the operator also set PS_VERBOSE=2"),
+        "{run:?}"
+    );
+    let host = "mx-test-dist-scheduler-0.mx-test-dist.default.svc";
+    for (hostname, env) in pod_env("mxjob-fioravanzo.yaml") {
+        let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        let role = hostname.rsplit('-').nth(1).unwrap();
+        assert_eq!(get("DMLC_ROLE"), Some(role), "{hostname}");
+        assert_eq!(get("DMLC_PS_ROOT_URI"), Some(host));
+        assert_eq!(get("DMLC_PS_ROOT_PORT"), Some("9000"));
+        assert_eq!(get("DMLC_NUM_SERVER"), Some("1"));
+        assert_eq!(get("DMLC_NUM_WORKER"), Some("1"));
+    }
+    // mxPort given: that is the job's port; two different ones are refused.
+    let text = std::fs::read_to_string(fixture("mxjob-fioravanzo.yaml")).unwrap();
+    let ported = text.replacen(
+        "      mxReplicaType: SCHEDULER\n",
+        "      mxReplicaType: SCHEDULER\n      mxPort: 9100\n",
+        1,
+    );
+    let run = dljob(&["convert", "-f", "-"], Some(&ported));
+    assert!(run.success(), "{run:?}");
+    assert_eq!(
+        annotations(&values(&run.stdout)[0])["dljob.dev/port"],
+        "9100"
+    );
+    let clash = ported.replacen(
+        "      mxReplicaType: WORKER\n",
+        "      mxReplicaType: WORKER\n      mxPort: 9200\n",
+        1,
+    );
+    assert_refused(
+        &clash,
+        &["MXJob/mx-test-dist: spec.replicaSpecs[2].mxPort is 9200 and spec.replicaSpecs[0].mxPort is 9100"],
+    );
+}
+
+/// The first operators' GPU resource, `alpha.kubernetes.io/nvidia-gpu`,
+/// which no current node advertises: it becomes `nvidia.com/gpu` in the
+/// template as written (its comments kept), with a warning.
+#[test]
+fn the_alpha_gpu_resource_becomes_nvidia_com_gpu_with_a_warning() {
+    let (run, out) = converted("mxjob-fioravanzo-gpu.yaml");
+    let worker = &out[2];
+    assert_eq!(
+        worker["spec"]["template"]["spec"]["containers"][0]["resources"],
+        json!({"limits": {"nvidia.com/gpu": 1}})
+    );
+    // The job's leading comment, which names it, is kept; no resource is.
+    assert!(
+        !run.stdout.contains("alpha.kubernetes.io/nvidia-gpu: 1"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("          # Add GPU resource\n          resources:\n            limits:\n              nvidia.com/gpu: 1\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stderr.contains("written anew"), "{run:?}");
+    assert!(
+        run.stderr.contains("MXJob/mx-cifar-gpu: alpha.kubernetes.io/nvidia-gpu is asked for 1 time and becomes nvidia.com/gpu"),
+        "{run:?}"
+    );
+    // A job without it says nothing of it.
+    let (run, _) = converted("mxjob-fioravanzo.yaml");
+    assert!(!run.stderr.contains("nvidia"), "{run:?}");
+}
+
+/// The mxnet-operator's own `kubeflow.org/v1` MXJob has its run policy at
+/// the top of the spec and cleans every pod by default; the
+/// training-operator's nests it under `runPolicy` and cleans none.
+#[test]
+fn an_mxjob_v1_is_read_in_both_operators_layouts_with_their_defaults() {
+    let (run, out) = converted("mxjob-v1-inline.yaml");
+    let a = annotations(&out[0]);
+    assert_eq!(a["dljob.dev/clean-pod-policy"], "Running");
+    assert_eq!(a["dljob.dev/replicas"], "scheduler=1,server=2,worker=2");
+    assert!(
+        run.stderr.contains("MXJob/byteps-mxnet-job: spec.successPolicy \"AllWorkers\" is not carried over: the mxnet-operator's v1 controller does not read it"),
+        "{run:?}"
+    );
+    // BytePS's workers read DMLC_WORKER_ID, as the operator sets it.
+    let pods = pod_env("mxjob-v1-inline.yaml");
+    let w1 = pods
+        .iter()
+        .find(|(h, _)| h == "byteps-mxnet-job-worker-1")
+        .unwrap();
+    assert!(
+        w1.1.contains(&("DMLC_WORKER_ID".to_owned(), "1".to_owned())),
+        "{w1:?}"
+    );
+    // Inline with nothing said of cleaning: the mxnet-operator's All.
+    let text = std::fs::read_to_string(fixture("mxjob-v1-inline.yaml")).unwrap();
+    let inline = text.replace(
+        "  cleanPodPolicy: Running\n",
+        "  ttlSecondsAfterFinished: 60\n",
+    );
+    let run = dljob(&["convert", "-f", "-"], Some(&inline));
+    assert!(run.success(), "{run:?}");
+    let a = annotations(&values(&run.stdout)[0]);
+    assert_eq!(a["dljob.dev/clean-pod-policy"], "All");
+    assert_eq!(a["dljob.dev/ttl-seconds-after-finished"], "60");
+    // Nested: the training-operator's, whose default is None; successPolicy
+    // is no field of its MXJob, said once.
+    let nested = text
+        .replace(
+            "  cleanPodPolicy: Running\n",
+            "  runPolicy: {backoffLimit: 2}\n",
+        )
+        .replace("  successPolicy: AllWorkers\n", "");
+    let run = dljob(&["convert", "-f", "-"], Some(&nested));
+    assert!(run.success(), "{run:?}");
+    let a = annotations(&values(&run.stdout)[0]);
+    assert_eq!(a["dljob.dev/clean-pod-policy"], "None");
+    assert_eq!(a["dljob.dev/backoff-limit"], "2");
+    let both = text.replace(
+        "  cleanPodPolicy: Running\n",
+        "  runPolicy: {backoffLimit: 2}\n",
+    );
+    let run = dljob(&["convert", "-f", "-"], Some(&both));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(run.stderr.matches("successPolicy").count(), 1, "{run:?}");
+    // A value dljob cannot take is named where it is.
+    let bad = text.replace("cleanPodPolicy: Running", "cleanPodPolicy: Sometimes");
+    assert_refused(
+        &bad,
+        &["MXJob/byteps-mxnet-job: spec.cleanPodPolicy is \"Sometimes\""],
+    );
+}
+
+/// A directory's conversion says where each problem is: messages name the
+/// file; two jobs of one name in two files are one refusal naming both; a
+/// JSON file is not rewritten as YAML; a subdirectory is skipped and said.
+#[test]
+fn a_directorys_problems_name_their_files_and_nothing_is_lost() {
+    let dir = scratch_dir("convert-tests", "directory");
+    let job = std::fs::read_to_string(fixture("jaxjob-cpu.yaml")).unwrap();
+    let a = dir.join("a.yaml");
+    let b = dir.join("b.yaml");
+    std::fs::write(&a, &job).unwrap();
+    std::fs::write(&b, &job).unwrap();
+    std::fs::create_dir_all(dir.join("more")).unwrap();
+    let run = dljob(&["convert", "-f", dir.to_str().unwrap()], None);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(run.stdout, "");
+    // One problem, naming both files, not the converted workloads' clashes.
+    assert_eq!(
+        run.stderr.matches("\n").count(),
+        3,
+        "a skipped line, one problem and the count: {run:?}"
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "{}: JAXJob/jaxjob-simple: {}: JAXJob/jaxjob-simple has the same name in namespace default",
+            b.display(),
+            a.display()
+        )),
+        "{run:?}"
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "skipped {}: -f DIR reads the files directly in DIR, not its subdirectories",
+            dir.join("more").display()
+        )),
+        "{run:?}"
+    );
+    // A problem of one file is said with its file.
+    std::fs::write(
+        &b,
+        job.replace("jaxjob-simple", "other")
+            .replace("jaxReplicaSpecs", "jaxSpecs"),
+    )
+    .unwrap();
+    let run = dljob(&["convert", "-f", dir.to_str().unwrap()], None);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains(&format!(
+            "{}: JAXJob/other: spec.jaxSpecs is not a field of JAXJob",
+            b.display()
+        )),
+        "{run:?}"
+    );
+    // JSON in place: refused before anything is written.
+    std::fs::remove_file(&b).unwrap();
+    let value: Value = values(&job).remove(0);
+    let json_file = dir.join("c.json");
+    let json_text = serde_json::to_string_pretty(&value).unwrap();
+    std::fs::write(&json_file, &json_text).unwrap();
+    std::fs::write(
+        &a,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n",
+    )
+    .unwrap();
+    let run = dljob(
+        &["convert", "-f", dir.to_str().unwrap(), "--in-place"],
+        None,
+    );
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(
+        run.stderr.contains(&format!(
+            "{} is JSON, and dljob writes YAML: nothing was written",
+            json_file.display()
+        )),
+        "{run:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&json_file).unwrap(), json_text);
+    // Printed, the JSON job converts.
+    let run = dljob(&["convert", "-f", json_file.to_str().unwrap()], None);
+    assert!(run.success(), "{run:?}");
+}
+
+/// A `kubeflow.org` job of a kind dljob does not know, and Kubeflow
+/// Trainer v2's TrainJob, are refused by name, never passed over as
+/// "nothing to convert" with exit 0; other kubeflow.org kinds pass.
+#[test]
+fn unknown_kubeflow_job_kinds_are_refused_by_name() {
+    let fancy = "apiVersion: kubeflow.org/v1\nkind: FancyJob\nmetadata: {name: f}\nspec: {}\n";
+    assert_refused(
+        fancy,
+        &["FancyJob/f: FancyJob (kubeflow.org/v1) is no kind of job dljob convert knows; it converts PyTorchJob (kubeflow.org/v1), TFJob (kubeflow.org/v1)"],
+    );
+    let train = "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: t}\nspec: {runtimeRef: {name: torch-distributed}}\n";
+    assert_refused(
+        train,
+        &["TrainJob/t: dljob convert does not read TrainJob (trainer.kubeflow.org/v1alpha1) yet"],
+    );
+    let notebook = "apiVersion: kubeflow.org/v1\nkind: Notebook\nmetadata: {name: n}\nspec: {}\n";
+    let run = dljob(&["convert", "-f", "-"], Some(notebook));
+    assert!(run.success(), "{run:?}");
+    assert!(run.stderr.contains("nothing to convert"), "{run:?}");
+}

@@ -803,6 +803,23 @@ fn volcano_compat_is_idempotent_and_its_patch_reproduces_the_pod() {
     );
     assert_eq!(env(&m.object, "VC_PARAM_SERVER_NUM").as_deref(), Some("1"));
     assert_eq!(env(&m.object, "VK_TASK_INDEX").as_deref(), Some("1"));
+    // Volcano's svc plugin names a task's host file with `-` as `_`
+    // (`param_server.host`); before 1.4 it was the task's own name.
+    let volume = m.object["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "dljob-volcano")
+        .unwrap();
+    let from = |a: &str| json!({"fieldPath": format!("metadata.annotations['volcano.dljob.dev/{a}.host']")});
+    assert_eq!(
+        volume["downwardAPI"]["items"],
+        json!([
+            {"path": "worker.host", "fieldRef": from("worker")},
+            {"path": "param_server.host", "fieldRef": from("param-server")},
+            {"path": "param-server.host", "fieldRef": from("param-server")},
+        ])
+    );
     assert_idempotent(Kind::Pod, &m.object, &Config::default());
     assert_patch_reproduces(&p, &m.object);
     // Two roles may not be one task, nor may the mapping name a role the

@@ -49,6 +49,9 @@ pub(crate) struct Operator {
     run_policy: bool,
     /// The cleanPodPolicy of a job that names none.
     default_clean: &'static str,
+    /// Spec fields the operator itself does not read, with why: dropped
+    /// with a warning.
+    ignored_fields: &'static [(&'static str, &'static str)],
 }
 
 impl Operator {
@@ -78,6 +81,7 @@ const KUBEFLOW_V1: Operator = Operator {
     top_level_policies: &[],
     run_policy: true,
     default_clean: "None",
+    ignored_fields: &[],
 };
 
 pub(crate) const PYTORCH: Operator = Operator {
@@ -182,6 +186,55 @@ pub(crate) const MXNET_V1BETA1: Operator = Operator {
     ..MXNET
 };
 
+/// The runPolicy fields, as a job written with them inline has them at
+/// the top of its spec.
+const RUN_POLICY_FIELDS: &[&str] = &[
+    "cleanPodPolicy",
+    "ttlSecondsAfterFinished",
+    "activeDeadlineSeconds",
+    "backoffLimit",
+    "schedulingPolicy",
+];
+
+/// The mxnet-operator's own `kubeflow.org/v1` MXJob (kubeflow/mxnet-operator,
+/// before the training-operator took MXJob in): its run policy inlined at
+/// the top of the spec, every pod deleted when the job ends unless it says
+/// otherwise. Its examples keep v1beta1's `successPolicy`, which its v1
+/// controller does not read.
+pub(crate) const MXNET_V1_INLINE: Operator = Operator {
+    extra_fields: &[
+        "jobMode",
+        "cleanPodPolicy",
+        "ttlSecondsAfterFinished",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "schedulingPolicy",
+    ],
+    top_level_policies: RUN_POLICY_FIELDS,
+    run_policy: false,
+    default_clean: "All",
+    ignored_fields: &[(
+        "successPolicy",
+        "the mxnet-operator's v1 controller does not read it (a v1beta1 field); the job succeeds when its scheduler exits 0, as there",
+    )],
+    ..MXNET
+};
+
+/// Which MXJob `kubeflow.org/v1` a job is: the mxnet-operator's, with its
+/// run policy inline (any runPolicy field at the top of the spec, and no
+/// `runPolicy`), else the training-operator's.
+pub(crate) fn mxnet_v1(job: &Value) -> &'static Operator {
+    let spec = job.get("spec").and_then(Value::as_object);
+    let inline = spec.is_some_and(|s| {
+        !s.contains_key("runPolicy") && RUN_POLICY_FIELDS.iter().any(|f| s.contains_key(*f))
+    });
+    if inline {
+        &MXNET_V1_INLINE
+    } else {
+        &MXNET
+    }
+}
+
 /// The MPI operator's MPIJob (v2beta1): launcher and workers over ssh; it
 /// names no container or port, and its launcher restarts OnFailure.
 pub(crate) const MPI: Operator = Operator {
@@ -267,7 +320,8 @@ pub(crate) fn convert_with_port(
     for key in spec.keys() {
         let known = key == op.specs
             || (key == "runPolicy" && op.run_policy)
-            || op.extra_fields.contains(&key.as_str());
+            || op.extra_fields.contains(&key.as_str())
+            || op.ignored_fields.iter().any(|(f, _)| f == key);
         if !known {
             problems.push(format!(
                 "spec.{key} is not a field of {} that dljob convert knows, so it cannot carry it over: remove it (or file an issue if it should map)",
@@ -280,6 +334,12 @@ pub(crate) fn convert_with_port(
     keys.insert(c::COMPAT, op.compat.to_owned());
     if let Some(note) = op.note {
         out.warnings.push(note.to_owned());
+    }
+    for (field, why) in op.ignored_fields {
+        if let Some(v) = spec.get(*field) {
+            out.warnings
+                .push(format!("spec.{field} {v} is not carried over: {why}"));
+        }
     }
 
     let replicas = replica_specs(op, spec, &mut problems);
@@ -300,7 +360,14 @@ pub(crate) fn convert_with_port(
     let run_policy = run_policy_of(op, spec, &mut problems);
     let mut template_edits = TemplateEdits::default();
     if let Some(rp) = &run_policy {
-        run_policy_keys(rp, op.default_clean, &mut keys, &mut problems);
+        let at = |field: &str| {
+            if op.top_level_policies.contains(&field) && spec.contains_key(field) {
+                format!("spec.{field}")
+            } else {
+                format!("spec.runPolicy.{field}")
+            }
+        };
+        run_policy_keys(rp, op.default_clean, &at, &mut keys, &mut problems);
     }
     match op.framework {
         "pytorch" => pytorch(
@@ -314,7 +381,11 @@ pub(crate) fn convert_with_port(
         "tensorflow" => tensorflow(spec, &mut problems),
         "mxnet" => {
             mxnet(spec, &mut problems);
-            tensorflow(spec, &mut problems);
+            // successPolicy is a field of the v1beta1 MXJob only (the v1
+            // controllers do not read it).
+            if op.extra_fields.contains(&"successPolicy") {
+                tensorflow(spec, &mut problems);
+            }
         }
         "mpi" => mpi(spec, &mut keys, &mut problems, &mut out.warnings),
         _ => {}
@@ -610,6 +681,7 @@ fn run_policy_of(
 fn run_policy_keys(
     rp: &Map<String, Value>,
     default_clean: &str,
+    at: &dyn Fn(&str) -> String,
     keys: &mut Keys,
     problems: &mut Vec<String>,
 ) {
@@ -622,7 +694,8 @@ fn run_policy_keys(
                 keys.insert(c::CLEAN_POD_POLICY, p.to_owned());
             }
             _ => problems.push(format!(
-                "spec.runPolicy.cleanPodPolicy is {v}: dljob's are Running, All and None"
+                "{} is {v}: dljob's are Running, All and None",
+                at("cleanPodPolicy")
             )),
         }
     }
@@ -637,7 +710,7 @@ fn run_policy_keys(
                 Some(n) => {
                     keys.insert(key, n.to_string());
                 }
-                None => problems.push(format!("spec.runPolicy.{field} is {v}, not a whole number")),
+                None => problems.push(format!("{} is {v}, not a whole number", at(field))),
             },
         }
     }

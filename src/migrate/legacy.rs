@@ -2,7 +2,9 @@
 //! (`replica_specs`, `tf_replica_type`, `tf_port`) and TFJob
 //! `kubeflow.org/v1alpha1` (`replicaSpecs`, `tfReplicaType`, `tfPort`), and
 //! the mxnet-operator's MXJob `kubeflow.org/v1alpha1` (`replicaSpecs`,
-//! `mxReplicaType`, `PsRootPort`). Each names its replicas in a list with
+//! `mxReplicaType`, `PsRootPort`) and the first MXJob of all, the
+//! mx-operator's `fioravanzo.org/v1alpha1` (`replicaSpecs`,
+//! `mxReplicaType`, `mxPort`). Each names its replicas in a list with
 //! a type field, its port beside them and each replica's restart policy in
 //! its pod template. A job is read into the replica-spec form
 //! ([`super::kubeflow`]) and converted as one; what that form has no field
@@ -32,6 +34,8 @@ pub(crate) struct Form {
     default_port: u16,
     /// Spec fields besides the list that dljob reads.
     fields: &'static [&'static str],
+    /// What every job of this form should know, said as a warning.
+    note: Option<&'static str>,
 }
 
 pub(crate) const TFJOB_MLKUBE: Form = Form {
@@ -50,6 +54,7 @@ pub(crate) const TFJOB_MLKUBE: Form = Form {
         "RuntimeId",
         "runtime_id",
     ],
+    note: None,
 };
 
 pub(crate) const TFJOB_V1ALPHA1: Form = Form {
@@ -74,6 +79,20 @@ pub(crate) const MXJOB_V1ALPHA1: Form = Form {
     port_field: "PsRootPort",
     default_port: 9091,
     fields: &["jobMode", "mxImage", "terminationPolicy", "RuntimeId"],
+    note: None,
+};
+
+/// The first MXJob, `fioravanzo.org/v1alpha1` (StefanoFioravanzo/mx-operator,
+/// a fork of the tf-operator): its replica's port is `mxPort`, 9000 when
+/// none is given, and the scheduler ends the job.
+pub(crate) const MXJOB_FIORAVANZO: Form = Form {
+    port_field: "mxPort",
+    default_port: 9000,
+    fields: &["mxImage", "terminationPolicy", "schedulerName", "RuntimeId"],
+    note: Some(
+        "the operator also set PS_VERBOSE=2 (ps-lite's logging) on its pods; add it to a template's env to keep those logs",
+    ),
+    ..MXJOB_V1ALPHA1
 };
 
 /// Converts one job of `form`: every problem found, not the first.
@@ -219,6 +238,9 @@ pub(crate) fn convert(form: &Form, job: &Value) -> Result<kubeflow::Converted, V
                 "template".into(),
             ];
         }
+    }
+    if let Some(note) = form.note {
+        converted.warnings.push(note.to_owned());
     }
     for field in ["tf_image", "tfImage", "mxImage"] {
         if spec.contains_key(field) {

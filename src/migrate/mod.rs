@@ -14,8 +14,10 @@ use std::str::FromStr;
 use serde_json::Value;
 
 use crate::config::Config;
+use crate::contract as c;
 use crate::label::{child, reads_back_as_string};
 use crate::manifest::{self, Document};
+use crate::object;
 use crate::operators::{recognise, Source};
 
 /// What `dljob convert` makes of a manifest.
@@ -33,14 +35,20 @@ pub(crate) struct Converted {
 /// Converts every operator job in `docs`. Every problem of every job is
 /// returned, and nothing is converted, when there is any; the converted
 /// manifest is checked as `dljob validate` checks it.
+///
+/// `origins` names each document's file where there are several (empty
+/// otherwise), for messages.
 pub(crate) fn convert(
     docs: &[Document],
+    origins: &[String],
     namespace: &str,
     config: &Config,
 ) -> Result<Converted, Vec<String>> {
     let mut out = Converted::default();
     let mut problems = Vec::new();
-    for doc in docs {
+    // Each job's namespace and name, with where it was first seen.
+    let mut seen: Vec<((String, String), String)> = Vec::new();
+    for (i, doc) in docs.iter().enumerate() {
         let Some(value) = &doc.value else {
             out.documents.push(vec![copy(doc)]);
             out.changed.push(false);
@@ -61,11 +69,38 @@ pub(crate) fn convert(
                 out.changed.push(false);
             }
             Some(source) => {
-                let name = manifest::describe(value);
+                let name = match origins.get(i).filter(|o| !o.is_empty()) {
+                    Some(file) => format!("{file}: {}", manifest::describe(value)),
+                    None => manifest::describe(value),
+                };
+                let id = (
+                    object::str_at(value, &["metadata", "namespace"])
+                        .unwrap_or(namespace)
+                        .to_owned(),
+                    object::str_at(value, &["metadata", "name"])
+                        .unwrap_or("")
+                        .to_owned(),
+                );
+                if let Some((_, first)) = seen.iter().find(|(s, _)| *s == id && !id.1.is_empty()) {
+                    problems.push(format!(
+                        "{name}: {first} has the same name in namespace {}: their workloads, Service and DLJob would be one job's; rename one",
+                        id.0
+                    ));
+                    out.documents.push(vec![copy(doc)]);
+                    out.changed.push(false);
+                    continue;
+                }
+                seen.push((id, name.clone()));
+                let (value, renamed) = current_gpu_name(value);
+                let value = &value;
                 match convert_one(source, value) {
                     Ok(converted) => {
-                        out.warnings
-                            .extend(converted.warnings.iter().map(|w| format!("{name}: {w}")));
+                        out.warnings.extend(
+                            renamed
+                                .iter()
+                                .chain(&converted.warnings)
+                                .map(|w| format!("{name}: {w}")),
+                        );
                         let mut these = Vec::new();
                         for (i, r) in converted.replicas.iter().enumerate() {
                             let header = header(&name, r, if i == 0 { &doc.text } else { "" });
@@ -115,7 +150,7 @@ fn convert_one(source: Source, value: &Value) -> Result<kubeflow::Converted, Vec
         ("kubeflow.org/v1", "XGBoostJob") => Some(&kubeflow::XGBOOST),
         ("kubeflow.org/v1", "PaddleJob") => Some(&kubeflow::PADDLE),
         ("kubeflow.org/v1", "JAXJob") => Some(&kubeflow::JAX),
-        ("kubeflow.org/v1", "MXJob") => Some(&kubeflow::MXNET),
+        ("kubeflow.org/v1", "MXJob") => Some(kubeflow::mxnet_v1(value)),
         ("kubeflow.org/v1beta1", "MXJob") => Some(&kubeflow::MXNET_V1BETA1),
         ("kubeflow.org/v1", "MPIJob") => Some(&kubeflow::MPI_V1),
         ("kubeflow.org/v2beta1", "MPIJob") => Some(&kubeflow::MPI),
@@ -125,6 +160,7 @@ fn convert_one(source: Source, value: &Value) -> Result<kubeflow::Converted, Vec
         ("mlkube.io/v1beta1", "TfJob") => Some(&legacy::TFJOB_MLKUBE),
         ("kubeflow.org/v1alpha1", "TFJob") => Some(&legacy::TFJOB_V1ALPHA1),
         ("kubeflow.org/v1alpha1", "MXJob") => Some(&legacy::MXJOB_V1ALPHA1),
+        ("fioravanzo.org/v1alpha1", "MXJob") => Some(&legacy::MXJOB_FIORAVANZO),
         _ => None,
     };
     if let (Some(form), true) = (form, source.convertible) {
@@ -137,6 +173,12 @@ fn convert_one(source: Source, value: &Value) -> Result<kubeflow::Converted, Vec
     }
     match op {
         Some(op) if source.convertible => kubeflow::convert(op, value),
+        _ if source.kind == crate::operators::UNKNOWN_KUBEFLOW_JOB => Err(vec![format!(
+            "{} ({}) is no kind of job dljob convert knows; it converts {}: docs/migration.md says how to write another job as dljob members",
+            c::quoted(object::str_at(value, &["kind"]).unwrap_or("")),
+            c::quoted(object::str_at(value, &["apiVersion"]).unwrap_or("")),
+            crate::operators::convertible_kinds()
+        )]),
         _ => Err(vec![format!(
             "dljob convert does not read {} yet: docs/migration.md says how to write it as dljob members",
             source.display()
@@ -162,9 +204,15 @@ fn convert_list(
             continue;
         };
         let name = manifest::describe(item);
-        match convert_one(source, item) {
+        let (item, renamed) = current_gpu_name(item);
+        match convert_one(source, &item) {
             Ok(c) => {
-                warnings.extend(c.warnings.iter().map(|w| format!("{name}: {w}")));
+                warnings.extend(
+                    renamed
+                        .iter()
+                        .chain(&c.warnings)
+                        .map(|w| format!("{name}: {w}")),
+                );
                 out.extend(c.replicas.into_iter().map(|r| r.workload));
             }
             Err(ps) => problems.extend(ps.into_iter().map(|p| format!("{name}: {p}"))),
@@ -173,6 +221,73 @@ fn convert_list(
     let mut list = list.clone();
     list["items"] = Value::Array(out);
     (Some(list), true)
+}
+
+/// The GPU resource as the first operators' clusters named it, before
+/// device plugins; no current node advertises it.
+const ALPHA_GPU: &str = "alpha.kubernetes.io/nvidia-gpu";
+/// What the NVIDIA device plugin advertises.
+const GPU: &str = "nvidia.com/gpu";
+
+/// `job` with every container's `alpha.kubernetes.io/nvidia-gpu` limit or
+/// request renamed `nvidia.com/gpu`, and a warning when there was any:
+/// a pod asking for the alpha resource is never scheduled.
+fn current_gpu_name(job: &Value) -> (Value, Option<String>) {
+    fn walk(v: &mut Value, n: &mut usize) {
+        match v {
+            Value::Object(map) => {
+                if let Some(resources) = map.get_mut("resources").and_then(Value::as_object_mut) {
+                    for kind in ["limits", "requests"] {
+                        let Some(r) = resources.get_mut(kind).and_then(Value::as_object_mut) else {
+                            continue;
+                        };
+                        if let Some(count) = r.remove(ALPHA_GPU) {
+                            r.insert(GPU.to_owned(), count);
+                            *n += 1;
+                        }
+                    }
+                }
+                map.values_mut().for_each(|v| walk(v, n));
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| walk(v, n)),
+            _ => {}
+        }
+    }
+    let mut job = job.clone();
+    let mut n = 0;
+    walk(&mut job, &mut n);
+    let warning = (n > 0).then(|| {
+        format!(
+            "{ALPHA_GPU} is asked for {n} time{} and becomes {GPU}: no current node advertises the alpha resource, so a pod asking for it is never scheduled (the NVIDIA device plugin's is {GPU}; a config's accelerators keyed {ALPHA_GPU} are read as {GPU} too)",
+            if n == 1 { "" } else { "s" }
+        )
+    });
+    (job, warning)
+}
+
+/// [`current_gpu_name`] in a pod template's text: every container's.
+fn current_gpu_name_in(template: &yaml_edit::Mapping) {
+    let Some(spec) = template.get_mapping("spec") else {
+        return;
+    };
+    for list in ["initContainers", "containers"] {
+        let Some(containers) = spec.get_sequence(list) else {
+            continue;
+        };
+        for container in containers.values() {
+            let Some(resources) = container
+                .as_mapping()
+                .and_then(|c| c.get_mapping("resources"))
+            else {
+                continue;
+            };
+            for kind in ["limits", "requests"] {
+                if let Some(r) = resources.get_mapping(kind) {
+                    r.rename_key(ALPHA_GPU, GPU);
+                }
+            }
+        }
+    }
 }
 
 fn copy(doc: &Document) -> Document {
@@ -259,6 +374,7 @@ fn with_comments(job_text: &str, job: &Value, r: &kubeflow::Replica) -> Option<S
     ]);
     spec.set("template", node);
     let template = spec.get_mapping("template")?;
+    current_gpu_name_in(&template);
     let wanted_template = &want["spec"]["template"];
     // What the conversion changed in the template: its labels and pod
     // spec keys (restartPolicy, priorityClassName).
