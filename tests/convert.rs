@@ -1310,3 +1310,91 @@ fn unknown_kubeflow_job_kinds_are_refused_by_name() {
     assert!(run.success(), "{run:?}");
     assert!(run.stderr.contains("nothing to convert"), "{run:?}");
 }
+
+/// Volcano's MPI example as its repository has it: the ssh and svc plugins
+/// and no mpi plugin, the master building its host list from
+/// /etc/volcano/mpiworker.host. It becomes an MPI job whose tasks the mpi
+/// plugin would have named, every command kept; its launcher's pod gets
+/// that file with the workers' hosts, one a line.
+#[test]
+fn volcanos_mpi_examples_without_the_mpi_plugin_convert() {
+    let (run, out) = converted("volcano-mpi-ssh-svc.yaml");
+    assert_eq!(
+        kinds_and_names(&out),
+        [("Job", "lm-mpi-job-launcher"), ("Job", "lm-mpi-job-worker")]
+    );
+    let a = annotations(&out[0]);
+    assert_eq!(a["dljob.dev/framework"], "mpi");
+    assert_eq!(
+        a["dljob.dev/compat"],
+        "volcano:launcher=mpimaster,worker=mpiworker"
+    );
+    assert_eq!(a["dljob.dev/replicas"], "launcher=1,worker=2");
+    assert!(
+        run.stderr
+            .contains("Job/lm-mpi-job: no mpi plugin: read as an MPI job"),
+        "{run:?}"
+    );
+    let script = out[0]["spec"]["template"]["spec"]["containers"][0]["command"][2]
+        .as_str()
+        .unwrap();
+    assert!(
+        script.starts_with("MPI_HOST=`cat /etc/volcano/mpiworker.host | tr \"\\n\" \",\"`;\n"),
+        "{script}"
+    );
+    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
+    assert!(pods.success(), "{pods:?}");
+    let pods = values(&pods.stdout);
+    let launcher = pods
+        .iter()
+        .find(|p| p["spec"]["hostname"] == "lm-mpi-job-launcher-0")
+        .unwrap();
+    assert_eq!(
+        launcher["metadata"]["annotations"]["volcano.dljob.dev/mpiworker.host"],
+        "lm-mpi-job-worker-0.lm-mpi-job.default.svc\nlm-mpi-job-worker-1.lm-mpi-job.default.svc"
+    );
+    let items = launcher["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "dljob-volcano")
+        .unwrap()["downwardAPI"]["items"]
+        .clone();
+    assert!(
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["path"] == "mpiworker.host"),
+        "{items}"
+    );
+
+    // Which task launches must be plain: by its name, else by the policy
+    // that completes the job.
+    let text = std::fs::read_to_string(fixture("volcano-mpi-ssh-svc.yaml")).unwrap();
+    let renamed = text.replace("name: mpimaster", "name: head");
+    let run = dljob(&["convert", "-f", "-"], Some(&renamed));
+    assert!(run.success(), "by its policy: {run:?}");
+    assert_eq!(
+        annotations(&values(&run.stdout)[0])["dljob.dev/compat"],
+        "volcano:launcher=head,worker=mpiworker"
+    );
+    let neither = renamed
+        .replace(
+            "          action: CompleteJob\n",
+            "          action: RestartJob\n",
+        )
+        .replace("event: TaskCompleted", "event: PodFailed");
+    assert_refused(
+        &neither,
+        &["Job/lm-mpi-job: spec.plugins.ssh without a framework plugin is read as an MPI job, and neither task \"head\" nor \"mpiworker\" is told to be the launcher"],
+    );
+    // With the mpi plugin but its default task names: the hint names the
+    // flag for each task, and no second error follows.
+    let plugin = text.replace("    svc: []\n", "    svc: []\n    mpi: []\n");
+    let run = dljob(&["convert", "-f", "-"], Some(&plugin));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("(e.g. --master=mpimaster)"), "{run:?}");
+    assert!(run.stderr.contains("(e.g. --worker=mpiworker)"), "{run:?}");
+    assert!(!run.stderr.contains("minAvailable"), "{run:?}");
+}

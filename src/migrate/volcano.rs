@@ -70,6 +70,7 @@ const OTHER_PLUGINS: &[&str] = &["env", "svc", "ssh"];
 /// Converts one Volcano Job: every problem found, not the first.
 pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
     let mut problems = Vec::new();
+    let mut warnings = Vec::new();
     let name = kubeflow::job_name(job, &mut problems)?;
     let Some(spec) = job.get("spec").and_then(Value::as_object) else {
         return Err(vec!["spec is missing or not a mapping".into()]);
@@ -84,19 +85,36 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
     let plugins = plugins(spec, &mut problems);
     let mut keys = Keys::new();
     other_plugin_flags(&plugins, &mut keys, &mut problems);
-    let framework_plugin = plugins.iter().find_map(|(n, args)| {
-        PLUGINS
-            .iter()
-            .find(|p| p.framework == *n)
-            .map(|p| (p, args))
-    });
+    // The ssh and svc plugins without a framework plugin: Volcano's own
+    // MPI examples, whose master builds its host list from the svc
+    // plugin's file and starts `mpiexec --host` over the ssh plugin's key.
+    // Read as an MPI job whose tasks the mpi plugin would have named.
+    let mpi_style_args = mpi_style_names(spec, &plugins, &mut problems);
+    let mpi_style: Option<Vec<&str>> = mpi_style_args
+        .as_ref()
+        .map(|a| a.iter().map(String::as_str).collect());
+    let framework_plugin = plugins
+        .iter()
+        .find_map(|(n, args)| {
+            PLUGINS
+                .iter()
+                .find(|p| p.framework == *n)
+                .map(|p| (p, args))
+        })
+        .or_else(|| {
+            let mpi = PLUGINS.iter().find(|p| p.framework == "mpi")?;
+            mpi_style.as_ref().map(|args| (mpi, args))
+        });
+    if mpi_style.is_some() {
+        warnings.push("no mpi plugin: read as an MPI job (the ssh and svc plugins' key and host files, every task's command kept as written); the launcher task's pod is held until its workers run, as the mpi plugin's gang would start them together".to_owned());
+    }
     let framework = framework_plugin.map_or("generic", |(p, _)| p.framework);
     // Task name → role, and the port, from the plugin's flags.
     let (names, port) = match framework_plugin {
         Some((plugin, args)) => flags(plugin, args, &mut problems),
         None => (Vec::new(), None),
     };
-    if plugins.iter().any(|(n, _)| *n == "ssh") && framework != "mpi" {
+    if plugins.iter().any(|(n, _)| *n == "ssh") && framework != "mpi" && mpi_style.is_none() {
         problems.push("spec.plugins.ssh: dljob gives a job ssh keys only as an MPI job (the mpi plugin); add the mpi plugin or remove ssh".into());
     }
 
@@ -110,6 +128,8 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
     // The tasks whose completion completes the job.
     let mut completing: Vec<String> = Vec::new();
     let job_retry = spec.get("maxRetry").and_then(Value::as_u64).unwrap_or(3);
+    // A task left out above: the job's count of replicas is not known.
+    let mut unmapped = false;
     for (i, task) in tasks.iter().enumerate() {
         let at = format!("spec.tasks[{i}]");
         let Some(task) = task.as_object() else {
@@ -141,13 +161,22 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
             Some((plugin, _)) => match names.iter().find(|(t, _)| t == task_name) {
                 Some((_, role)) => (*role).to_owned(),
                 None => {
+                    // The flag whose default name the task's ends with
+                    // (mpimaster: --master), else the last (the workers').
+                    let flag = plugin
+                        .roles
+                        .iter()
+                        .find(|(f, _)| task_name.ends_with(f))
+                        .or(plugin.roles.last())
+                        .map_or("worker", |(f, _)| *f);
                     problems.push(format!(
-                        "{at}: task \"{}\" is none of the {} plugin's ({}): name it as the plugin does, or pass the plugin its name (e.g. --worker={})",
+                        "{at}: task \"{}\" is none of the {} plugin's ({}): name it as the plugin does, or pass the plugin its name (e.g. --{flag}={})",
                         c::quoted(task_name),
                         plugin.framework,
                         names.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", "),
                         c::quoted(task_name)
                     ));
+                    unmapped = true;
                     continue;
                 }
             },
@@ -226,7 +255,7 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
     // to the job is the policies' (none: dljob's default, ExitCode).
     let total: u32 = replicas.iter().map(|r| r.count).sum();
     if let Some(min) = spec.get("minAvailable").and_then(Value::as_u64) {
-        if min != u64::from(total) {
+        if min != u64::from(total) && !unmapped {
             problems.push(format!(
                 "spec.minAvailable is {min} of {total}: a dljob gang is the whole job; remove it"
             ));
@@ -321,7 +350,10 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
         return Err(problems);
     }
     let meta = job.get("metadata").and_then(Value::as_object);
-    let mut out = Converted::default();
+    let mut out = Converted {
+        warnings,
+        ..Converted::default()
+    };
     for (r, i) in indexed {
         out.replicas.push(Replica {
             role: r.role.clone(),
@@ -335,6 +367,76 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
         });
     }
     Ok(out)
+}
+
+/// For a job with the ssh plugin and no framework plugin (Volcano's MPI
+/// examples: `plugins: {ssh: [], svc: []}`), the mpi plugin's flags that
+/// name its two tasks: the launcher is the task named `master` or
+/// `launcher` (or ending so: `mpimaster`), else the one whose completion
+/// completes the job; the other runs the workers. `None` for any other
+/// job, and with a problem when the tasks cannot be told apart.
+fn mpi_style_names(
+    spec: &Map<String, Value>,
+    plugins: &[(&str, Vec<&str>)],
+    problems: &mut Vec<String>,
+) -> Option<Vec<String>> {
+    let has = |name: &str| plugins.iter().any(|(n, _)| *n == name);
+    if !has("ssh")
+        || plugins
+            .iter()
+            .any(|(n, _)| PLUGINS.iter().any(|p| p.framework == *n))
+    {
+        return None;
+    }
+    let tasks: Vec<&Map<String, Value>> = spec
+        .get("tasks")
+        .and_then(Value::as_array)
+        .map(|t| t.iter().filter_map(Value::as_object).collect())
+        .unwrap_or_default();
+    let name = |t: &Map<String, Value>| {
+        t.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let way_out = "add the mpi plugin naming them (mpi: [\"--master=TASK\", \"--worker=TASK\"]), or remove ssh";
+    if tasks.len() != 2 {
+        problems.push(format!(
+            "spec.plugins.ssh without a framework plugin is read as an MPI job of two tasks, a launcher and its workers, and this job has {}: {way_out}",
+            tasks.len()
+        ));
+        return None;
+    }
+    let completes = |t: &Map<String, Value>| {
+        t.get("policies")
+            .and_then(Value::as_array)
+            .is_some_and(|ps| {
+                ps.iter().any(|p| {
+                    p.get("action").and_then(Value::as_str) == Some("CompleteJob")
+                        && p.get("event").and_then(Value::as_str) == Some("TaskCompleted")
+                })
+            })
+    };
+    let named = |t: &Map<String, Value>| {
+        let n = name(t);
+        n.ends_with("master") || n.ends_with("launcher")
+    };
+    let launchers: Vec<usize> = match (0..2).filter(|i| named(tasks[*i])).collect::<Vec<_>>() {
+        by_name if by_name.len() == 1 => by_name,
+        _ => (0..2).filter(|i| completes(tasks[*i])).collect(),
+    };
+    let [launcher] = launchers[..] else {
+        problems.push(format!(
+            "spec.plugins.ssh without a framework plugin is read as an MPI job, and neither task \"{}\" nor \"{}\" is told to be the launcher (by a name ending in master or launcher, or a TaskCompleted → CompleteJob policy): {way_out}",
+            c::quoted(&name(tasks[0])),
+            c::quoted(&name(tasks[1]))
+        ));
+        return None;
+    };
+    Some(vec![
+        format!("--master={}", name(tasks[launcher])),
+        format!("--worker={}", name(tasks[1 - launcher])),
+    ])
 }
 
 /// The job's plugins: name and arguments.
