@@ -287,12 +287,15 @@ class Cluster:
     def sshd_logs(self) -> str:
         return "\n".join(f"--- sshd of {p.name}\n{log.read_text()}" for p, _, log in self.sshd)
 
-    def mpirun(self, launcher: podsim.Pod, mounts: list[dict] | None = None, image: str = "") -> Run:
+    def mpirun(self, launcher: podsim.Pod, mounts: list[dict] | None = None, image: str = "",
+               shell_vars: dict[str, str] | None = None) -> Run:
         """The launcher's own mpirun command line (its program replaced by
-        the rank stand-in) with the real ssh, as the launcher's user."""
+        the rank stand-in) with the real ssh, as the launcher's user.
+        `shell_vars`: what the command's own script set before it, over the
+        pod's env."""
         # The shell the command ran in would expand the launcher's env
         # (Volcano's `--host ${MPI_HOST}`).
-        launcher_env = launcher.env()
+        launcher_env = launcher.env() | (shell_vars or {})
         words = [re.sub(r"\$\{(\w+)\}|\$(\w+)",
                         lambda m: launcher_env.get(m.group(1) or m.group(2), m.group(0)), w)
                  for w in mpirun_command(launcher)]
@@ -523,5 +526,37 @@ def test_volcanos_mpi_job_reaches_its_workers_with_the_ssh_plugins_layout(cluste
     for w in workers:
         cluster.start_sshd(w)
     run = cluster.mpirun(launcher)
+    assert_two_ranks(run, workers)
+    assert "Accepted publickey for root" in run.output, run
+
+
+VOLCANO_MPI_SSH_SVC = REPO / "tests" / "fixtures" / "operators" / "volcano-mpi-ssh-svc.yaml"
+
+
+def test_volcanos_own_mpi_example_builds_its_host_list_and_reaches_its_workers(cluster_of, tmp_path):
+    """Volcano's MPI example as its repository has it (the ssh and svc
+    plugins, no mpi plugin), converted: the master's own first line,
+    `MPI_HOST=`cat /etc/volcano/mpiworker.host | tr "\\n" ","``, run in the
+    launcher's sandbox, gives the workers' hosts from the projected file;
+    its own `mpiexec --host ${MPI_HOST}` with that value and the real ssh
+    reaches the workers' sshd."""
+    out = subprocess.run([str(podsim.DLJOB), "convert", "-f", str(VOLCANO_MPI_SSH_SVC)],
+                         check=True, capture_output=True, text=True, timeout=60)
+    manifest = tmp_path / "converted.yaml"
+    manifest.write_text(out.stdout)
+    cluster = cluster_of(manifest)
+    launcher = cluster.job.pod("launcher")
+    workers = [cluster.job.pod("worker", i) for i in range(2)]
+    script = launcher.framework_container["command"][2]
+    host_line = script.split("\n")[0]
+    assert host_line.startswith("MPI_HOST=`cat /etc/volcano/mpiworker.host"), script
+    got = subprocess.run(cluster.enter(launcher) + ["sh", "-c", host_line + ' printf %s "$MPI_HOST"'],
+                         env=cluster.job.base_env(), cwd="/", capture_output=True, text=True,
+                         timeout=60)
+    assert got.returncode == 0, got
+    assert got.stdout == ",".join(w.svc_host for w in workers), got
+    for w in workers:
+        cluster.start_sshd(w)
+    run = cluster.mpirun(launcher, shell_vars={"MPI_HOST": got.stdout})
     assert_two_ranks(run, workers)
     assert "Accepted publickey for root" in run.output, run

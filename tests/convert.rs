@@ -68,7 +68,12 @@ fn annotations(v: &Value) -> Value {
 fn a_pytorchjob_becomes_one_indexed_job_per_replica_type_with_its_comments() {
     let run = convert(&fixture("pytorchjob-simple.yaml"));
     assert!(run.success(), "{run:?}");
-    assert_eq!(run.stderr, "");
+    // What changes with the conversion, said: the operator restarted its
+    // OnFailure replicas without limit; dljob's default is 3.
+    assert_eq!(
+        run.stderr,
+        "Warning: PyTorchJob/pytorch-simple: runPolicy.backoffLimit is not set: the operator restarted Master, Worker (restartPolicy OnFailure) without limit; the converted Jobs fail after dljob's default of 3 restarts (dljob.dev/backoff-limit): set runPolicy.backoffLimit to the restarts the job may take\n"
+    );
     let out = values(&run.stdout);
     assert_eq!(out.len(), 2);
     let wanted_annotations = json!({
@@ -204,8 +209,12 @@ fn elastic_and_mpi_policies_map_to_dljob_keys() {
     assert_eq!(a["dljob.dev/compat"], "mpi-operator");
     assert_eq!(a.get("dljob.dev/port"), None, "MPI has no port of its own");
     // Under compat the Secret is laid out as the operator does, readable
-    // by the images' uid 1000: no fsGroup needed, nothing to warn about.
-    assert_eq!(run.stderr, "");
+    // by the images' uid 1000: no fsGroup needed, nothing to warn about
+    // but the launcher's retries.
+    assert_eq!(
+        run.stderr,
+        "Warning: MPIJob/pi: runPolicy.backoffLimit is not set: the MPI operator's launcher Job took Kubernetes' default of 6 retries; the converted Jobs allow dljob's default of 3 (dljob.dev/backoff-limit): set runPolicy.backoffLimit to keep 6\n"
+    );
 }
 
 #[test]
@@ -278,7 +287,6 @@ spec:
         "TFJob/tf: spec.runPolicy.suspend is true",
         "TFJob/tf: spec.runPolicy.schedulingPolicy asks for gang scheduling",
         "TFJob/tf: spec.tfReplicaSpecs.Cheif: TFJob has no replica type \"Cheif\"; its types are Chief, Master, Worker, PS, Evaluator",
-        "TFJob/tf: spec.tfReplicaSpecs: restartPolicy is ExitCode for Worker and Never for PS",
         ],
     );
 }
@@ -303,7 +311,15 @@ fn other_documents_pass_through_byte_for_byte_and_in_place_rewrites_only_jobs() 
     );
     assert!(run.success(), "{run:?}");
     assert_eq!(run.stdout, "");
-    assert_eq!(run.stderr, format!("converted {}\n", mixed.display()));
+    let retries = "JAXJob/jaxjob-simple: runPolicy.backoffLimit is not set: the operator restarted Worker (restartPolicy OnFailure) without limit; the converted Jobs fail after dljob's default of 3 restarts (dljob.dev/backoff-limit): set runPolicy.backoffLimit to the restarts the job may take";
+    assert_eq!(
+        run.stderr,
+        format!(
+            "Warning: {}: {retries}\nconverted {}\n",
+            mixed.display(),
+            mixed.display()
+        )
+    );
     let rewritten = std::fs::read_to_string(&mixed).unwrap();
     assert!(rewritten.starts_with(&format!("{other}---\n# The training-operator's JAXJob")));
     let out = values(&rewritten);
@@ -344,7 +360,7 @@ fn in_place_rewrites_regular_files_only_whole_and_never_through_a_link() {
     assert_eq!(
         run.stderr,
         format!(
-            "skipped {}: a symbolic link (--in-place rewrites regular files only)\nconverted {}\n",
+            "skipped {}: a symbolic link (--in-place rewrites regular files only)\nWarning: JAXJob/jaxjob-simple: runPolicy.backoffLimit is not set: the operator restarted Worker (restartPolicy OnFailure) without limit; the converted Jobs fail after dljob's default of 3 restarts (dljob.dev/backoff-limit): set runPolicy.backoffLimit to the restarts the job may take\nconverted {}\n",
             dir.join("a-link.yaml").display(),
             own.display()
         )
@@ -1081,6 +1097,12 @@ fn the_first_mxjob_converts_with_its_own_port_field_and_default() {
             .contains("MXJob/mx-test-dist: the operator also set PS_VERBOSE=2"),
         "{run:?}"
     );
+    // Its retries, said by the key it has (it has no runPolicy).
+    assert!(
+        run.stderr.contains("MXJob/mx-test-dist: this MXJob sets no retry limit, and the operator restarted its OnFailure replicas' pods; the converted Jobs fail after dljob's default of 3 restarts: set dljob.dev/backoff-limit on them"),
+        "{run:?}"
+    );
+    assert!(!run.stderr.contains("runPolicy"), "{run:?}");
     let host = "mx-test-dist-scheduler-0.mx-test-dist.default.svc";
     for (hostname, env) in pod_env("mxjob-fioravanzo.yaml") {
         let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
@@ -1397,4 +1419,32 @@ fn volcanos_mpi_examples_without_the_mpi_plugin_convert() {
     assert!(run.stderr.contains("(e.g. --master=mpimaster)"), "{run:?}");
     assert!(run.stderr.contains("(e.g. --worker=mpiworker)"), "{run:?}");
     assert!(!run.stderr.contains("minAvailable"), "{run:?}");
+}
+
+/// The training-operator's XGBoost example as written there (Master
+/// `Never`, Worker `ExitCode`) converts: the job's policy is `ExitCode`,
+/// the Master's pods are never restarted by the kubelet, and the warning
+/// says exactly what changes for the Master.
+#[test]
+fn replicas_of_different_retry_policies_convert_with_what_changes_said() {
+    let (run, out) = converted("xgboostjob.yaml");
+    for w in &out {
+        assert_eq!(annotations(w)["dljob.dev/restart-policy"], "ExitCode");
+        assert_eq!(w["spec"]["template"]["spec"]["restartPolicy"], "Never");
+    }
+    assert!(
+        run.stderr.contains("XGBoostJob/xgboost-dist-iris-test-train: spec.xgbReplicaSpecs: restartPolicy is ExitCode for Worker and Never for Master; dljob's retry policy is one for the whole job, ExitCode here: an exit of 128-255 (a kill, an out-of-memory, a preemption) of Master is retried as Worker's are, where the operator failed the job"),
+        "{run:?}"
+    );
+    // One policy for all: nothing to say.
+    let text = std::fs::read_to_string(fixture("xgboostjob.yaml"))
+        .unwrap()
+        .replace("restartPolicy: ExitCode", "restartPolicy: Never");
+    let run = dljob(&["convert", "-f", "-"], Some(&text));
+    assert!(run.success(), "{run:?}");
+    assert!(!run.stderr.contains("retry policy"), "{run:?}");
+    assert_eq!(
+        annotations(&values(&run.stdout)[0])["dljob.dev/restart-policy"],
+        "Never"
+    );
 }

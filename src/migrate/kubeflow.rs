@@ -354,7 +354,7 @@ pub(crate) fn convert_with_port(
         &format!("spec.{}", op.specs),
         &replicas,
         &mut keys,
-        &mut problems,
+        &mut out.warnings,
     );
 
     let run_policy = run_policy_of(op, spec, &mut problems);
@@ -390,6 +390,7 @@ pub(crate) fn convert_with_port(
         "mpi" => mpi(spec, &mut keys, &mut problems, &mut out.warnings),
         _ => {}
     }
+    retries_said(op, &replicas, &keys, &mut out.warnings);
     gang(
         job,
         run_policy.as_ref(),
@@ -599,13 +600,13 @@ fn replica_specs<'v>(
 /// `dljob.dev/restart-policy` from the replicas' policies. Always and
 /// OnFailure are the kubelet's (the container restarts in place) and agree
 /// with either of dljob's; ExitCode is dljob's `ExitCode`, Never its
-/// `Never`, and a job that mixes the two asks for what dljob's job-wide
-/// policy cannot give.
+/// `Never`; a job that mixes the two gets `ExitCode`, with a warning that
+/// says what changes for the `Never` replicas.
 pub(crate) fn restart_policy(
     at: &str,
     replicas: &[ReplicaSpec<'_>],
     keys: &mut Keys,
-    problems: &mut Vec<String>,
+    warnings: &mut Vec<String>,
 ) {
     let with = |p: &str| -> Vec<&str> {
         replicas
@@ -616,11 +617,20 @@ pub(crate) fn restart_policy(
     };
     let (exit_code, never) = (with("ExitCode"), with("Never"));
     match (exit_code.is_empty(), never.is_empty()) {
-        (false, false) => problems.push(format!(
-            "{at}: restartPolicy is ExitCode for {} and Never for {}: dljob's retry policy is one for the whole job (dljob.dev/restart-policy); give every replica type the same one",
-            exit_code.join(", "),
-            never.join(", ")
-        )),
+        // The training-operator's own XGBoost and LightGBM examples: Master
+        // Never, Worker ExitCode. dljob's retry policy is one for the job;
+        // ExitCode keeps the workers' retries, and changes what an exit of
+        // 128-255 does to the others.
+        (false, false) => {
+            keys.insert(c::RESTART_POLICY, "ExitCode".into());
+            warnings.push(format!(
+                "{at}: restartPolicy is ExitCode for {} and Never for {}; dljob's retry policy is one for the whole job, ExitCode here: an exit of 128-255 (a kill, an out-of-memory, a preemption) of {} is retried as {}'s are, where the operator failed the job; an exit of 1-127 still fails it. Set dljob.dev/restart-policy: Never to fail on any exit instead",
+                exit_code.join(", "),
+                never.join(", "),
+                never.join(", "),
+                exit_code.join(", ")
+            ));
+        }
         (false, true) => {
             keys.insert(c::RESTART_POLICY, "ExitCode".into());
         }
@@ -628,6 +638,48 @@ pub(crate) fn restart_policy(
             keys.insert(c::RESTART_POLICY, "Never".into());
         }
         (true, true) => {}
+    }
+}
+
+/// What the operator did, with no `backoffLimit`, that dljob's default
+/// (3 retries) does not: said, not guessed at. The training-operator
+/// restarted an `OnFailure` replica's containers without limit (a Job counts
+/// them against its `backoffLimit`); the MPI operator's launcher was a Job
+/// with Kubernetes' default of 6.
+/// How [`retries_said`]'s warnings start, for forms that name the limit
+/// otherwise.
+pub(crate) const NO_BACKOFF_LIMIT: &str = "runPolicy.backoffLimit is not set";
+
+fn retries_said(
+    op: &Operator,
+    replicas: &[ReplicaSpec<'_>],
+    keys: &Keys,
+    warnings: &mut Vec<String>,
+) {
+    if keys.contains_key(c::BACKOFF_LIMIT) {
+        return;
+    }
+    let field = if op.run_policy {
+        "runPolicy.backoffLimit"
+    } else {
+        "backoffLimit"
+    };
+    if *op == MPI {
+        warnings.push(format!(
+            "{field} is not set: the MPI operator's launcher Job took Kubernetes' default of 6 retries; the converted Jobs allow dljob's default of 3 (dljob.dev/backoff-limit): set {field} to keep 6"
+        ));
+        return;
+    }
+    let on_failure: Vec<&str> = replicas
+        .iter()
+        .filter(|r| r.restart == "OnFailure")
+        .map(|r| r.type_name.as_str())
+        .collect();
+    if !on_failure.is_empty() {
+        warnings.push(format!(
+            "{field} is not set: the operator restarted {} (restartPolicy OnFailure) without limit; the converted Jobs fail after dljob's default of 3 restarts (dljob.dev/backoff-limit): set {field} to the restarts the job may take",
+            on_failure.join(", ")
+        ));
     }
 }
 

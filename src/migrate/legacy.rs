@@ -239,6 +239,18 @@ pub(crate) fn convert(form: &Form, job: &Value) -> Result<kubeflow::Converted, V
             ];
         }
     }
+    // These forms have no runPolicy to name: the retries are said as the
+    // converted workloads' own key.
+    let before = converted.warnings.len();
+    converted
+        .warnings
+        .retain(|w| !w.starts_with(kubeflow::NO_BACKOFF_LIMIT));
+    if converted.warnings.len() < before {
+        converted.warnings.push(format!(
+            "this {} sets no retry limit, and the operator restarted its OnFailure replicas' pods; the converted Jobs fail after dljob's default of 3 restarts: set dljob.dev/backoff-limit on them to allow more",
+            form.kind
+        ));
+    }
     if let Some(note) = form.note {
         converted.warnings.push(note.to_owned());
     }
