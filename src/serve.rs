@@ -20,6 +20,9 @@ use crate::webhook::{reload, run, tls, Inputs, Settings, TlsSource};
 const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 /// How long in-flight reviews get to finish after the drain.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
+/// How long a stopping replica waits for the API server to take its
+/// leader Lease back (a successor then leads at once, not when it expires).
+const LEASE_RELEASE_WAIT: Duration = Duration::from_secs(5);
 /// How long startup waits for a cluster before serving the webhook alone.
 pub(crate) const CLUSTER_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -57,11 +60,11 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let (peers, reconciler): (Arc<dyn PeerSource>, _) = match client {
         Some(client) => {
-            let (peers, task) = crate::reconciler::start(client, &mut registry, config.clone())
+            let (peers, running) = crate::reconciler::start(client, &mut registry, config.clone())
                 .await
                 .context("starting the reconciler")?;
             tracing::info!("reconciler started");
-            (peers, Some(task))
+            (peers, Some(running))
         }
         None => {
             if config.borrow().launcher_gate() {
@@ -150,21 +153,43 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     // One set of signal listeners for the whole run: a second signal that
     // comes while the drain starts is not lost between two listeners.
     let mut signals = Signals::new();
-    let outcome = wait(webhook.as_ref().is_some(), reconciler, &mut signals).await;
-    if let Some(running) = webhook {
-        let drain = Duration::from_secs(args.drain_seconds);
-        tracing::info!(
-            drain_seconds = args.drain_seconds,
-            "draining: /readyz answers 503 while reviews are still served, then no new connections and in-flight reviews finish (--drain-seconds; a second Ctrl-C or SIGTERM stops at once)"
-        );
-        // A second signal (Ctrl-C again at a terminal) does not wait for
-        // the drain: the listener closes as the process exits.
-        tokio::select! {
-            drained = running.drain(drain, SHUTDOWN_GRACE) => drained.context("webhook server")?,
-            signal = signals.next() => {
-                tracing::info!(signal, "stopping without the rest of the drain");
+    let mut reconciler = reconciler;
+    let outcome = wait(
+        webhook.as_ref().is_some(),
+        reconciler.as_mut().map(|r| &mut r.task),
+        &mut signals,
+    )
+    .await;
+    // The leader Lease is given up while the webhook drains.
+    let give_up = async move {
+        if let Some(r) = reconciler {
+            r.stop(LEASE_RELEASE_WAIT).await;
+        }
+    };
+    match webhook {
+        Some(running) => {
+            let drain = Duration::from_secs(args.drain_seconds);
+            tracing::info!(
+                drain_seconds = args.drain_seconds,
+                "draining: /readyz answers 503 while reviews are still served, then no new connections and in-flight reviews finish (--drain-seconds; a second Ctrl-C or SIGTERM stops at once)"
+            );
+            // A second signal (Ctrl-C again at a terminal) does not wait for
+            // the drain: the listener closes as the process exits.
+            tokio::select! {
+                (drained, ()) = futures::future::join(running.drain(drain, SHUTDOWN_GRACE), give_up) => {
+                    drained.context("webhook server")?;
+                }
+                signal = signals.next() => {
+                    tracing::info!(signal, "stopping without the rest of the drain");
+                }
             }
         }
+        None => tokio::select! {
+            () = give_up => {}
+            signal = signals.next() => {
+                tracing::info!(signal, "stopping without giving the leader Lease up");
+            }
+        },
     }
     config_task.abort();
     outcome?;
@@ -176,7 +201,7 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
 /// error when the webhook is not running).
 async fn wait(
     webhook: bool,
-    reconciler: Option<tokio::task::JoinHandle<()>>,
+    reconciler: Option<&mut tokio::task::JoinHandle<()>>,
     signals: &mut Signals,
 ) -> anyhow::Result<()> {
     let reconciler_ended = async {

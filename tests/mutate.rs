@@ -888,6 +888,33 @@ fn an_mpi_worker_whose_command_starts_no_sshd_is_warned_about() {
     assert!(
         create(Kind::Pod, &worker, &Config::default()).warnings[0].contains("listens on port 2200")
     );
+    // An inline script that ends in exec sshd starts it.
+    worker["spec"]["containers"][0]["command"] = json!([
+        "/bin/bash",
+        "-ec",
+        "cp /cfg/* /etc/; exec /usr/sbin/sshd -De"
+    ]);
+    assert!(create(Kind::Pod, &worker, &Config::default())
+        .warnings
+        .is_empty());
+    // A script file, or an entrypoint of the image's: dljob cannot see what
+    // it runs, and says so rather than that it starts no sshd.
+    for command in [
+        json!(["/bin/bash", "/opt/start-worker.sh"]),
+        json!(["/entrypoint.sh"]),
+    ] {
+        worker["spec"]["containers"][0]["command"] = command.clone();
+        let warnings = create(Kind::Pod, &worker, &Config::default()).warnings;
+        assert_eq!(warnings.len(), 1, "{command}: {warnings:?}");
+        assert!(
+            warnings[0].contains("dljob cannot tell whether that starts sshd"),
+            "{command}: {warnings:?}"
+        );
+    }
+    // An inline script with no sshd is sure not to start it.
+    worker["spec"]["containers"][0]["command"] = json!(["sh", "-c", "python train.py"]);
+    assert!(create(Kind::Pod, &worker, &Config::default()).warnings[0]
+        .contains("which does not start sshd"));
 }
 
 #[test]

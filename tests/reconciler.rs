@@ -2683,7 +2683,7 @@ async fn the_member_caches_are_synced_once_pods_statefulsets_and_jobs_listed() {
     })
     .await
     .expect("synced once every member kind listed");
-    task.abort();
+    task.task.abort();
     drop(held);
 }
 
@@ -3622,4 +3622,110 @@ fn the_api_server_model_refuses_what_a_real_one_refuses() {
         &service
     ))
     .is_err());
+}
+
+// ---- leader election ----------------------------------------------------------
+
+/// A replica that stops gives its leader Lease up, so that another takes
+/// over at once instead of when the Lease expires (15 s). The API server
+/// is faked for the Lease (kept in memory, created, patched as the server
+/// merges a strategic or apply patch's `spec`), lists are empty and
+/// watches held open.
+#[tokio::test]
+async fn the_leader_gives_its_lease_up_when_it_stops() {
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let (_tx, config) = tokio::sync::watch::channel(Config::default());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let (_peers, running) = dljob::reconciler::start(client, &mut registry, config)
+        .await
+        .unwrap();
+    let lease_path = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+    let lease: Arc<std::sync::Mutex<Option<Value>>> = Arc::default();
+    let patches: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+    let server = {
+        let (lease, patches) = (lease.clone(), patches.clone());
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            let json_response = |status: u16, body: &Value| {
+                Response::builder()
+                    .status(status)
+                    .body(Body::from(serde_json::to_vec(body).unwrap()))
+                    .unwrap()
+            };
+            while let Some((request, send)) = handle.next_request().await {
+                let uri = request.uri().to_string();
+                let path = request.uri().path().to_owned();
+                let method = request.method().clone();
+                let body = request.into_body().collect_bytes().await.unwrap();
+                if path.starts_with(lease_path) {
+                    let mut stored = lease.lock().unwrap();
+                    let answer = match (method.as_str(), stored.as_mut()) {
+                        ("GET", None) => json_response(
+                            404,
+                            &json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                                "reason": "NotFound", "code": 404, "message": "not found"}),
+                        ),
+                        ("GET", Some(l)) => json_response(200, l),
+                        ("POST", _) => {
+                            let mut created: Value = serde_json::from_slice(&body).unwrap();
+                            created["metadata"]["namespace"] = json!("default");
+                            created["metadata"]["resourceVersion"] = json!("1");
+                            created["spec"] = json!({});
+                            *stored = Some(created.clone());
+                            json_response(201, &created)
+                        }
+                        ("PATCH", Some(l)) => {
+                            let patch: Value = serde_json::from_slice(&body).unwrap();
+                            patches.lock().unwrap().push(patch.clone());
+                            for (k, v) in patch["spec"].as_object().unwrap() {
+                                if v.is_null() {
+                                    l["spec"].as_object_mut().unwrap().remove(k);
+                                } else {
+                                    l["spec"][k] = v.clone();
+                                }
+                            }
+                            json_response(200, l)
+                        }
+                        other => panic!("unexpected {} {uri} ({other:?})", method),
+                    };
+                    send.send_response(answer);
+                } else if uri.contains("watch=true") {
+                    held.push(send);
+                } else if method == "GET" {
+                    let list = json!({"apiVersion": "v1", "kind": "List",
+                        "metadata": {"resourceVersion": "1"}, "items": []});
+                    send.send_response(json_response(200, &list));
+                } else {
+                    panic!("unexpected call {method} {uri}");
+                }
+            }
+        })
+    };
+    let holder = || {
+        lease
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
+    };
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while holder().is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the only replica takes the Lease");
+    let started = std::time::Instant::now();
+    running.stop(Duration::from_secs(5)).await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "stopping took {took:?}");
+    assert_eq!(holder(), None, "the Lease still has a holder");
+    let last = patches.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(last["spec"]["holderIdentity"], Value::Null, "{last}");
+    assert!(last["spec"]
+        .as_object()
+        .unwrap()
+        .contains_key("holderIdentity"));
+    server.abort();
 }

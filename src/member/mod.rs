@@ -272,13 +272,50 @@ fn sshd_command_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<Strin
         }
     }
     // None: the image's default command, which may well be sshd.
-    if !words.is_empty() && !words.iter().any(|w| w.contains("sshd")) {
-        let shown = c::cut(&words.join(" "), c::MAX_QUOTED).into_owned();
+    if words.is_empty() || words.iter().any(|w| w.contains("sshd")) {
+        return;
+    }
+    let shown = c::cut(&words.join(" "), c::MAX_QUOTED).into_owned();
+    if runs_what_it_says(&words) {
         warnings.push(format!(
             "the {}'s framework container runs \"{shown}\", which does not start sshd; the {client} reaches it over ssh and would be refused: run /usr/sbin/sshd -De (in the foreground), as the MPI operator's workers do",
             m.role
         ));
+    } else {
+        // A script file or an entrypoint of the image's: what it runs is
+        // not on the command line.
+        warnings.push(format!(
+            "the {}'s framework container runs \"{shown}\", and dljob cannot tell whether that starts sshd; the {client} reaches it over ssh: make sure it runs sshd in the foreground (/usr/sbin/sshd -De)",
+            m.role
+        ));
     }
+}
+
+/// Whether a command line says all it runs: a shell's inline script
+/// (`sh -c '…'`), or a program that is not a script of the image's
+/// (Python and the launchers, `sleep`). A shell given a file, or any other
+/// executable (an entrypoint script), may start sshd out of sight.
+fn runs_what_it_says(words: &[&str]) -> bool {
+    let name = |w: &str| w.rsplit('/').next().unwrap_or(w).to_owned();
+    let Some(first) = words.first().map(|w| name(w)) else {
+        return false;
+    };
+    let shell = matches!(
+        first.as_str(),
+        "sh" | "bash" | "dash" | "ash" | "zsh" | "ksh"
+    );
+    if shell {
+        // `-c` (or a flag group holding c, as `-ec`) before the script.
+        return words[1..]
+            .iter()
+            .take_while(|w| w.starts_with('-'))
+            .any(|w| !w.starts_with("--") && w.contains('c'));
+    }
+    first.starts_with("python")
+        || matches!(
+            first.as_str(),
+            "sleep" | "torchrun" | "horovodrun" | "deepspeed" | "accelerate" | "true" | "tail"
+        )
 }
 
 /// mpi/chainer: whether the user the framework container runs as can use

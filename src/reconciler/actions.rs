@@ -141,7 +141,11 @@ impl Target<'_> {
                 _ => self.execute(action).await,
             };
             if let Err(e) = result {
-                tracing::warn!(job = %self.job.name_any(), namespace = %self.namespace, ?action, error = %Chain(&e), "an action failed; the others go on");
+                if e.namespace_terminating() {
+                    tracing::debug!(job = %self.job.name_any(), namespace = %self.namespace, ?action, "the namespace is being deleted: action not taken");
+                } else {
+                    tracing::warn!(job = %self.job.name_any(), namespace = %self.namespace, ?action, error = %Chain(&e), "an action failed; the others go on");
+                }
                 failed.get_or_insert(e);
             }
         }
@@ -155,7 +159,11 @@ impl Target<'_> {
             .publish(&self.job.object_ref(&()), &event)
             .await
         {
-            tracing::warn!(job = %self.job.name_any(), error = %Chain(&e), "publishing an Event failed");
+            if super::failure::namespace_terminating(&e) {
+                tracing::debug!(job = %self.job.name_any(), "the namespace is being deleted: Event not published");
+            } else {
+                tracing::warn!(job = %self.job.name_any(), error = %Chain(&e), "publishing an Event failed");
+            }
         }
     }
 

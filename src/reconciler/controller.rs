@@ -65,6 +65,11 @@ pub async fn reconcile(job: Arc<DLJob>, ctx: Arc<Context>) -> Result<Requeue, Er
 
 /// After a failed reconcile: retry soon.
 pub(crate) fn error_policy(job: Arc<DLJob>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    if error.namespace_terminating() {
+        // Not a failure: the job goes with its namespace.
+        tracing::debug!(job = %job.name_any(), namespace = ?job.namespace(), "the job's namespace is being deleted: not reconciled");
+        return Requeue::await_change();
+    }
     tracing::warn!(job = %job.name_any(), error = %Chain(error), "reconcile failed");
     match error {
         Error::BadSpec { .. } => Requeue::await_change(),

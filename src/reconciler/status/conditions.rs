@@ -30,6 +30,20 @@ pub(super) fn set_conditions(conditions: &mut Vec<Condition>, verdict: &Verdict,
         Phase::Pending => "",
         p => p.as_str(),
     };
+    // A job that succeeded between two looks (a launcher that lived 2 s)
+    // ran: that is recorded, not a jump from Pending to Succeeded.
+    if verdict.phase == Phase::Succeeded && !conditions.iter().any(|c| c.type_ == "Running") {
+        set_condition(
+            conditions,
+            now,
+            [
+                "Running",
+                "False",
+                verdict.phase.as_str(),
+                "ran and finished before it was seen running",
+            ],
+        );
+    }
     if !mine.is_empty() {
         set_condition(
             conditions,

@@ -1422,3 +1422,48 @@ fn the_owned_objects_outcome_sets_the_secret_and_both_conditions() {
         again.events
     );
 }
+
+/// A job whose coordinator ran and exited 0 between two looks (a launcher
+/// that lived 2 s): its conditions say it ran, not Pending → Succeeded.
+#[test]
+fn a_job_that_finished_before_it_was_seen_running_is_recorded_as_run() {
+    let p = plan("pytorch", "master=1,worker=1");
+    let waiting = observed(vec![
+        pod("master", 0, PodOwner::None, ContainerState::Waiting),
+        pod("worker", 0, PodOwner::None, ContainerState::Waiting),
+    ]);
+    let prev = next(&p, &waiting, None, Some(1), t(0)).status;
+    assert_eq!(prev.phase, Phase::Pending);
+    assert!(!prev.conditions.iter().any(|c| c.type_ == "Running"));
+    let done = observed(vec![
+        pod(
+            "master",
+            0,
+            PodOwner::None,
+            ContainerState::Terminated(exit(0, "Completed", "c1")),
+        ),
+        pod(
+            "worker",
+            0,
+            PodOwner::None,
+            ContainerState::Terminated(exit(0, "Completed", "c2")),
+        ),
+    ]);
+    let s = next(&p, &done, Some(&prev), Some(1), t(2)).status;
+    assert_eq!(s.phase, Phase::Succeeded);
+    let msg = "master-0 (pod master-0) exited with exit code 0 (Completed)";
+    assert_eq!(
+        s.conditions,
+        vec![
+            condition("Created", "True", "Created", CREATED_MSG, t(0)),
+            condition(
+                "Running",
+                "False",
+                "Succeeded",
+                "ran and finished before it was seen running",
+                t(2)
+            ),
+            condition("Succeeded", "True", "CoordinatorSucceeded", msg, t(2)),
+        ]
+    );
+}
