@@ -231,6 +231,45 @@ fn mutate_workload(m: &MemberSpec, obj: &mut Value, op: Operation, warnings: &mu
             );
         }
     }
+    if m.kind == Kind::Job && op == Operation::Create {
+        job_failure_policy(m, obj);
+    }
+}
+
+/// A member Job's `podFailurePolicy`, where dljob decides what an exit
+/// means and the user has set none: the framework container's permanent
+/// exit (any non-zero one under `restart-policy: Never`; 1-127 under
+/// `ExitCode` with restart scope Pod) fails the Job at once, instead of the
+/// Job controller replacing the pod, up to its `backoffLimit`, to train
+/// again behind dljob's back while dljob fails the job. Not under restart
+/// scope Job, where a rank's exit 1 that follows a killed peer restarts the
+/// whole job (a failed Job could not run again), and not where the pods
+/// restart in place (`OnFailure`: the Job API allows it only for `Never`).
+/// Set at creation only: the field is immutable.
+fn job_failure_policy(m: &MemberSpec, obj: &mut Value) {
+    let template = &obj["spec"]["template"];
+    if obj["spec"].get("podFailurePolicy").is_some()
+        || object::str_at(template, &["spec", "restartPolicy"]) != Some("Never")
+    {
+        return;
+    }
+    let policies = &m.spec.policies;
+    let exit_codes = match (policies.restart, policies.restart_scope) {
+        (c::RestartPolicy::Never, _) => json!({"operator": "NotIn", "values": [0]}),
+        (c::RestartPolicy::ExitCode, c::RestartScope::Pod) => {
+            json!({"operator": "In", "values": (1..=127).collect::<Vec<u8>>()})
+        }
+        (c::RestartPolicy::ExitCode, c::RestartScope::Job) => return,
+    };
+    let Some(i) = framework_container(m, template) else {
+        return;
+    };
+    let containers = object::containers(&template["spec"]);
+    let mut exit_codes = exit_codes;
+    exit_codes["containerName"] = json!(object::name_of(&containers[i]));
+    obj["spec"]["podFailurePolicy"] = json!({
+        "rules": [{"action": "FailJob", "onExitCodes": exit_codes}]
+    });
 }
 
 /// The resolved defaults `old` carried, on the workload and its template,

@@ -322,6 +322,84 @@ fn indexed_job_gets_inferred_topology_on_itself_and_its_template() {
     assert_idempotent(Kind::Job, &m.object, &Config::default());
 }
 
+/// A member Job gets a `podFailurePolicy` where dljob decides what an exit
+/// means: the framework container's permanent exit fails the Job at once,
+/// so the Job controller does not replace the pod and train again while
+/// dljob fails the job. Not under restart scope Job (a whole-job restart
+/// needs the Job to run again), not over the user's own policy, not for
+/// pods that restart in place, and only at creation (it is immutable).
+#[test]
+fn member_jobs_fail_on_a_permanent_exit_instead_of_retrying_it() {
+    let (obj, _) = fixture("mutate-create-job-gpt-worker.json");
+    let with = |keys: &[(&str, &str)]| {
+        let mut job = obj.clone();
+        for (k, v) in keys {
+            job["metadata"]["annotations"][*k] = json!(v);
+        }
+        create(Kind::Job, &job, &Config::default()).object
+    };
+    // JAX restarts the whole job on a retryable exit (scope Job): none.
+    assert_eq!(with(&[])["spec"].get("podFailurePolicy"), None);
+    let never = with(&[("dljob.dev/restart-policy", "Never")]);
+    assert_eq!(
+        never["spec"]["podFailurePolicy"],
+        json!({"rules": [{"action": "FailJob",
+            "onExitCodes": {"containerName": "jax", "operator": "NotIn", "values": [0]}}]})
+    );
+    let per_pod = with(&[("dljob.dev/restart-scope", "Pod")]);
+    let rule = &per_pod["spec"]["podFailurePolicy"]["rules"][0];
+    assert_eq!(rule["action"], "FailJob");
+    assert_eq!(rule["onExitCodes"]["operator"], "In");
+    assert_eq!(rule["onExitCodes"]["containerName"], "jax");
+    let codes: Vec<u64> = rule["onExitCodes"]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(codes, (1..=127).collect::<Vec<u64>>());
+    // The API server's own limits on the field: at most 255 values, sorted
+    // and unique, 0 not among them with In; the pods never restart in place.
+    assert!(codes.len() <= 255 && codes.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(
+        per_pod["spec"]["template"]["spec"]["restartPolicy"],
+        "Never"
+    );
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(per_pod.clone()).unwrap();
+    assert!(job.spec.unwrap().pod_failure_policy.is_some());
+    assert_idempotent(Kind::Job, &per_pod, &Config::default());
+    // The user's own policy is kept as it is.
+    let mut own = obj.clone();
+    own["metadata"]["annotations"]["dljob.dev/restart-policy"] = json!("Never");
+    let theirs =
+        json!({"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]});
+    own["spec"]["podFailurePolicy"] = theirs.clone();
+    assert_eq!(
+        create(Kind::Job, &own, &Config::default()).object["spec"]["podFailurePolicy"],
+        theirs
+    );
+    // Pods restarted in place by their kubelet: the Job API refuses a
+    // podFailurePolicy there.
+    let mut on_failure = obj.clone();
+    on_failure["metadata"]["annotations"]["dljob.dev/restart-policy"] = json!("Never");
+    on_failure["spec"]["template"]["spec"]["restartPolicy"] = json!("OnFailure");
+    assert_eq!(
+        create(Kind::Job, &on_failure, &Config::default()).object["spec"].get("podFailurePolicy"),
+        None
+    );
+    // An update leaves the (immutable) field alone.
+    let mut old = obj.clone();
+    old["metadata"]["annotations"]["dljob.dev/restart-policy"] = json!("Never");
+    let updated = mutate(
+        Subject::new(Kind::Job, &old, Some("team-a")),
+        Operation::Update,
+        &Config::default(),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(updated.object["spec"].get("podFailurePolicy"), None);
+}
+
 #[test]
 fn statefulset_template_gets_job_labels_service_and_parallel_start() {
     let sts = json!({

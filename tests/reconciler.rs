@@ -994,6 +994,80 @@ async fn coordinator_success_stops_statefulsets_and_suspends_running_jobs() {
     .await;
 }
 
+/// Under clean-pod-policy None a failed job keeps every pod, and nothing
+/// starts again. The XGBoost master (an Indexed Job) exits 1, a permanent
+/// exit: the job fails. Without more, the Job controller would replace the
+/// master's failed pod (and a worker's, up to each Job's backoffLimit), and
+/// they would train again for a job that has ended (seen in a real
+/// cluster). Both Jobs are suspended (which stops the worker still
+/// running; a Job controller never replaces a pod of a suspended Job), and
+/// the failed pod stays, marked as this run's. The Job controller's side is
+/// modelled from its documented semantics: a suspended Job creates no pods.
+#[tokio::test]
+async fn under_none_a_failed_jobs_member_jobs_are_suspended_and_its_pods_kept() {
+    const XGB: &str = "master=1,worker=1";
+    let mut job = dljob("xgboost", XGB);
+    job.spec.policies.clean_pod = dljob::contract::CleanPodPolicy::None;
+    job.status = Some(Default::default());
+    let master = indexed_job("mnist", "xgboost", XGB, "master");
+    let worker = indexed_job("mnist", "xgboost", XGB, "worker");
+    let (ctx, handle) = context(
+        World {
+            pods: vec![
+                owned_pod(
+                    "Job",
+                    "master",
+                    "xgboost",
+                    XGB,
+                    "master",
+                    0,
+                    terminated(1, "Error"),
+                ),
+                owned_pod("Job", "worker", "xgboost", XGB, "worker", 0, running()),
+            ],
+            jobs: vec![master.clone(), worker.clone()],
+            services: vec![served(23456)],
+            ..World::default()
+        },
+        vec![],
+    );
+    let jj = job.clone();
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |b| assert_eq!(b["status"]["phase"], "Failed"),
+                with_status(&jj, &json!({"status": {"phase": "Failed"}})),
+            ),
+            event("ExitCode"),
+            call(
+                "PATCH",
+                format!("/apis/batch/v1/namespaces/{NS}/jobs/master?&fieldManager=dljob"),
+                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-job-master"}, "spec": {"suspend": true}})),
+                serde_json::to_value(&master).unwrap(),
+            ),
+            call(
+                "PATCH",
+                format!("/apis/batch/v1/namespaces/{NS}/jobs/worker?&fieldManager=dljob"),
+                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-job-worker"}, "spec": {"suspend": true}})),
+                serde_json::to_value(&worker).unwrap(),
+            ),
+            // The master's failed pod stays, with its log.
+            call(
+                "PATCH",
+                format!("/api/v1/namespaces/{NS}/pods/master-0?&fieldManager=dljob"),
+                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-master-0", "annotations": {"dljob.dev/finished-run": "job-uid"}}})),
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
+}
+
 const MPI: &str = "launcher=1,worker=1";
 
 fn mpi_world() -> World {

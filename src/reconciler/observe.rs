@@ -157,6 +157,14 @@ pub(crate) fn observe_job(role: &str, job: &Job) -> Workload {
         marked: finished_run(&job.metadata).is_some(),
         role: role.to_owned(),
         suspended: spec.and_then(|s| s.suspend).unwrap_or(false),
+        finished: job
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.status == "True" && (c.type_ == "Complete" || c.type_ == "Failed"))
+            }),
         completions: count(spec.and_then(|s| s.completions)),
         parallelism: count(spec.and_then(|s| s.parallelism)).unwrap_or(1),
         offset: index_offset(

@@ -21,14 +21,16 @@ const SETTLE_POLL: Duration = Duration::from_secs(2);
 /// What the clean-up did besides its actions.
 #[derive(Default)]
 pub(super) struct CleanUp {
-    /// Jobs left to complete on their own: every index's pod succeeded.
+    /// Jobs left as they are: every index's pod succeeded (it completes
+    /// on its own), or the Job has finished by itself.
     pub(super) left_to_complete: Vec<String>,
     /// When to look again: a suspension waits for a pod to settle.
     pub(super) again: Option<Duration>,
 }
 
 /// The clean-pod policy on a finished job; every action is skipped once
-/// done. `since` is how long ago the job finished.
+/// done. `since` is how long ago the job finished. Jobs are suspended under
+/// every policy (see below); StatefulSets and pods are the policy's.
 ///
 /// A Job member is suspended to stop what still runs, but not when every
 /// index's pod has already succeeded (the Job completes by itself, and its
@@ -43,9 +45,12 @@ pub(super) fn clean_up(
     actions: &mut Vec<Action>,
 ) -> CleanUp {
     let mut out = CleanUp::default();
-    if policy == CleanPodPolicy::None {
-        return out;
-    }
+    // Under every policy a Job member that has not completed is suspended:
+    // once the job is final no member starts again, and the Job controller
+    // would otherwise replace a failed pod (up to its backoffLimit) and
+    // train again for a job that has ended. Suspension deletes only what
+    // still runs or waits, so under None every finished pod stays.
+    let stops = policy != CleanPodPolicy::None;
     for w in &observed.workloads {
         match w {
             Workload::StatefulSet {
@@ -53,11 +58,19 @@ pub(super) fn clean_up(
                 uid,
                 replicas,
                 ..
-            } if *replicas > 0 => actions.push(Action::ScaleStatefulSetToZero {
+            } if stops && *replicas > 0 => actions.push(Action::ScaleStatefulSetToZero {
                 name: name.clone(),
                 uid: uid.clone(),
                 from: *replicas,
             }),
+            // Finished on its own (its backoffLimit, a FailJob rule, every
+            // index done): it starts nothing again, and stays as it is.
+            Workload::Job {
+                uid,
+                suspended: false,
+                finished: true,
+                ..
+            } => out.left_to_complete.push(uid.clone()),
             Workload::Job {
                 name,
                 uid,
@@ -135,11 +148,20 @@ pub(super) fn mark_finished(
         })
         .collect();
     let stopping = policy != CleanPodPolicy::None;
+    let suspended: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::SuspendJob { uid, .. } => Some(uid.as_str()),
+            _ => None,
+        })
+        .collect();
     let mut marks = Vec::new();
     for p in pods {
+        // Jobs are suspended under every policy (a Job left to complete
+        // has no unfinished pod): what still runs in one goes with it.
         let goes = deleted.contains(&p.uid.as_str())
             || (stopping && p.owner == PodOwner::StatefulSet)
-            || (stopping && p.owner == PodOwner::Job && !p.finished());
+            || (p.owner == PodOwner::Job && !p.finished());
         if !p.marked && !goes {
             marks.push(Action::MarkFinished {
                 kind: Kind::Pod,
@@ -168,7 +190,8 @@ pub(super) fn mark_finished(
             } => (Kind::Job, name, uid, *marked, !suspended),
         };
         let left = kind == Kind::Job && left_to_complete.contains(uid);
-        if live && !marked && (!stopping || left) {
+        let stopped = kind == Kind::Job && suspended.contains(&uid.as_str());
+        if live && !marked && !stopped && (!stopping || left) {
             marks.push(Action::MarkFinished {
                 kind,
                 name: name.clone(),

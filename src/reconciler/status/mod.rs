@@ -136,6 +136,9 @@ pub enum Workload {
         /// Already marked [`c::FINISHED_RUN`] by this job's finished run.
         marked: bool,
         suspended: bool,
+        /// The Job has finished on its own (its `Complete` or `Failed`
+        /// condition): it starts no pod again, suspended or not.
+        finished: bool,
         /// `spec.completions` (None: not set).
         completions: Option<u32>,
         /// `spec.parallelism` (1 when not set).

@@ -183,6 +183,7 @@ mod tests {
             marked: false,
             role: role.into(),
             suspended,
+            finished: false,
             completions,
             parallelism,
             offset: None,

@@ -1025,6 +1025,7 @@ fn statefulset_ordinals_are_counted_per_role_and_a_done_job_completes_by_itself(
                 marked: false,
                 role: "chief".into(),
                 suspended: false,
+                finished: false,
                 completions: Some(1),
                 parallelism: 1,
                 offset: None,
@@ -1105,6 +1106,7 @@ fn a_jobs_suspension_waits_for_a_finished_pod_to_settle() {
             marked: false,
             role: "worker".into(),
             suspended: false,
+            finished: false,
             completions: Some(2),
             parallelism: 2,
             offset: None,
@@ -1466,4 +1468,120 @@ fn a_job_that_finished_before_it_was_seen_running_is_recorded_as_run() {
             condition("Succeeded", "True", "CoordinatorSucceeded", msg, t(2)),
         ]
     );
+}
+
+/// Under clean-pod-policy None a final job keeps every pod, and still no
+/// member starts again: each Job that has not completed is suspended (the
+/// Job controller would replace its failed pods, up to its backoffLimit,
+/// and train again for a job that has ended). Suspension deletes what still
+/// runs; the failed pods stay, marked as this run's. StatefulSets and bare
+/// pods are left as they are.
+#[test]
+fn under_none_a_final_jobs_member_jobs_start_nothing_again() {
+    let mut p = plan("xgboost", "master=1,worker=2");
+    p.policies.clean_pod = CleanPodPolicy::None;
+    let job = |name: &str, role: &str, completions: u32| Workload::Job {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        marked: false,
+        role: role.into(),
+        suspended: false,
+        finished: false,
+        completions: Some(completions),
+        parallelism: completions,
+        offset: None,
+    };
+    let failed = |role: &str, index: u32, run: &str| {
+        pod(
+            role,
+            index,
+            PodOwner::Job,
+            ContainerState::Terminated(exit(1, "Error", run)),
+        )
+    };
+    let obs = Observed {
+        pods: vec![
+            failed("master", 0, "m"),
+            failed("worker", 0, "w0"),
+            pod("worker", 1, PodOwner::Job, ContainerState::Running),
+        ],
+        workloads: vec![job("j-master", "master", 1), job("j-worker", "worker", 2)],
+        ..Observed::default()
+    };
+    let out = next(&p, &obs, None, None, t(0));
+    assert_eq!(out.status.phase, Phase::Failed);
+    assert_eq!(
+        out.actions,
+        vec![
+            Action::SuspendJob {
+                name: "j-master".into(),
+                uid: "uid-j-master".into()
+            },
+            Action::SuspendJob {
+                name: "j-worker".into(),
+                uid: "uid-j-worker".into()
+            },
+            mark("master-0"),
+            mark("worker-0"),
+        ]
+    );
+    // Once suspended, nothing more is done.
+    let mut stopped = obs.clone();
+    for w in &mut stopped.workloads {
+        if let Workload::Job { suspended, .. } = w {
+            *suspended = true;
+        }
+    }
+    stopped.pods.retain(|p| p.name != "worker-1");
+    for p in &mut stopped.pods {
+        p.marked = true;
+    }
+    let again = next(&p, &stopped, Some(&out.status), None, t(5));
+    assert_eq!(again.actions, vec![]);
+    // A Job whose every index succeeded is left to complete, marked, as
+    // under the other policies.
+    let done = Observed {
+        pods: vec![
+            failed("master", 0, "m"),
+            pod(
+                "worker",
+                0,
+                PodOwner::Job,
+                ContainerState::Terminated(exit(0, "Completed", "w0")),
+            ),
+            pod(
+                "worker",
+                1,
+                PodOwner::Job,
+                ContainerState::Terminated(exit(0, "Completed", "w1")),
+            ),
+        ],
+        ..obs.clone()
+    };
+    let out = next(&p, &done, None, None, t(0));
+    assert!(!out.actions.contains(&Action::SuspendJob {
+        name: "j-worker".into(),
+        uid: "uid-j-worker".into()
+    }));
+    // A Job that failed on its own (its podFailurePolicy, its backoffLimit)
+    // starts nothing again: not suspended, marked as this run's.
+    let mut failed_on_its_own = obs.clone();
+    if let Workload::Job { finished, .. } = &mut failed_on_its_own.workloads[0] {
+        *finished = true;
+    }
+    let out2 = next(&p, &failed_on_its_own, None, None, t(0));
+    assert!(!out2.actions.contains(&Action::SuspendJob {
+        name: "j-master".into(),
+        uid: "uid-j-master".into()
+    }));
+    assert!(out2.actions.contains(&Action::MarkFinished {
+        kind: Kind::Job,
+        name: "j-master".into(),
+        uid: "uid-j-master".into()
+    }));
+    assert!(out.actions.contains(&Action::MarkFinished {
+        kind: Kind::Job,
+        name: "j-worker".into(),
+        uid: "uid-j-worker".into()
+    }));
 }
