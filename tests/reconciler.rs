@@ -1288,6 +1288,101 @@ async fn the_launcher_gate_is_removed_once_the_worker_runs() {
     .await;
 }
 
+/// An mpi job whose SSH Secret is recorded, with its worker pending (the
+/// kubelet cannot mount a Secret that is gone: the pod stays Pending). The
+/// reconciler asks with a dry-run create, never a read: 409, the Secret is
+/// there, nothing else is done; created, it is gone: the record goes, the
+/// SSHSecretLost condition and its Event say so, and every member is
+/// deleted for its controller to recreate with the new key the next pass
+/// makes.
+#[tokio::test]
+async fn a_deleted_ssh_secret_is_found_by_a_dry_run_and_every_member_restarts() {
+    let world = || {
+        let mut worker = owned_pod(
+            "StatefulSet",
+            "worker",
+            "mpi",
+            MPI,
+            "worker",
+            0,
+            json!({"waiting": {"reason": "ContainerCreating"}}),
+        );
+        worker.status.as_mut().unwrap().phase = Some("Pending".into());
+        World {
+            pods: vec![
+                owned_pod("Job", "launcher", "mpi", MPI, "launcher", 0, running()),
+                worker,
+            ],
+            services: vec![served(22)],
+            ..World::default()
+        }
+    };
+    let job = || {
+        let mut job = dljob("mpi", MPI);
+        job.spec.port = 22;
+        job.status = Some(dljob::crd::DLJobStatus {
+            ssh_secret: Some("mnist-ssh".into()),
+            ..status_of(&job, world())
+        });
+        job
+    };
+    let dry_run = |answer: Value| {
+        call(
+            "POST",
+            format!("/api/v1/namespaces/{NS}/secrets?&dryRun=All&fieldManager=dljob"),
+            |b| {
+                assert_eq!(b["metadata"]["name"], "mnist-ssh");
+                assert_eq!(b["metadata"]["ownerReferences"][0]["kind"], "DLJob");
+            },
+            answer,
+        )
+    };
+    // There: nothing but the question.
+    let conflict = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "secrets \"mnist-ssh\" already exists", "reason": "AlreadyExists", "code": 409});
+    let (ctx, handle) = context(world(), vec![]);
+    reconcile_expecting(job(), ctx, handle, vec![dry_run(conflict)]).await;
+    // Gone.
+    let (ctx, handle) = context(world(), vec![]);
+    let jj = job();
+    reconcile_expecting(
+        job(),
+        ctx,
+        handle,
+        vec![
+            dry_run(
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mnist-ssh"}}),
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    let s = &b["status"];
+                    assert_eq!(s.get("sshSecret"), None, "{s}");
+                    assert_eq!(s["phase"], "Restarting");
+                    assert_eq!(s["restarts"], 0);
+                    let lost = s["conditions"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|c| c["type"] == "SSHSecretLost")
+                        .unwrap();
+                    assert_eq!(
+                        (&lost["status"], &lost["reason"]),
+                        (&json!("True"), &json!("SecretDeleted"))
+                    );
+                },
+                with_status(&jj, &json!({"status": {"phase": "Restarting"}})),
+            ),
+            event("Restarting"),
+            event("SSHSecretLost"),
+            delete_pod("launcher-0"),
+            delete_pod("worker-0"),
+        ],
+    )
+    .await;
+}
+
 /// A Secret `<job>-ssh` that this DLJob did not create (the reconciler
 /// never reads Secrets, so it cannot tell whose it is): not recorded as the
 /// job's, reported with the fix, once; the create is tried again later.

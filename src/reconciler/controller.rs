@@ -108,6 +108,7 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
         })
         .collect();
     observed.owned = owned;
+    observed.owned.lost_secret = lost_ssh_secret(ctx, job, &observed, &config).await;
     let mut out = status::next(
         &plan,
         &observed,
@@ -137,6 +138,51 @@ async fn reconcile_job(job: &DLJob, ctx: &Context) -> Result<Requeue, Error> {
     ctx.metrics.restarts.inc_by(u64::from(out.new_restarts));
     target.execute_all(&out.actions, saving).await?;
     Ok(Requeue::requeue(look_again(job, &config, &out, now)))
+}
+
+/// The recorded SSH Secret, when a member waits to start and the API
+/// server no longer has it: such a pod cannot mount it (`FailedMount`) and
+/// would wait for ever while the job shows Running. dljob never reads
+/// Secrets: a dry-run create answers instead (409: it is there; created:
+/// it is gone). Asked only while an unfinished job has a pod pending, and
+/// gated pods aside (they wait for their workers, not for a volume).
+async fn lost_ssh_secret(
+    ctx: &Context,
+    job: &DLJob,
+    observed: &Observed,
+    config: &Config,
+) -> Option<String> {
+    let status = job.status.as_ref()?;
+    let recorded = status.ssh_secret.clone()?;
+    let waiting = observed
+        .pods
+        .iter()
+        .any(|p| p.phase == "Pending" && !p.gated && !p.deleting);
+    if status.phase.is_finished() || !waiting {
+        return None;
+    }
+    let key = resources::generate_key().ok()?;
+    let secret = resources::ssh_secret(job, &key, &config.cluster_domain)?;
+    if secret.metadata.name.as_deref() != Some(recorded.as_str()) {
+        return None;
+    }
+    let api: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let params = kube::api::PostParams {
+        dry_run: true,
+        ..super::writes::create_params()
+    };
+    match api.create(&params, &secret).await {
+        Ok(_) => {
+            tracing::warn!(job = %job.name_any(), secret = %recorded, "the job's SSH Secret was deleted: a new key is made and every member restarts with it");
+            Some(recorded)
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => None,
+        Err(e) => {
+            tracing::debug!(job = %job.name_any(), error = %Chain(&e), "could not tell whether the SSH Secret is there");
+            None
+        }
+    }
 }
 
 /// The pass's one status write, when the status changed. A Secret this

@@ -125,6 +125,37 @@ pub fn set_ownership_condition(
     )
 }
 
+/// The condition saying the job's SSH Secret was deleted.
+pub const SSH_SECRET_LOST: &str = "SSHSecretLost";
+
+/// Sets [`SSH_SECRET_LOST`] while the recorded SSH Secret is found gone;
+/// see [`set_problem_condition`].
+pub fn set_lost_secret_condition(
+    conditions: &mut Vec<Condition>,
+    lost: Option<&str>,
+    now: Timestamp,
+) -> Option<JobEvent> {
+    let problems: Vec<String> = lost
+        .map(|s| {
+            format!(
+                "the SSH Secret {s} the members mount was deleted, so a pod started now cannot mount it; dljob makes a new one with a new key and restarts every member (not counted as a retry). Do not delete it while the job runs: the DLJob owns it and deleting the DLJob deletes it"
+            )
+        })
+        .into_iter()
+        .collect();
+    set_problem_condition(
+        conditions,
+        Problem {
+            type_: SSH_SECRET_LOST,
+            reason: "SecretDeleted",
+            cleared_reason: "SecretRecreated",
+            cleared_message: "the job's SSH Secret is there again",
+        },
+        &problems,
+        now,
+    )
+}
+
 /// A condition that reports problems while there are any.
 pub(super) struct Problem {
     pub(super) type_: &'static str,

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::contract::{Policies, RestartPolicy, Topology};
-use crate::crd::{CoordinatorStatus, DLJobStatus, Phase, RoleStatus, SavedPod};
+use crate::crd::{CoordinatorStatus, DLJobStatus, JobRestart, Phase, RoleStatus, SavedPod};
 use crate::frameworks::Framework;
 use crate::member::PodOwner;
 use crate::object::Kind;
@@ -35,7 +35,8 @@ mod tests;
 
 use self::conditions::{set_condition, set_conditions, set_problem_condition, Problem};
 pub use self::conditions::{
-    set_owned_condition, set_ownership_condition, OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT,
+    set_lost_secret_condition, set_owned_condition, set_ownership_condition, OWNED_UNAVAILABLE,
+    OWNERSHIP_CONFLICT, SSH_SECRET_LOST,
 };
 use self::decide::{decide, Members};
 use self::finish::{clean_up, mark_finished};
@@ -173,6 +174,9 @@ pub struct OwnedOutcome {
     /// Objects of the job's names this DLJob does not control
     /// ([`OWNERSHIP_CONFLICT`]).
     pub foreign: Vec<String>,
+    /// The recorded SSH Secret, found gone (a dry-run create would make
+    /// it) while a member waited to start: its pods cannot mount it.
+    pub lost_secret: Option<String>,
 }
 /// One idempotent change to the cluster. Every change to a member is made
 /// only if it still has the uid observed (a pod or workload recreated under
@@ -341,6 +345,21 @@ pub fn next(
         coordinator(plan, &pods, &mut status)
     };
 
+    // The job's SSH Secret is gone: a new one (a new key) is made on the
+    // next pass, and every member restarts to mount it; keys of two
+    // generations in one job would refuse each other. Not counted as a
+    // retry: no member failed.
+    if let (Some(secret), false) = (&observed.owned.lost_secret, prev.phase.is_finished()) {
+        status.ssh_secret = None;
+        if status.job_restart.is_none() {
+            status.job_restart = Some(JobRestart {
+                cause: format!(
+                    "the SSH Secret {secret} was deleted: a new key is made and every member restarts with it"
+                ),
+                uids: pods.iter().map(|p| p.uid.clone()).collect(),
+            });
+        }
+    }
     let mut lost = Vec::new();
     let (verdict, mut actions, new_restarts) = if prev.phase.is_finished() {
         let verdict = Verdict {
@@ -398,6 +417,11 @@ pub fn next(
     events.extend(set_owned_condition(
         &mut status.conditions,
         &observed.owned.unavailable,
+        now,
+    ));
+    events.extend(set_lost_secret_condition(
+        &mut status.conditions,
+        observed.owned.lost_secret.as_deref(),
         now,
     ));
     events.extend(set_ownership_condition(

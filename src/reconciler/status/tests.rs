@@ -1376,6 +1376,7 @@ fn the_owned_objects_outcome_sets_the_secret_and_both_conditions() {
             created_secret: Some("mnist-ssh".into()),
             unavailable: vec!["the cluster does not serve PodGroup".into()],
             foreign: vec!["Service/mnist exists and is controlled by Deployment \"x\"".into()],
+            lost_secret: None,
         },
         ..Default::default()
     };
@@ -1584,4 +1585,91 @@ fn under_none_a_final_jobs_member_jobs_start_nothing_again() {
         name: "j-worker".into(),
         uid: "uid-j-worker".into()
     }));
+}
+
+/// The job's SSH Secret was deleted while it ran, and a member waits to
+/// mount it: the record goes (so the next pass makes a new Secret, a new
+/// key), every member restarts to mount the new key together (keys of two
+/// generations would refuse each other), not counted as a retry, and the
+/// SSHSecretLost condition says what happened and what to do, with one
+/// Warning Event.
+#[test]
+fn a_deleted_ssh_secret_restarts_every_member_with_a_new_key() {
+    let p = plan("mpi", "launcher=1,worker=2");
+    let members = || {
+        vec![
+            pod("launcher", 0, PodOwner::Job, ContainerState::Running),
+            pod("worker", 0, PodOwner::StatefulSet, ContainerState::Running),
+            pod("worker", 1, PodOwner::StatefulSet, ContainerState::Waiting),
+        ]
+    };
+    let mut prev = next(&p, &observed(members()), None, Some(1), t(0)).status;
+    prev.ssh_secret = Some("mnist-ssh".into());
+    let lost = Observed {
+        owned: OwnedOutcome {
+            lost_secret: Some("mnist-ssh".into()),
+            ..OwnedOutcome::default()
+        },
+        ..observed(members())
+    };
+    let out = next(&p, &lost, Some(&prev), Some(1), t(10));
+    assert_eq!(
+        out.status.ssh_secret, None,
+        "the record goes: a new Secret is made"
+    );
+    assert_eq!(out.status.phase, Phase::Restarting);
+    assert_eq!(out.status.restarts, 0, "not counted as a retry");
+    assert_eq!(out.new_restarts, 0);
+    assert_eq!(
+        out.status.job_restart.as_ref().map(|r| r.uids.len()),
+        Some(3)
+    );
+    let deleted: Vec<&str> = out
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeletePod { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deleted, ["launcher-0", "worker-0", "worker-1"]);
+    let condition = out
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == SSH_SECRET_LOST)
+        .unwrap();
+    assert_eq!(condition.status, "True");
+    assert_eq!(condition.reason, "SecretDeleted");
+    assert!(condition
+        .message
+        .starts_with("the SSH Secret mnist-ssh the members mount was deleted"));
+    assert!(
+        out.events
+            .iter()
+            .any(|e| e.warning && e.reason == SSH_SECRET_LOST),
+        "{:?}",
+        out.events
+    );
+    // The next pass finds the new Secret made (and recorded): the condition
+    // is cleared, the restart goes on until its pods are gone.
+    let mut made = out.status.clone();
+    made.ssh_secret = Some("mnist-ssh".into());
+    let back = next(&p, &observed(members()), Some(&made), Some(1), t(12));
+    let condition = back
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == SSH_SECRET_LOST)
+        .unwrap();
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "SecretRecreated")
+    );
+    // A finished job is left as it is.
+    let mut done = prev.clone();
+    done.phase = Phase::Succeeded;
+    let after = next(&p, &lost, Some(&done), Some(1), t(20));
+    assert_eq!(after.status.ssh_secret, Some("mnist-ssh".into()));
+    assert_eq!(after.status.job_restart, None);
 }
