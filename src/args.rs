@@ -277,13 +277,13 @@ pub struct ServeArgs {
     pub log_format: LogFormat,
     /// Largest AdmissionReview body accepted, in bytes (UPDATE reviews carry
     /// two objects).
-    #[arg(long, default_value_t = 3 * 1024 * 1024)]
+    #[arg(long, default_value_t = 3 * 1024 * 1024, env = "DLJOB_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
     /// Seconds a client may take to send its request before it is answered
     /// with 408 and disconnected; also how long it may take to receive an
     /// answer whole, and how long a write to it may make no progress,
     /// before its connection is closed.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, env = "DLJOB_READ_TIMEOUT_SECS")]
     pub read_timeout_secs: u64,
     /// Bytes of bodies over 256 KiB held at once, over every connection: a
     /// request waits for room (then 503), so that many slow large bodies
@@ -291,7 +291,7 @@ pub struct ServeArgs {
     /// at a time. Bodies of at most 256 KiB (every ordinary review) have
     /// 8 MiB of their own and must arrive within 2 s. At least
     /// --max-body-bytes.
-    #[arg(long, default_value_t = 6 * 1024 * 1024)]
+    #[arg(long, default_value_t = 6 * 1024 * 1024, env = "DLJOB_MAX_BODY_BYTES_IN_FLIGHT")]
     pub max_body_bytes_in_flight: usize,
     /// Client connections open at once, so that idle or slow clients
     /// cannot exhaust the replica's memory; the API server needs a few
@@ -303,7 +303,7 @@ pub struct ServeArgs {
     pub max_connections: u32,
     /// Seconds from accepting a connection (TLS handshake included) to its
     /// first request; a connection that sends none is closed.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..), env = "DLJOB_FIRST_REQUEST_TIMEOUT_SECS")]
     pub first_request_timeout_secs: u64,
     /// Serve /metrics on this address instead, over plain HTTP (e.g.
     /// 0.0.0.0:9090), so that the webhook port can be opened to the API
@@ -331,18 +331,24 @@ pub struct ServeArgs {
     /// Seconds a connection may stay open between requests. Keep it above
     /// the client's own idle timeout (the API server's is 90 s), so that it
     /// closes first and no request races the close.
-    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..), env = "DLJOB_IDLE_TIMEOUT_SECS")]
     pub idle_timeout_secs: u64,
     /// Where the self-signed CA is kept (without --tls-cert), its key beside
     /// it (.key): reused while valid, so that a cluster told to trust it
     /// keeps trusting the webhook across restarts; made anew when missing
     /// or expiring.
-    #[arg(long, default_value = "dljob-ca.pem")]
+    #[arg(long, default_value = "dljob-ca.pem", env = "DLJOB_SELF_SIGNED_CA_OUT")]
     pub self_signed_ca_out: PathBuf,
     /// Extra DNS name or IP address for the self-signed certificate (besides
     /// localhost and 127.0.0.1), e.g. the address a cluster's API server
-    /// uses to reach this machine. Repeatable.
-    #[arg(long = "self-signed-san", value_name = "DNS|IP")]
+    /// uses to reach this machine. Repeatable; in the environment variable,
+    /// comma-separated.
+    #[arg(
+        long = "self-signed-san",
+        value_name = "DNS|IP",
+        env = "DLJOB_SELF_SIGNED_SANS",
+        value_delimiter = ','
+    )]
     pub self_signed_sans: Vec<String>,
     /// Seconds to keep serving reviews after SIGTERM while /readyz answers
     /// 503, so that the API server stops sending reviews here before the
@@ -357,10 +363,10 @@ pub struct ServeArgs {
     #[arg(long, env = "DLJOB_LOG_REVIEWS")]
     pub log_reviews: bool,
     /// Run only the reconciler (development against a cluster).
-    #[arg(long, conflicts_with = "no_reconciler")]
+    #[arg(long, conflicts_with = "no_reconciler", env = "DLJOB_NO_WEBHOOK")]
     pub no_webhook: bool,
     /// Run only the webhook, even when a cluster is reachable.
-    #[arg(long)]
+    #[arg(long, env = "DLJOB_NO_RECONCILER")]
     pub no_reconciler: bool,
 }
 

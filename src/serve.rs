@@ -37,6 +37,12 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    // One set of signal listeners for the whole run, from its start: a
+    // signal that comes while the webhook starts (after it logged that it
+    // listens, before anything else) is not the default action's, and a
+    // second one that comes while the drain starts is not lost between two
+    // listeners.
+    let mut signals = Signals::new();
     let (config, config_task) = reload::watch_config(args.config.clone(), RELOAD_INTERVAL)?;
     if let Some(path) = &args.config {
         tracing::info!(path = %path.display(), "config loaded; re-read when it changes");
@@ -150,9 +156,6 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         Some(running)
     };
 
-    // One set of signal listeners for the whole run: a second signal that
-    // comes while the drain starts is not lost between two listeners.
-    let mut signals = Signals::new();
     let mut reconciler = reconciler;
     let outcome = wait(
         webhook.as_ref().is_some(),

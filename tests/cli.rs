@@ -655,3 +655,47 @@ fn a_pod_with_only_a_generate_name_is_not_its_own_peer() {
     assert_eq!(two.code, Some(1), "{two:?}");
     assert!(two.stdout.contains("already is worker 0"), "{two:?}");
 }
+
+/// Every flag of `dljob serve` can be given by an environment variable,
+/// as docs/operations.md says, and `--help` names it.
+#[test]
+fn every_serve_flag_has_an_environment_variable() {
+    let run = dljob(&["serve", "--help"], None);
+    assert!(run.success(), "{run:?}");
+    // Each option's help runs from its `--flag` line to the next one.
+    let mut options: Vec<(String, String)> = Vec::new();
+    for line in run.stdout.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("--") || (trimmed.starts_with('-') && trimmed.contains(", --")) {
+            let flag = trimmed
+                .split_whitespace()
+                .find(|w| w.starts_with("--"))
+                .unwrap()
+                .trim_end_matches(',')
+                .to_owned();
+            options.push((flag, String::new()));
+        } else if let Some((_, help)) = options.last_mut() {
+            help.push_str(line);
+            help.push('\n');
+        }
+    }
+    let flags: Vec<&str> = options.iter().map(|(f, _)| f.as_str()).collect();
+    assert!(flags.len() >= 19, "{flags:?}");
+    for (flag, help) in &options {
+        if flag == "--help" {
+            continue;
+        }
+        let want = format!(
+            "[env: DLJOB_{}",
+            flag.trim_start_matches("--")
+                .replace('-', "_")
+                .to_uppercase()
+        );
+        // --self-signed-san takes a comma-separated list: DLJOB_SELF_SIGNED_SANS.
+        assert!(
+            help.contains(&want)
+                || (flag == "--self-signed-san" && help.contains("[env: DLJOB_SELF_SIGNED_SANS")),
+            "{flag} names no environment variable ({want}]):\n{help}"
+        );
+    }
+}

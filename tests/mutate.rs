@@ -1997,3 +1997,29 @@ fn a_new_member_loses_a_copied_finished_run_mark() {
         "uid-old"
     );
 }
+
+/// A framework container that takes env from a ConfigMap or Secret is told
+/// that dljob's variables win over it (Kubernetes gives env precedence over
+/// envFrom), and how to keep a value; its own env entries are kept.
+#[test]
+fn env_from_on_the_framework_container_is_said_to_lose_to_dljobs_env() {
+    let mut p = pod("mnist", "master", "pytorch", "master=1,worker=1", json!({}));
+    p["spec"]["containers"][0]["envFrom"] = json!([
+        {"configMapRef": {"name": "training-env"}},
+        {"secretRef": {"name": "creds"}},
+        {"prefix": "X_", "configMapRef": {"name": "more"}}
+    ]);
+    let m = create(Kind::Pod, &p, &Config::default());
+    assert_eq!(
+        m.warnings,
+        ["container \"pytorch\" takes env from ConfigMap training-env, Secret creds, ConfigMap more (envFrom); a variable there that dljob also sets is dljob's, since env comes before envFrom: to keep your value, set it in the container's env, which dljob keeps"]
+    );
+    // A sidecar's envFrom is not the framework's: nothing said.
+    let mut q = pod("mnist", "master", "pytorch", "master=1,worker=1", json!({}));
+    q["spec"]["containers"].as_array_mut().unwrap().push(
+        json!({"name": "sidecar", "image": "s", "envFrom": [{"configMapRef": {"name": "x"}}]}),
+    );
+    assert!(create(Kind::Pod, &q, &Config::default())
+        .warnings
+        .is_empty());
+}

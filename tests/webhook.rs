@@ -2846,3 +2846,99 @@ async fn a_connection_refused_again_and_again_is_slowed_to_the_refusal_rate() {
     })
     .await
 }
+
+/// A peer source whose every answer panics: a defect inside a review.
+struct PanickingPeers;
+
+impl PeerSource for PanickingPeers {
+    fn peers(&self, _namespace: &str, _job: &str) -> Vec<dljob::member::MemberSpec> {
+        panic!("a defect for the test");
+    }
+    fn names_peers(&self) -> bool {
+        false
+    }
+}
+
+/// A review that panics inside dljob is answered 500 on both paths (an
+/// ordinary body computed inline, a body over 256 KiB computed off the
+/// async workers), counted as its own rejection (`panic`), and the server
+/// and the connection go on serving.
+#[tokio::test]
+async fn a_review_that_panics_is_answered_500_and_the_server_goes_on() {
+    bounded(async {
+        let dir = tempdir("panic");
+        let settings = Settings::new(
+            localhost(),
+            TlsSource::SelfSigned {
+                ca_out: dir.join("ca.pem"),
+                extra_sans: vec![],
+            },
+        );
+        let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap();
+        let running = webhook::run(
+            settings,
+            Inputs {
+                config,
+                peers: Arc::new(PanickingPeers),
+            },
+            Registry::default(),
+        )
+        .await
+        .unwrap();
+        let ca = running.ca_pem().unwrap().to_owned();
+        let addr = running.local_addr();
+        let review = captured("mutate-create-pod-resnet-chief.json");
+        let mut big = review.clone();
+        big["request"]["object"]["metadata"]["annotations"]["example.com/notes"] =
+            json!("n".repeat(300 * 1024));
+        for proto in [Proto::H1, Proto::H2] {
+            let c = connect(addr, &ca, proto).await.unwrap();
+            for body in [&review, &big] {
+                let (status, said) = c
+                    .send("POST", "/validate", serde_json::to_vec(body).unwrap())
+                    .await
+                    .unwrap();
+                assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{proto:?}");
+                let said = String::from_utf8_lossy(&said);
+                assert!(said.contains("the review failed inside dljob"), "{said}");
+            }
+            // The same connection still answers.
+            assert_eq!(c.get("/healthz").await.0, StatusCode::OK);
+        }
+        let c = connect(addr, &ca, Proto::H1).await.unwrap();
+        let (_, metrics) = c.get("/metrics").await;
+        assert_eq!(
+            counter(
+                &metrics,
+                r#"dljob_webhook_rejected_requests_total{endpoint="validate",reason="panic"}"#
+            ),
+            4
+        );
+        drop(TempDir(dir));
+    })
+    .await
+}
+
+/// The review view keeps a framework container's `envFrom`: over the
+/// wire, as offline, the user is told that dljob's env wins over it.
+#[test]
+fn env_from_reaches_the_core_through_the_review_view() {
+    use dljob::webhook::admission::{review, Answer, Endpoint};
+    let mut whole = captured("mutate-create-pod-resnet-chief.json");
+    whole["request"]["object"]["spec"]["containers"][0]["envFrom"] =
+        json!([{"configMapRef": {"name": "training-env"}}]);
+    let body = serde_json::to_vec(&whole).unwrap();
+    let Answer::Review { body, .. } = review(Endpoint::Mutate, &body, &Config::default(), &NoPeers)
+    else {
+        panic!("a review")
+    };
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    let warnings = answer["response"]["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .contains("takes env from ConfigMap training-env (envFrom)")),
+        "{warnings:?}"
+    );
+}

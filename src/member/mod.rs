@@ -197,6 +197,7 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
     pinned_launcher_warning(&member, object, config, &mut warnings);
     ssh_user_warnings(&member, object, &mut warnings);
     sshd_command_warning(&member, object, &mut warnings);
+    env_from_warning(&member, object, &mut warnings);
     Ok(Some(Parsed { member, warnings }))
 }
 
@@ -230,6 +231,47 @@ fn sshd_port(words: &[&str]) -> Option<u16> {
         }
     }
     None
+}
+
+/// A framework container with `envFrom`: a variable it brings that dljob
+/// also sets (MASTER_ADDR, RANK, TF_CONFIG, …) is dljob's, because
+/// Kubernetes gives `env` precedence over `envFrom` and dljob writes `env`.
+/// A user's own `env` entry is kept instead (and said); one in a ConfigMap
+/// or Secret is not seen. Said where the user writes the pod (or its
+/// template).
+fn env_from_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>) {
+    if m.owner != PodOwner::None && m.kind == Kind::Pod {
+        return;
+    }
+    let Some(pod) = at(object, m.kind.pod_path()) else {
+        return;
+    };
+    let Some(i) = framework_container(m, pod) else {
+        return;
+    };
+    let container = &object::containers(&pod["spec"])[i];
+    let sources: Vec<String> = container
+        .get("envFrom")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            let (kind, r) = if let Some(r) = s.get("configMapRef") {
+                ("ConfigMap", r)
+            } else {
+                ("Secret", s.get("secretRef")?)
+            };
+            Some(format!("{kind} {}", c::quoted(object::name_of(r))))
+        })
+        .collect();
+    if sources.is_empty() {
+        return;
+    }
+    warnings.push(format!(
+        "container \"{}\" takes env from {} (envFrom); a variable there that dljob also sets is dljob's, since env comes before envFrom: to keep your value, set it in the container's env, which dljob keeps",
+        c::quoted(object::name_of(container)),
+        sources.join(", ")
+    ));
 }
 
 /// mpi/chainer: a member the launcher reaches over ssh whose framework

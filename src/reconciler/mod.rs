@@ -11,6 +11,8 @@
 //!   execution), with one status write per pass.
 //! - [`first_sight`]: the DLJob created on first sight of a member;
 //!   [`tell`]: telling a DLJob that does not parse why.
+//! - `lease`: leader election, and giving the Lease up on shutdown
+//!   ([`Running::stop`]).
 //!
 //! Both replicas watch the members (the webhook reads the index); only the
 //! holder of the `dljob-reconciler` Lease runs the controller. Each kind is
@@ -24,6 +26,7 @@ pub mod events;
 mod failure;
 pub mod first_sight;
 pub mod index;
+mod lease;
 pub mod listed;
 pub mod metrics;
 pub mod observe;
@@ -252,7 +255,7 @@ pub async fn start(
     let (released_tx, released) = tokio::sync::oneshot::channel();
     let peers: Arc<dyn PeerSource> = index.clone();
     let lead = async move {
-        lead(client, index, stores, metrics, config, scope, stop_rx).await;
+        lease::lead(client, index, stores, metrics, config, scope, stop_rx).await;
         let _ = released_tx.send(());
     };
     let task = tokio::spawn(async move {
@@ -457,132 +460,10 @@ impl Changed {
 }
 
 /// This replica's name in the Lease and in Events.
-fn identity() -> String {
+pub(crate) fn identity() -> String {
     std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| format!("dljob-{}", std::process::id()))
-}
-
-/// Leader election: while this replica holds the Lease, run the
-/// controller and the first-sight creator; when it loses it, stop them and
-/// wait to win it again. The webhook is never affected. When `shutdown`
-/// turns true, the controller stops and the Lease is given up (returns
-/// once the API server took that, or could not). If the election's own
-/// task ends (it should not), that is said and the election starts again:
-/// a replica whose reconciler stopped in silence would keep the webhook
-/// ready while no job is reconciled.
-async fn lead(
-    client: Client,
-    index: Arc<MemberIndex>,
-    stores: Stores,
-    metrics: Arc<Metrics>,
-    config: watch::Receiver<Config>,
-    scope: Scope,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let stopping = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    // Not before the caches have listed: a reconcile would see jobs
-    // without their pods (and write every status away and back) and
-    // Services missing (and apply every one again).
-    tokio::select! {
-        _ = future::join(index.wait_listed(), stores.services.wait_until_ready()) => {}
-        () = stopping(shutdown.clone()) => return,
-    }
-    let namespace =
-        std::env::var("POD_NAMESPACE").unwrap_or_else(|_| client.default_namespace().to_owned());
-    loop {
-        let manager = loop {
-            match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
-                .with_namespace(&namespace)
-                .with_identity(identity())
-                .with_duration(15)
-                .with_grace(5)
-                .build()
-                .await
-            {
-                Ok(m) => break m,
-                Err(e) => {
-                    tracing::warn!(error = %Chain(&e), "leader election: cannot use the Lease, retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_secs(10)) => {}
-                        () = stopping(shutdown.clone()) => return,
-                    }
-                }
-            }
-        };
-        let (leader, lease_task) = manager.watch().await;
-        let stopped = elect(leader, &shutdown, |stop| {
-            run_controller(&client, &index, &stores, &metrics, &config, &scope, stop)
-        })
-        .await;
-        if stopped {
-            // Every receiver of the leader state is gone: the lease task
-            // gives the Lease up and ends.
-            match lease_task.await {
-                Ok(Ok(_)) => tracing::info!("leader Lease given up"),
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %Chain(&e), "the leader Lease could not be given up: another replica takes over when it expires")
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the leader election task failed while giving the Lease up")
-                }
-            }
-            return;
-        }
-        let why = match lease_task.await {
-            Ok(Ok(_)) => "it ended".to_owned(),
-            Ok(Err(e)) => Chain(&e).to_string(),
-            Err(e) => e.to_string(),
-        };
-        tracing::error!(reason = %why, "leader election stopped: starting it again");
-        tokio::select! {
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            () = stopping(shutdown.clone()) => return,
-        }
-        let _ = shutdown.borrow_and_update();
-    }
-}
-
-/// While `leader` says this replica leads, runs `reconcile` until it stops
-/// leading or `shutdown` turns true. Returns true on shutdown, false when
-/// the election's task ended; `leader` is dropped either way.
-async fn elect<F, Fut>(
-    mut leader: watch::Receiver<bool>,
-    shutdown: &watch::Receiver<bool>,
-    mut reconcile: F,
-) -> bool
-where
-    F: FnMut(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + Sync>>) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    loop {
-        let mut sd = shutdown.clone();
-        tokio::select! {
-            won = leader.wait_for(|l| *l) => {
-                if won.is_err() {
-                    return false; // the lease task ended
-                }
-            }
-            _ = sd.wait_for(|s| *s) => return true,
-        }
-        tracing::info!("leader: reconciling");
-        let mut lost = leader.clone();
-        let mut sd = shutdown.clone();
-        let stop = Box::pin(async move {
-            tokio::select! {
-                _ = lost.wait_for(|l| !*l) => {}
-                _ = sd.wait_for(|s| *s) => {}
-            }
-        });
-        reconcile(stop).await;
-        if *shutdown.borrow() {
-            tracing::info!("shutting down: reconciling stopped");
-            return true;
-        }
-        tracing::info!("not the leader any more: reconciling stopped");
-    }
 }
 
 /// The controller and the creator, until `stop` resolves.

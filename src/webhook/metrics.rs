@@ -50,6 +50,8 @@ pub enum Rejection {
     Timeout,
     ReadError,
     Busy,
+    /// A review panicked: answered 500.
+    Panic,
 }
 
 impl Rejection {
@@ -60,6 +62,7 @@ impl Rejection {
             Self::Timeout => "timeout",
             Self::ReadError => "read_error",
             Self::Busy => "busy",
+            Self::Panic => "panic",
         }
     }
 }

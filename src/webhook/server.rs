@@ -561,10 +561,16 @@ async fn review(
     {
         return reject(endpoint, s, conn, BodyError::Busy(short), start);
     }
+    // A panic inside a review (a defect of dljob's, never the client's) is
+    // answered 500 on either path, counted as its own rejection and logged
+    // with what it said; the connection and the server go on.
     let answer = match turn {
         None => {
             let config = s.inputs.config.borrow();
-            admission::review(endpoint, &bytes, &config, s.inputs.peers.as_ref())
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                admission::review(endpoint, &bytes, &config, s.inputs.peers.as_ref())
+            }))
+            .map_err(|payload| panic_message(payload.as_ref()))
         }
         Some(turn) => {
             let config = s.inputs.config.borrow().clone();
@@ -574,19 +580,15 @@ async fn review(
                 admission::review(endpoint, &bytes, &config, peers.as_ref())
             })
             .await;
-            match answered {
-                Ok(answer) => answer,
-                Err(e) => {
-                    return reject(
-                        endpoint,
-                        s,
-                        conn,
-                        BodyError::BadRequest(format!("the review failed: {e}")),
-                        start,
-                    )
-                }
-            }
+            answered.map_err(|e| match e.try_into_panic() {
+                Ok(payload) => panic_message(payload.as_ref()),
+                Err(e) => e.to_string(),
+            })
         }
+    };
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(why) => return reject(endpoint, s, conn, BodyError::Internal(why), start),
     };
     // The request's bytes are gone: their room goes back.
     drop(room);
@@ -686,6 +688,17 @@ enum BodyError {
     Busy(Short),
     Read(String),
     BadRequest(String),
+    /// The review itself failed (a panic): dljob's defect.
+    Internal(String),
+}
+
+/// What a panic said, as far as it said it in text.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// Most bytes of an over-limit body read (and dropped) before answering
@@ -856,6 +869,16 @@ fn reject(
             format!("reading the request body: {e}"),
         ),
         BodyError::BadRequest(m) => (StatusCode::BAD_REQUEST, Rejection::BadRequest, m),
+        BodyError::Internal(m) => {
+            // Not rate-limited with the clients' refusals: a defect of
+            // dljob's is said every time, at ERROR.
+            tracing::error!(endpoint = endpoint.as_str(), panic = %m, "a review panicked: answered 500 (please report it with this line)");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Rejection::Panic,
+                "the review failed inside dljob (a panic, logged); the API server applies the webhook's failurePolicy".to_owned(),
+            )
+        }
     };
     s.metrics.observe_rejection(endpoint, kind, start.elapsed());
     // Any client can make these: limited as review lines are.

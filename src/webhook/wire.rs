@@ -230,7 +230,6 @@ const SKIPPED_CONTAINER: &[&str] = &[
     "stdinOnce",
     "tty",
     "workingDir",
-    "envFrom",
     "resizePolicy",
 ];
 const CONTAINER_LISTS: &[&str] = &["containers", "initContainers", "ephemeralContainers"];
