@@ -822,6 +822,7 @@ async fn run_once(o: &Options, run: usize) -> RunResult {
 /// Raises this process's open-file limit to its hard limit (the server,
 /// started after, inherits it): each side holds one descriptor per
 /// connection.
+#[allow(unsafe_code, reason = "getrlimit/setrlimit are C functions")]
 fn raise_fd_limit() -> u64 {
     // SAFETY: getrlimit/setrlimit on a local struct.
     unsafe {

@@ -241,6 +241,7 @@ struct ServerProcess {
 }
 
 /// CPU seconds (user + system) a process has used.
+#[allow(unsafe_code, reason = "sysconf is a C function")]
 fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // After the command's ")": state is field 3, utime 14, stime 15.

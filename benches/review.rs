@@ -162,6 +162,7 @@ fn bench_worst(c: &mut Criterion) {
 }
 
 /// This thread's CPU time.
+#[allow(unsafe_code, reason = "clock_gettime is a C function")]
 fn thread_cpu() -> std::time::Duration {
     let mut t = libc::timespec {
         tv_sec: 0,

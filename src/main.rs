@@ -21,6 +21,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// job) otherwise leave tens of MiB of freed pages in RSS; the webhook's
 /// CPU per review does not change (BENCHMARKS.md, both measured).
 #[cfg(not(feature = "dhat-heap"))]
+#[allow(unsafe_code, reason = "mimalloc's option setter is a C function")]
 fn tune_allocator() {
     // SAFETY: sets one integer option, before any thread but this one
     // exists; mimalloc documents purge_delay 0 as "purge immediately".
@@ -115,6 +116,7 @@ mod tests {
     /// `options.c`), unless the environment says otherwise; after tuning
     /// it is 0.
     #[test]
+    #[allow(unsafe_code, reason = "mimalloc's option getter is a C function")]
     fn the_purge_delay_option_is_the_one_set() {
         let get = || unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
         let from_env = std::env::var("MIMALLOC_PURGE_DELAY").ok();

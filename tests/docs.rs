@@ -384,6 +384,10 @@ fn wait_with_timeout(mut child: Child, limit: Duration) -> Result<(i32, String),
 }
 
 /// Kills `child`'s whole process group (it leads one: [`shell`]).
+#[allow(
+    unsafe_code,
+    reason = "kill(2) on a process group has no safe wrapper in std"
+)]
 fn stop_group(child: &mut Child) {
     let group = i32::try_from(child.id()).expect("a pid");
     // SAFETY: kill(2) with a negative pid signals that process group; no
