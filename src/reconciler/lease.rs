@@ -33,7 +33,7 @@ pub(super) async fn lead(
     metrics: Arc<Metrics>,
     config: watch::Receiver<Config>,
     scope: Scope,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let stopping = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -96,7 +96,6 @@ pub(super) async fn lead(
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
             () = stopping(shutdown.clone()) => return,
         }
-        let _ = shutdown.borrow_and_update();
     }
 }
 
