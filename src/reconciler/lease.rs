@@ -138,3 +138,70 @@ where
         tracing::info!("not the leader any more: reconciling stopped");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// `elect` runs the controller while this replica leads, stops it when
+    /// the lead is lost, runs it again when won again, returns false (the
+    /// caller says so and elects again) when the election's task is gone,
+    /// and true on shutdown, stopping a controller that runs.
+    #[tokio::test]
+    async fn the_controller_runs_while_leading_and_an_ended_election_is_told_apart() {
+        let runs = Arc::new(AtomicU32::new(0));
+        let reconcile = |runs: Arc<AtomicU32>| {
+            move |stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + Sync>>| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                stop
+            }
+        };
+        // Won, lost, won again, then the election's task ends.
+        let (leader_tx, leader) = watch::channel(false);
+        let (_shutdown_tx, shutdown) = watch::channel(false);
+        let elected = tokio::spawn({
+            let runs = runs.clone();
+            async move { elect(leader, &shutdown, reconcile(runs)).await }
+        });
+        let settle = || tokio::time::sleep(Duration::from_millis(20));
+        settle().await;
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "not leading: nothing runs");
+        leader_tx.send(true).unwrap();
+        settle().await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        leader_tx.send(false).unwrap();
+        settle().await;
+        leader_tx.send(true).unwrap();
+        settle().await;
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "led again: runs again");
+        leader_tx.send(false).unwrap();
+        settle().await;
+        drop(leader_tx);
+        let ended = tokio::time::timeout(Duration::from_secs(5), elected)
+            .await
+            .expect("elect returns once the election is gone")
+            .unwrap();
+        assert!(!ended, "an ended election is not a shutdown");
+
+        // Shutdown while leading: the controller stops and elect says so.
+        let (leader_tx, leader) = watch::channel(true);
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let runs = Arc::new(AtomicU32::new(0));
+        let elected = tokio::spawn({
+            let runs = runs.clone();
+            async move { elect(leader, &shutdown, reconcile(runs)).await }
+        });
+        settle().await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        shutdown_tx.send(true).unwrap();
+        let stopped = tokio::time::timeout(Duration::from_secs(5), elected)
+            .await
+            .expect("elect returns on shutdown")
+            .unwrap();
+        assert!(stopped);
+        // Every receiver of the leader state is gone: the lease task would
+        // now give the Lease up.
+        assert!(leader_tx.is_closed());
+    }
+}
