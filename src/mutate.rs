@@ -1233,6 +1233,12 @@ fn reserved_volume_problems(
 
 /// Adds each var, before the container's own, unless the container sets
 /// it; a different user value is kept and named in a warning.
+/// Env dljob sets as a default the user may well choose otherwise (how
+/// many processes torchrun starts per node, Python's output buffering),
+/// unlike the wiring (addresses, ranks, sizes): a user's value is kept
+/// without a warning.
+const USER_TUNED_ENV: &[&str] = &["PET_NPROC_PER_NODE", "PYTHONUNBUFFERED"];
+
 fn merge_env<'a>(
     edits: &mut PodEdits<'a>,
     container: usize,
@@ -1257,6 +1263,9 @@ fn merge_env<'a>(
             match same {
                 None => ours.push((name, value)),
                 Some(true) => {}
+                // A default that is the user's to choose: theirs is kept
+                // without a word.
+                Some(false) if USER_TUNED_ENV.contains(&name) => {}
                 Some(false) => warnings.push(format!(
                     "container \"{cname}\": env {name} is set by the user and kept; dljob would set {}",
                     shorten(value)

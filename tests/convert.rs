@@ -1448,3 +1448,58 @@ fn replicas_of_different_retry_policies_convert_with_what_changes_said() {
         "Never"
     );
 }
+
+/// PyTorchJob's `nprocPerNode` becomes `PET_NPROC_PER_NODE` in the
+/// framework container's env, written into the template as the job has it
+/// (its comments kept), and the converted pods get no warning about a
+/// variable the user never set: the processes per node are the user's to
+/// choose, a default of dljob's otherwise.
+#[test]
+fn nproc_per_node_is_env_in_the_template_as_written_and_warns_about_nothing() {
+    let job = r#"apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: ddp
+spec:
+  nprocPerNode: "4"
+  runPolicy:
+    backoffLimit: 2
+  pytorchReplicaSpecs:
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              # The training image.
+              image: example.com/train:1
+              command: ["torchrun", "train.py"]
+"#;
+    let run = dljob(&["convert", "-f", "-"], Some(job));
+    assert!(run.success(), "{run:?}");
+    assert_eq!(run.stderr, "", "nothing to say");
+    assert!(
+        run.stdout.contains("          # The training image.\n"),
+        "{}",
+        run.stdout
+    );
+    let out = values(&run.stdout);
+    assert_eq!(
+        out[0]["spec"]["template"]["spec"]["containers"][0]["env"],
+        json!([{"name": "PET_NPROC_PER_NODE", "value": "4"}])
+    );
+    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
+    assert!(pods.success(), "{pods:?}");
+    assert_eq!(pods.stderr, "", "no warning about the user's own choice");
+    let env = &values(&pods.stdout)[0]["spec"]["containers"][0]["env"];
+    let nproc: Vec<&Value> = env
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "PET_NPROC_PER_NODE")
+        .collect();
+    assert_eq!(
+        nproc,
+        [&json!({"name": "PET_NPROC_PER_NODE", "value": "4"})]
+    );
+}

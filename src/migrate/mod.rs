@@ -401,6 +401,33 @@ fn with_comments(job_text: &str, job: &Value, r: &kubeflow::Replica) -> Option<S
             set_string(&pod_spec, key, v.and_then(Value::as_str)?);
         }
     }
+    // Env the conversion gives a container (PyTorchJob's nprocPerNode):
+    // appended to its env as written.
+    let wanted_containers = wanted_template["spec"]["containers"].as_array();
+    for (i, container) in wanted_containers.into_iter().flatten().enumerate() {
+        let before = original["spec"]["containers"][i]["env"].as_array();
+        let added: Vec<&Value> = container["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| !before.is_some_and(|b| b.contains(e)))
+            .collect();
+        if added.is_empty() {
+            continue;
+        }
+        let node = pod_spec.get_sequence("containers")?.get(i)?;
+        let node = node.as_mapping()?;
+        if node.get_sequence("env").is_none() {
+            node.set("env", yaml_edit::Sequence::new());
+        }
+        let env = node.get_sequence("env")?;
+        for e in added {
+            let entry = yaml_edit::Mapping::new();
+            set_string(&entry, "name", e["name"].as_str()?);
+            set_string(&entry, "value", e["value"].as_str()?);
+            env.push(entry);
+        }
+    }
     let text = doc.to_string();
     let back: Value = serde_saphyr::from_str(&text).ok()?;
     (&back == want).then_some(text)
