@@ -679,3 +679,30 @@ fn no_module_is_named_like_a_std_module() {
         .collect();
     assert!(clashes.is_empty(), "modules named like std's: {clashes:?}");
 }
+
+/// What varies by framework is asked of the `Framework` trait, never
+/// decided by comparing a framework's name: outside each framework's own
+/// file (`src/frameworks/<name>.rs`), no code (tests aside) compares
+/// `name()` with a string.
+#[test]
+fn no_code_outside_the_frameworks_decides_by_a_frameworks_name() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut found = Vec::new();
+    for file in &files {
+        // A framework's own file may name itself; their shared module may not.
+        if file.starts_with(src.join("frameworks")) && !file.ends_with("frameworks/mod.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("a readable file");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            if line.contains("name() == \"") || line.contains("name() != \"") {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(files.len() > 50, "{files:?}");
+    assert_eq!(found, Vec::<String>::new());
+}

@@ -168,6 +168,12 @@ pub trait Framework: Sync {
     fn ssh_client_role(&self) -> Option<&'static str> {
         None
     }
+    /// Under `dljob.dev/compat: volcano`, the role that Volcano's mpi
+    /// plugin gives `MPI_HOST` (the workers, comma-separated): the mpi
+    /// launcher; no other framework is the mpi plugin's.
+    fn volcano_mpi_host_role(&self) -> Option<&'static str> {
+        None
+    }
     /// Whether members reach each other over SSH.
     fn uses_ssh(&self) -> bool {
         self.ssh_client_role().is_some()
@@ -466,7 +472,7 @@ pub(crate) fn volcano_env(
         env.push((format!("VC_{key}_HOSTS"), job.hosts(role).join(",")));
         env.push((format!("VC_{key}_NUM"), count.to_string()));
     }
-    if framework.ssh_client_role() == Some(member.role) && framework.name() == "mpi" {
+    if framework.volcano_mpi_host_role() == Some(member.role) {
         env.push(("MPI_HOST".into(), job.hosts("worker").join(",")));
     }
 }

@@ -57,6 +57,9 @@ impl Framework for Mpi {
     fn uses_slots(&self) -> bool {
         true
     }
+    fn volcano_mpi_host_role(&self) -> Option<&'static str> {
+        self.ssh_client_role()
+    }
     fn ssh_client_role(&self) -> Option<&'static str> {
         Some("launcher")
     }
