@@ -1,23 +1,26 @@
-//! The reconciler (ARCHITECTURE.md §5).
+//! The reconciler (ARCHITECTURE.md §5, whose module map says which module
+//! may import which).
 //!
-//! - [`status`]: the pure status function, (observed members, previous
-//!   status, now) → (status, actions).
-//! - [`observe`]: trimming watched objects, the member index (the
-//!   validating webhook's peers, from memory) and the observations.
-//! - [`resources`]: the DLJob from a member, and the objects a job owns
-//!   (Service, SSH Secret) declared as data with how each is kept.
-//! - [`controller`]: one reconcile of one DLJob as named steps, around
-//!   `ownership` (the one rule for owned objects) and `actions` (their
-//!   execution), with one status write per pass.
-//! - [`first_sight`]: the DLJob created on first sight of a member;
-//!   [`tell`]: telling a DLJob that does not parse why.
-//! - `lease`: leader election, and giving the Lease up on shutdown
-//!   ([`Running::stop`]).
+//! - What is watched: [`scope`] (every namespace, or the config's),
+//!   [`trim`] (what of each member is cached), [`index`] (the members by
+//!   job: the webhook's peers, from memory), [`listed`] (DLJobs decoded one
+//!   by one, one that does not parse set aside), and [`Changed`] here (the
+//!   jobs the watches changed, drained by the controller).
+//! - One reconcile: [`controller`], as named steps — [`observe`] (members
+//!   as the status function takes them), `ownership` and `resources`
+//!   (the owned objects declared as data, kept under one rule), the pure
+//!   [`status`] function ((observed, previous status, now) → status,
+//!   actions, Events), `actions` (their execution), `writes` (the one
+//!   status write), [`events`]; `failure` says why a pass failed.
+//! - Around it: [`first_sight`] (a job's DLJob made when its first member
+//!   is seen), [`tell`] (a DLJob that does not parse is told why), `lease`
+//!   (leader election; the Lease given up on shutdown, [`Running::stop`]),
+//!   [`metrics`], [`context`] (what every reconcile shares).
 //!
 //! Both replicas watch the members (the webhook reads the index); only the
 //! holder of the `dljob-reconciler` Lease runs the controller. Each kind is
 //! watched once: the same watches fill the stores and the index and tell
-//! the controller which jobs changed ([`Changed`]).
+//! the controller which jobs changed.
 
 mod actions;
 pub mod context;
