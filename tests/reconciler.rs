@@ -3898,3 +3898,68 @@ async fn the_leader_gives_its_lease_up_when_it_stops() {
         .contains_key("holderIdentity"));
     server.abort();
 }
+
+/// The index keeps, per job, the names of the StatefulSets and Jobs
+/// labelled with it — one that no longer parses as a member (scaled beyond
+/// its role's count) too — so that a reconcile reads its own job's
+/// workloads and never walks the cluster's. Another job's, a pod, a
+/// deleted workload and one a relist no longer lists are not among them.
+#[test]
+fn the_index_keeps_each_jobs_workload_names_parsing_or_not() {
+    use dljob::object::Kind;
+    let index = MemberIndex::default();
+    let config = Config::default();
+    // In a stable order: StatefulSets, then Jobs, each by name.
+    let names = |job: &str| index.workloads(NS, job);
+    let ps = statefulset("mnist", "tensorflow", "chief=1,ps=2,worker=1", "ps", 2);
+    // Scaled beyond its role's count: not a member any more, still the job's.
+    let mut big = statefulset("mnist", "tensorflow", "chief=1,ps=2,worker=1", "worker", 5);
+    big.metadata.name = Some("worker".into());
+    let chief = indexed_job("mnist", "tensorflow", "chief=1,ps=2,worker=1", "chief");
+    let other = statefulset("other", "tensorflow", "chief=1,ps=2,worker=1", "ps", 2);
+    let mut other = other;
+    other.metadata.name = Some("other-ps".into());
+    for e in [ps.clone(), big.clone(), other.clone()] {
+        index.apply_event(&watcher::Event::Apply(e), &config);
+    }
+    index.apply_event(&watcher::Event::Apply(chief.clone()), &config);
+    index.apply_event(
+        &watcher::Event::Apply(bare_pod(
+            "mnist",
+            "tensorflow",
+            "chief=1,ps=2,worker=1",
+            "chief",
+            0,
+            running(),
+        )),
+        &config,
+    );
+    assert_eq!(
+        names("mnist"),
+        [
+            (Kind::StatefulSet, "ps".to_owned()),
+            (Kind::StatefulSet, "worker".to_owned()),
+            (Kind::Job, "chief".to_owned()),
+        ]
+    );
+    assert_eq!(names("other"), [(Kind::StatefulSet, "other-ps".to_owned())]);
+    assert!(
+        !index
+            .members(NS, "mnist", None)
+            .iter()
+            .any(|e| e.member.name == "worker"),
+        "the set beyond its role's count is no member"
+    );
+    // Its label taken off: no longer the job's.
+    let mut unlabelled = ps.clone();
+    unlabelled.metadata.labels = None;
+    index.apply_event(&watcher::Event::Apply(unlabelled), &config);
+    index.apply_event(&watcher::Event::Delete(chief), &config);
+    assert_eq!(names("mnist"), [(Kind::StatefulSet, "worker".to_owned())]);
+    // A relist of StatefulSets without it.
+    index.apply_event::<StatefulSet>(&watcher::Event::Init, &config);
+    index.apply_event(&watcher::Event::InitApply(other), &config);
+    index.apply_event::<StatefulSet>(&watcher::Event::InitDone, &config);
+    assert_eq!(names("mnist"), []);
+    assert_eq!(names("other"), [(Kind::StatefulSet, "other-ps".to_owned())]);
+}

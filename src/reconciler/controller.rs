@@ -316,9 +316,11 @@ fn look_again(job: &DLJob, config: &Config, out: &status::Outcome, now: Timestam
 /// not the run's.
 ///
 /// Pods come from the member index; workloads from the stores, every
-/// StatefulSet and Job labelled with the job: one `kubectl scale`d beyond
-/// its role's count no longer parses as a member (the webhook refuses that
-/// size), yet it is the job's, to report and to stop.
+/// StatefulSet and Job labelled with the job, found by the keys the index
+/// keeps per job (O(the job's workloads), not a scan of the cluster's): one
+/// `kubectl scale`d beyond its role's count no longer parses as a member
+/// (the webhook refuses that size), yet it is the job's, to report and to
+/// stop.
 pub fn observe_members(ctx: &Context, namespace: &str, job: &str, uid: &str) -> Observed {
     let mut observed = Observed::default();
     for entry in ctx.index.members(namespace, job, Some(uid)) {
@@ -333,15 +335,27 @@ pub fn observe_members(ctx: &Context, namespace: &str, job: &str, uid: &str) -> 
         (meta.namespace.as_deref() == Some(namespace) && l.get(c::JOB)? == job && !left)
             .then(|| l.get(c::ROLE).cloned().unwrap_or_default())
     };
+    // The job's own workloads, by the keys the index keeps per job: no
+    // reconcile walks the cluster's StatefulSets and Jobs.
     let mut workloads: Vec<(String, status::Workload)> = Vec::new();
-    for sts in ctx.stores.statefulsets.state() {
-        if let Some(role) = labels(&sts.metadata) {
-            workloads.push((sts.name_any(), observe::observe_statefulset(&role, &sts)));
-        }
-    }
-    for j in ctx.stores.jobs.state() {
-        if let Some(role) = labels(&j.metadata) {
-            workloads.push((j.name_any(), observe::observe_job(&role, &j)));
+    for (kind, name) in ctx.index.workloads(namespace, job) {
+        match kind {
+            Kind::StatefulSet => {
+                let at = kube::runtime::reflector::ObjectRef::new(&name).within(namespace);
+                if let Some(sts) = ctx.stores.statefulsets.get(&at) {
+                    if let Some(role) = labels(&sts.metadata) {
+                        workloads.push((name, observe::observe_statefulset(&role, &sts)));
+                    }
+                }
+            }
+            _ => {
+                let at = kube::runtime::reflector::ObjectRef::new(&name).within(namespace);
+                if let Some(j) = ctx.stores.jobs.get(&at) {
+                    if let Some(role) = labels(&j.metadata) {
+                        workloads.push((name, observe::observe_job(&role, &j)));
+                    }
+                }
+            }
         }
     }
     // StatefulSets, then Jobs, each by name.

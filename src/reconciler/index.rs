@@ -81,13 +81,21 @@ fn kind_tag(kind: Kind) -> u8 {
     }
 }
 
-/// Objects listed since a watch (re)started, with their entries.
-type Relist = Vec<(ObjectKey, Option<(JobKey, Entry)>)>;
+/// Objects listed since a watch (re)started, with the job their label
+/// names (workloads) and their entries.
+type Relist = Vec<(ObjectKey, Option<JobKey>, Option<(JobKey, Entry)>)>;
 
 #[derive(Default)]
 struct Inner {
     jobs: HashMap<JobKey, JobMembers>,
     objects: HashMap<ObjectKey, JobKey>,
+    /// Per job, every StatefulSet and Job labelled with it, whether it
+    /// parses as a member or not (one scaled beyond its role's count does
+    /// not, yet it is the job's, to report and to stop): a reconcile reads
+    /// its own job's workloads from the stores by these keys, never a
+    /// cluster-wide scan.
+    labelled: HashMap<JobKey, BTreeSet<ObjectKey>>,
+    label_of: HashMap<ObjectKey, JobKey>,
     /// Per kind: the objects listed since the watch (re)started.
     relist: [Option<Relist>; 3],
 }
@@ -198,6 +206,14 @@ impl JobMembers {
 
 impl Inner {
     fn remove(&mut self, key: &ObjectKey) {
+        if let Some(job) = self.label_of.remove(key) {
+            if let Some(set) = self.labelled.get_mut(&job) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.labelled.remove(&job);
+                }
+            }
+        }
         if let Some(job) = self.objects.remove(key) {
             if let Some(j) = self.jobs.get_mut(&job) {
                 if let Some(entry) = j.members.remove(key) {
@@ -210,8 +226,12 @@ impl Inner {
         }
     }
 
-    fn insert(&mut self, key: ObjectKey, value: Option<(JobKey, Entry)>) {
+    fn insert(&mut self, key: ObjectKey, label: Option<JobKey>, value: Option<(JobKey, Entry)>) {
         self.remove(&key);
+        if let Some(job) = label {
+            self.label_of.insert(key.clone(), job.clone());
+            self.labelled.entry(job).or_default().insert(key.clone());
+        }
         if let Some((job, mut entry)) = value {
             self.objects.insert(key.clone(), job.clone());
             let j = self.jobs.entry(job).or_default();
@@ -375,6 +395,18 @@ pub fn entry_of<K: MemberObject>(object: &K, config: &Config) -> Option<(JobKey,
     ))
 }
 
+/// The job a workload's label names (`dljob.dev/job`), for
+/// [`MemberIndex::workloads`]; none for a pod (pods are found through
+/// their entries).
+fn labelled_job<K: MemberObject>(object: &K) -> Option<JobKey> {
+    if K::KIND == Kind::Pod {
+        return None;
+    }
+    let meta = object.meta();
+    let job = meta.labels.as_ref()?.get(crate::contract::JOB)?;
+    Some((meta.namespace.clone().unwrap_or_default(), job.clone()))
+}
+
 fn object_key<K: MemberObject>(object: &K) -> ObjectKey {
     ObjectKey {
         kind: kind_tag(K::KIND),
@@ -398,14 +430,14 @@ impl MemberIndex {
         match event {
             watcher::Event::Apply(o) => {
                 let value = entry_of(o, config);
-                self.write().insert(object_key(o), value);
+                self.write().insert(object_key(o), labelled_job(o), value);
             }
             watcher::Event::Delete(o) => self.write().remove(&object_key(o)),
             watcher::Event::Init => self.write().relist[tag] = Some(Vec::new()),
             watcher::Event::InitApply(o) => {
                 let value = entry_of(o, config);
                 if let Some(buf) = self.write().relist[tag].as_mut() {
-                    buf.push((object_key(o), value));
+                    buf.push((object_key(o), labelled_job(o), value));
                 }
             }
             watcher::Event::InitDone => {
@@ -413,17 +445,18 @@ impl MemberIndex {
                 let Some(listed) = inner.relist[tag].take() else {
                     return;
                 };
-                let stale: Vec<ObjectKey> = inner
+                let stale: BTreeSet<ObjectKey> = inner
                     .objects
                     .keys()
+                    .chain(inner.label_of.keys())
                     .filter(|k| usize::from(k.kind) == tag)
                     .cloned()
                     .collect();
                 for k in &stale {
                     inner.remove(k);
                 }
-                for (k, v) in listed {
-                    inner.insert(k, v);
+                for (k, label, v) in listed {
+                    inner.insert(k, label, v);
                 }
                 drop(inner);
                 self.listed
@@ -460,6 +493,26 @@ impl MemberIndex {
         all.iter()
             .filter(|e| !e.left_of_another_run(job_uid, &all))
             .map(|e| Entry::clone(e))
+            .collect()
+    }
+
+    /// The names of the StatefulSets (`Kind::StatefulSet`) and Jobs
+    /// labelled with job `job` in `namespace`, parsing as members or not:
+    /// the keys a reconcile reads its job's workloads by.
+    pub fn workloads(&self, namespace: &str, job: &str) -> Vec<(Kind, String)> {
+        let inner = self.read();
+        let Some(keys) = inner.labelled.get(&(namespace.to_owned(), job.to_owned())) else {
+            return Vec::new();
+        };
+        keys.iter()
+            .map(|k| {
+                let kind = if k.kind == kind_tag(Kind::StatefulSet) {
+                    Kind::StatefulSet
+                } else {
+                    Kind::Job
+                };
+                (kind, k.name.clone())
+            })
             .collect()
     }
 
