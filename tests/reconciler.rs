@@ -2067,6 +2067,90 @@ async fn first_sight_of_a_member_creates_its_dljob_once() {
         .unwrap();
 }
 
+/// First sight of the jobs that changed: a job whose DLJob is in the store
+/// costs a lookup and no call; a job with no live member, nothing; one
+/// without its DLJob gets it (one POST); one the API server refuses is
+/// reported as refused, for the creator to try again later and say once,
+/// and does not keep the next job from its DLJob.
+#[tokio::test]
+async fn first_sight_of_changed_jobs_creates_what_is_missing_and_reports_refusals() {
+    use dljob::reconciler::first_sight::{create_for, Sight};
+    // One pod per job, each of its own name.
+    let master = |job: &str| {
+        let mut p = bare_pod(job, "pytorch", PYTORCH, "master", 0, running());
+        p.metadata.name = Some(format!("{job}-master-0"));
+        p.metadata.uid = Some(format!("uid-{job}-master-0"));
+        p
+    };
+    let (ctx, handle) = context(
+        World {
+            pods: vec![master("mnist"), master("refused"), master("other")],
+            ..World::default()
+        },
+        vec![],
+    );
+    let mut writer = Writer::default();
+    let store = writer.as_reader();
+    let mut other = dljob("pytorch", PYTORCH);
+    other.metadata.name = Some("other".into());
+    writer.apply_watcher_event(&watcher::Event::Apply(other));
+    let post = format!("/apis/dljob.dev/v1alpha1/namespaces/{NS}/dljobs?&fieldManager=dljob");
+    let invalid = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "DLJob.dljob.dev \"refused\" is invalid: spec.port: Invalid value", "reason": "Invalid", "code": 422});
+    let verifier = tokio::spawn(verify(
+        handle,
+        vec![
+            call(
+                "POST",
+                post.clone(),
+                |b| assert_eq!(b["metadata"]["name"], "mnist"),
+                Value::Null,
+            ),
+            call(
+                "POST",
+                post,
+                |b| assert_eq!(b["metadata"]["name"], "refused"),
+                invalid,
+            ),
+        ],
+    ));
+    let job = |n: &str| (NS.to_owned(), n.to_owned());
+    let sights = tokio::time::timeout(
+        Duration::from_secs(5),
+        create_for(
+            &ctx.client,
+            &ctx.index,
+            &store,
+            &ctx.stores.unreadable,
+            &[
+                job("mnist"),
+                job("no-members"),
+                job("other"),
+                job("refused"),
+            ],
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        sights,
+        [
+            Sight::Created,
+            Sight::Nothing,
+            Sight::Nothing,
+            Sight::Refused(
+                "DLJob.dljob.dev \"refused\" is invalid: spec.port: Invalid value".into()
+            ),
+        ]
+    );
+    drop(ctx);
+    tokio::time::timeout(Duration::from_secs(5), verifier)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
 // ---- TensorBoard ------------------------------------------------------------
 
 const LOGS: &str = "logs:runs/mnist";

@@ -23,7 +23,9 @@ where
 }
 
 /// Creates the DLJob of every job that has a live member and no DLJob yet
-/// (first sight of a member). Returns how many it created.
+/// (first sight of a member). Returns how many it created. A walk of the
+/// whole index: as leadership starts; afterwards [`create_for`] the jobs
+/// that changed.
 pub async fn create_missing(
     client: &Client,
     index: &MemberIndex,
@@ -36,16 +38,68 @@ pub async fn create_missing(
         if dljobs.get(&job).is_some() || unreadable.contains(&job) {
             continue;
         }
-        let job = resources::dljob_for(&entry.member, entry.tensorboard_volume.as_ref());
-        match create_if_absent(Api::<DLJob>::namespaced(client.clone(), &namespace), &job).await {
-            Ok(()) => created += 1,
-            // One job the API server refuses (a spec its schema rejects)
-            // must not keep the others from getting theirs.
-            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
-                tracing::warn!(job = %name, %namespace, error = %s.message, "the API server refused the job's DLJob");
+        match create(client, &namespace, &entry).await? {
+            Sight::Created => created += 1,
+            Sight::Refused(message) => {
+                tracing::warn!(job = %name, %namespace, error = %message, "the API server refused the job's DLJob");
             }
-            Err(e) => return Err(e),
+            Sight::Nothing => {}
         }
     }
     Ok(created)
+}
+
+/// What first sight did for one job.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Sight {
+    /// Its DLJob was made.
+    Created,
+    /// Nothing to make: it has one, or no live member.
+    Nothing,
+    /// The API server refused its DLJob (a spec its schema rejects), why.
+    Refused(String),
+}
+
+/// The DLJob of each of `jobs` that has a live member and no DLJob yet:
+/// what was done for each. O(the jobs given), and a job that has its
+/// DLJob costs a store lookup, not a walk of its members. Stops at the
+/// first error that is not a refusal (the API server unreachable): the
+/// jobs not reached are the caller's to give again.
+pub async fn create_for(
+    client: &Client,
+    index: &MemberIndex,
+    dljobs: &Store<DLJob>,
+    unreadable: &Unreadable,
+    jobs: &[(String, String)],
+) -> Result<Vec<Sight>, kube::Error> {
+    let mut out = Vec::with_capacity(jobs.len());
+    for (namespace, name) in jobs {
+        let job = ObjectRef::new(name).within(namespace);
+        if dljobs.get(&job).is_some() || unreadable.contains(&job) {
+            out.push(Sight::Nothing);
+            continue;
+        }
+        let Some(entry) = index.live_member(namespace, name) else {
+            out.push(Sight::Nothing);
+            continue;
+        };
+        out.push(create(client, namespace, &entry).await?);
+    }
+    Ok(out)
+}
+
+/// Creates the DLJob `entry`'s job would have.
+async fn create(
+    client: &Client,
+    namespace: &str,
+    entry: &super::index::Entry,
+) -> Result<Sight, kube::Error> {
+    let job = resources::dljob_for(&entry.member, entry.tensorboard_volume.as_ref());
+    match create_if_absent(Api::<DLJob>::namespaced(client.clone(), namespace), &job).await {
+        Ok(()) => Ok(Sight::Created),
+        // One job the API server refuses (a spec its schema rejects)
+        // must not keep the others from getting theirs.
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => Ok(Sight::Refused(s.message)),
+        Err(e) => Err(e),
+    }
 }

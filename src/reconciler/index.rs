@@ -523,19 +523,29 @@ impl MemberIndex {
         self.read()
             .jobs
             .iter()
-            .filter_map(|(k, j)| {
-                let all: Vec<&Entry> = j.members.values().map(|e| &**e).collect();
-                let mut live = all
-                    .iter()
-                    .filter(|e| e.live && !e.left_of_another_run(None, &all));
-                let first = live.clone().next()?;
-                let entry = live
-                    .find(|e| e.tensorboard_volume.is_some())
-                    .unwrap_or(first);
-                Some((k.clone(), Entry::clone(entry)))
-            })
+            .filter_map(|(k, j)| Some((k.clone(), live_member(j)?)))
             .collect()
     }
+
+    /// [`MemberIndex::live_jobs`] of one job: O(that job's members).
+    pub(crate) fn live_member(&self, namespace: &str, job: &str) -> Option<Entry> {
+        let inner = self.read();
+        live_member(inner.jobs.get(&(namespace.to_owned(), job.to_owned()))?)
+    }
+}
+
+/// A live member of `j` that no finished run left: the first holding the
+/// TensorBoard volume, if any does.
+fn live_member(j: &JobMembers) -> Option<Entry> {
+    let all: Vec<&Entry> = j.members.values().map(|e| &**e).collect();
+    let mut live = all
+        .iter()
+        .filter(|e| e.live && !e.left_of_another_run(None, &all));
+    let first = live.clone().next()?;
+    let entry = live
+        .find(|e| e.tensorboard_volume.is_some())
+        .unwrap_or(first);
+    Some(Entry::clone(entry))
 }
 
 impl MemberIndex {

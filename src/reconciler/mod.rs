@@ -422,6 +422,9 @@ impl Watch<'_> {
 pub struct Changed {
     jobs: Mutex<HashSet<ObjectRef<DLJob>>>,
     notify: Notify,
+    /// The jobs the first-sight creator looks at next: every job a watch
+    /// changed, and every job whose DLJob was deleted.
+    sighted: Mutex<HashSet<(String, String)>>,
 }
 
 impl Changed {
@@ -433,6 +436,7 @@ impl Changed {
     }
 
     pub(crate) fn mark(&self, job: ObjectRef<DLJob>) {
+        self.sight(&job);
         let new = self
             .jobs
             .lock()
@@ -441,6 +445,26 @@ impl Changed {
         if new {
             self.notify.notify_one();
         }
+    }
+
+    /// Marks a job for the first-sight creator only (its DLJob deleted).
+    pub(crate) fn sight(&self, job: &ObjectRef<DLJob>) {
+        self.sighted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((job.namespace.clone().unwrap_or_default(), job.name.clone()));
+    }
+
+    /// The jobs marked for the first-sight creator since it last looked.
+    pub(crate) fn take_sighted(&self) -> Vec<(String, String)> {
+        let mut jobs: Vec<(String, String)> = self
+            .sighted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .collect();
+        jobs.sort();
+        jobs
     }
 
     /// The changed jobs as a controller trigger, each once per change.
@@ -502,9 +526,15 @@ pub async fn run_controller(
         // walked per reconcile.
         .inspect({
             let metrics = metrics.clone();
+            let changed = stores.changed.clone();
             move |event| {
                 if let Ok(event) = event {
                     metrics.observe_dljob(event);
+                    // A DLJob deleted while its job runs is made again by
+                    // first sight (for the same run).
+                    if let watcher::Event::Delete(dljob) = event {
+                        changed.sight(&ObjectRef::from_obj(dljob));
+                    }
                 }
             }
         })
@@ -576,23 +606,81 @@ fn job_of<K: Resource>(member: &K) -> Option<ObjectRef<DLJob>> {
     Some(ObjectRef::new(job).within(member.meta().namespace.as_deref()?))
 }
 
-/// First sight of a member: creates the missing DLJobs every two seconds
-/// (a Controller only reconciles what is in its own store).
+/// First sight of a member: the missing DLJobs are made (a Controller
+/// only reconciles what is in its own store). As leadership starts, for
+/// every job the index holds; then every two seconds for the jobs the
+/// watches changed since ([`Changed::take_sighted`]) and the refusals due
+/// again: O(changed jobs), a job that has its DLJob a store lookup. A
+/// DLJob the API server refuses is tried again after 10 s, doubling up to
+/// 5 min, and said once per change of why.
 async fn creator(ctx: Arc<Context>, stop: impl std::future::Future<Output = ()>) {
+    const RETRY_FIRST: Duration = Duration::from_secs(10);
+    const RETRY_MAX: Duration = Duration::from_secs(300);
+    struct Refusal {
+        next: tokio::time::Instant,
+        wait: Duration,
+        said: String,
+    }
     let work = async {
         ctx.dljobs.wait_until_ready().await.ok();
+        if let Err(e) = first_sight::create_missing(
+            &ctx.client,
+            &ctx.index,
+            &ctx.dljobs,
+            &ctx.stores.unreadable,
+        )
+        .await
+        {
+            tracing::warn!(error = %Chain(&e), "creating a DLJob failed");
+        }
+        let mut pending: Vec<(String, String)> = Vec::new();
+        let mut refused: std::collections::HashMap<(String, String), Refusal> = Default::default();
         loop {
-            if let Err(e) = first_sight::create_missing(
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let now = tokio::time::Instant::now();
+            pending.extend(ctx.stores.changed.take_sighted());
+            pending.extend(
+                refused
+                    .iter()
+                    .filter(|(_, r)| r.next <= now)
+                    .map(|(k, _)| k.clone()),
+            );
+            pending.sort();
+            pending.dedup();
+            if pending.is_empty() {
+                continue;
+            }
+            match first_sight::create_for(
                 &ctx.client,
                 &ctx.index,
                 &ctx.dljobs,
                 &ctx.stores.unreadable,
+                &pending,
             )
             .await
             {
-                tracing::warn!(error = %Chain(&e), "creating a DLJob failed");
+                Ok(sights) => {
+                    for (job, sight) in pending.drain(..).zip(sights) {
+                        let first_sight::Sight::Refused(message) = sight else {
+                            refused.remove(&job);
+                            continue;
+                        };
+                        let r = refused.entry(job.clone()).or_insert(Refusal {
+                            next: now,
+                            wait: RETRY_FIRST,
+                            said: String::new(),
+                        });
+                        if r.said != message {
+                            tracing::warn!(job = %job.1, namespace = %job.0, error = %message, retry_in = ?r.wait, "the API server refused the job's DLJob");
+                            r.said = message;
+                        }
+                        r.next = now + r.wait;
+                        r.wait = (r.wait * 2).min(RETRY_MAX);
+                    }
+                }
+                // The jobs stay pending for the next pass.
+                Err(e) => tracing::warn!(error = %Chain(&e), "creating a DLJob failed"),
             }
-            tokio::time::sleep(Duration::from_secs(2)).await;
         }
     };
     futures::pin_mut!(work, stop);
@@ -614,6 +702,27 @@ mod tests {
             },
             ..Pod::default()
         }
+    }
+
+    /// First sight takes the jobs the watches changed (and those whose
+    /// DLJob was deleted), each once, and each pass only what came since.
+    #[test]
+    fn first_sight_is_given_the_changed_jobs_once_each() {
+        let changed = Changed::default();
+        assert!(changed.take_sighted().is_empty());
+        for _ in 0..100 {
+            changed.mark_owner_of(&pod(Some("b")));
+        }
+        changed.mark_owner_of(&pod(Some("a")));
+        changed.mark_owner_of(&pod(None));
+        changed.sight(&ObjectRef::new("deleted").within("ns"));
+        let job = |n: &str| ("ns".to_owned(), n.to_owned());
+        assert_eq!(changed.take_sighted(), [job("a"), job("b"), job("deleted")]);
+        assert!(changed.take_sighted().is_empty(), "each once");
+        // A job's DLJob deleted is not a change for the controller.
+        let c = Arc::new(Changed::default());
+        c.sight(&ObjectRef::new("x").within("ns"));
+        assert!(c.jobs.lock().unwrap().is_empty());
     }
 
     #[tokio::test(start_paused = true)]
