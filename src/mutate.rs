@@ -1231,14 +1231,15 @@ fn reserved_volume_problems(
     problems
 }
 
-/// Adds each var, before the container's own, unless the container sets
-/// it; a different user value is kept and named in a warning.
 /// Env dljob sets as a default the user may well choose otherwise (how
 /// many processes torchrun starts per node, Python's output buffering),
 /// unlike the wiring (addresses, ranks, sizes): a user's value is kept
 /// without a warning.
 const USER_TUNED_ENV: &[&str] = &["PET_NPROC_PER_NODE", "PYTHONUNBUFFERED"];
 
+/// Adds each var, before the container's own, unless the container sets
+/// it; a different user value is kept and named in a warning (but for
+/// [`USER_TUNED_ENV`]).
 fn merge_env<'a>(
     edits: &mut PodEdits<'a>,
     container: usize,

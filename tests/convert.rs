@@ -1411,6 +1411,9 @@ fn volcanos_mpi_examples_without_the_mpi_plugin_convert() {
         &neither,
         &["Job/lm-mpi-job: spec.plugins.ssh without a framework plugin is read as an MPI job, and neither task \"head\" nor \"mpiworker\" is told to be the launcher"],
     );
+    // Said once, not also as "ssh keys only as an MPI job".
+    let run = dljob(&["convert", "-f", "-"], Some(&neither));
+    assert!(!run.stderr.contains("ssh keys only"), "{run:?}");
     // With the mpi plugin but its default task names: the hint names the
     // flag for each task, and no second error follows.
     let plugin = text.replace("    svc: []\n", "    svc: []\n    mpi: []\n");

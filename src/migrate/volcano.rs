@@ -89,7 +89,10 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
     // MPI examples, whose master builds its host list from the svc
     // plugin's file and starts `mpiexec --host` over the ssh plugin's key.
     // Read as an MPI job whose tasks the mpi plugin would have named.
+    let said = problems.len();
     let mpi_style_args = mpi_style_names(spec, &plugins, &mut problems);
+    // Said once: why an ssh job without a framework plugin is not read.
+    let mpi_style_said = problems.len() > said;
     let mpi_style: Option<Vec<&str>> = mpi_style_args
         .as_ref()
         .map(|a| a.iter().map(String::as_str).collect());
@@ -114,7 +117,11 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
         Some((plugin, args)) => flags(plugin, args, &mut problems),
         None => (Vec::new(), None),
     };
-    if plugins.iter().any(|(n, _)| *n == "ssh") && framework != "mpi" && mpi_style.is_none() {
+    if plugins.iter().any(|(n, _)| *n == "ssh")
+        && framework != "mpi"
+        && mpi_style.is_none()
+        && !mpi_style_said
+    {
         problems.push("spec.plugins.ssh: dljob gives a job ssh keys only as an MPI job (the mpi plugin); add the mpi plugin or remove ssh".into());
     }
 
