@@ -505,6 +505,17 @@ def test_without_compat_the_mpi_operators_images_do_not_start(cluster_of, tmp_pa
 VOLCANO_MPI = REPO / "tests" / "fixtures" / "operators" / "volcano-mpi.yaml"
 
 
+def converted_mpi_cluster(cluster_of, tmp_path, fixture):
+    """`dljob convert` of an operator's MPI job of one launcher and two
+    workers, as a cluster: it, the launcher's pod and the workers'."""
+    out = subprocess.run([str(podsim.DLJOB), "convert", "-f", str(fixture)],
+                         check=True, capture_output=True, text=True, timeout=60)
+    manifest = tmp_path / "converted.yaml"
+    manifest.write_text(out.stdout)
+    cluster = cluster_of(manifest)
+    return cluster, cluster.job.pod("launcher"), [cluster.job.pod("worker", i) for i in range(2)]
+
+
 def test_volcanos_mpi_job_reaches_its_workers_with_the_ssh_plugins_layout(cluster_of, tmp_path):
     """Volcano's MPI example converted (dljob.dev/compat:
     volcano:launcher=mpimaster,worker=mpiworker): the Secret laid out as
@@ -512,13 +523,7 @@ def test_volcanos_mpi_job_reaches_its_workers_with_the_ssh_plugins_layout(cluste
     authorized_keys, config) with the key also under the name dljob's
     config gives it; the master's own `mpiexec --host ${MPI_HOST}` with the
     real ssh reaches the workers' sshd."""
-    out = subprocess.run([str(podsim.DLJOB), "convert", "-f", str(VOLCANO_MPI)],
-                         check=True, capture_output=True, text=True, timeout=60)
-    manifest = tmp_path / "converted.yaml"
-    manifest.write_text(out.stdout)
-    cluster = cluster_of(manifest)
-    launcher = cluster.job.pod("launcher")
-    workers = [cluster.job.pod("worker", i) for i in range(2)]
+    cluster, launcher, workers = converted_mpi_cluster(cluster_of, tmp_path, VOLCANO_MPI)
     paths = sorted(m["mountPath"] for m in cluster.mounts(launcher))
     assert paths == [f"/root/.ssh/{f}" for f in
                      ("authorized_keys", "config", "id_ed25519", "id_rsa", "id_rsa.pub")]
@@ -540,13 +545,7 @@ def test_volcanos_own_mpi_example_builds_its_host_list_and_reaches_its_workers(c
     launcher's sandbox, gives the workers' hosts from the projected file;
     its own `mpiexec --host ${MPI_HOST}` with that value and the real ssh
     reaches the workers' sshd."""
-    out = subprocess.run([str(podsim.DLJOB), "convert", "-f", str(VOLCANO_MPI_SSH_SVC)],
-                         check=True, capture_output=True, text=True, timeout=60)
-    manifest = tmp_path / "converted.yaml"
-    manifest.write_text(out.stdout)
-    cluster = cluster_of(manifest)
-    launcher = cluster.job.pod("launcher")
-    workers = [cluster.job.pod("worker", i) for i in range(2)]
+    cluster, launcher, workers = converted_mpi_cluster(cluster_of, tmp_path, VOLCANO_MPI_SSH_SVC)
     script = launcher.framework_container["command"][2]
     host_line = script.split("\n")[0]
     assert host_line.startswith("MPI_HOST=`cat /etc/volcano/mpiworker.host"), script

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::object::{ALPHA_GPU, NVIDIA_GPU as GPU};
+
 /// The parsed config file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -52,12 +54,6 @@ pub struct Config {
     #[serde(skip)]
     read_as: Vec<String>,
 }
-
-/// The GPU resource as clusters before device plugins named it; no
-/// current node advertises it.
-const ALPHA_GPU: &str = "alpha.kubernetes.io/nvidia-gpu";
-/// What the NVIDIA device plugin advertises.
-const GPU: &str = "nvidia.com/gpu";
 
 /// How long a member waits for its names by default: long enough for a
 /// coordinator that waits for its node, bounded so that a job whose

@@ -258,6 +258,13 @@ pub(crate) fn uses_pod_claim(pod_spec: &Value, container: &Value) -> bool {
     })
 }
 
+/// The GPU resource as clusters named it before device plugins (the first
+/// operators' examples and controller configs); no current node
+/// advertises it.
+pub(crate) const ALPHA_GPU: &str = "alpha.kubernetes.io/nvidia-gpu";
+/// What the NVIDIA device plugin advertises, and [`ALPHA_GPU`] becomes.
+pub(crate) const NVIDIA_GPU: &str = "nvidia.com/gpu";
+
 /// `vendor.example/device`, not `cpu`, `hugepages-2Mi` or `*kubernetes.io/*`.
 pub(crate) fn is_extended_resource(name: &str) -> bool {
     name.split_once('/')

@@ -558,6 +558,22 @@ fn status_uri() -> String {
 }
 
 /// The phase-change Event the recorder posts, checked by its reason.
+/// The Job member `name` (uid `uid-job-<name>`, as `indexed_job` makes
+/// it) suspended, guarded by its uid; answered with `job`.
+fn suspended(name: &'static str, job: &Job) -> Call {
+    call(
+        "PATCH",
+        format!("/apis/batch/v1/namespaces/{NS}/jobs/{name}?&fieldManager=dljob"),
+        move |b| {
+            assert_eq!(
+                b,
+                &json!({"metadata": {"uid": format!("uid-job-{name}")}, "spec": {"suspend": true}})
+            )
+        },
+        serde_json::to_value(job).unwrap(),
+    )
+}
+
 fn event(reason: &'static str) -> Call {
     call(
         "POST",
@@ -969,12 +985,7 @@ async fn coordinator_success_stops_statefulsets_and_suspends_running_jobs() {
                 },
                 sts_json,
             ),
-            call(
-                "PATCH",
-                format!("/apis/batch/v1/namespaces/{NS}/jobs/worker?&fieldManager=dljob"),
-                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-job-worker"}, "spec": {"suspend": true}})),
-                serde_json::to_value(&worker).unwrap(),
-            ),
+            suspended("worker", &worker),
             // The chief's finished pod stays, and so does its Job: marked
             // as this run's, so that a later run never counts them.
             call(
@@ -1044,18 +1055,8 @@ async fn under_none_a_failed_jobs_member_jobs_are_suspended_and_its_pods_kept() 
                 with_status(&jj, &json!({"status": {"phase": "Failed"}})),
             ),
             event("ExitCode"),
-            call(
-                "PATCH",
-                format!("/apis/batch/v1/namespaces/{NS}/jobs/master?&fieldManager=dljob"),
-                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-job-master"}, "spec": {"suspend": true}})),
-                serde_json::to_value(&master).unwrap(),
-            ),
-            call(
-                "PATCH",
-                format!("/apis/batch/v1/namespaces/{NS}/jobs/worker?&fieldManager=dljob"),
-                |b| assert_eq!(b, &json!({"metadata": {"uid": "uid-job-worker"}, "spec": {"suspend": true}})),
-                serde_json::to_value(&worker).unwrap(),
-            ),
+            suspended("master", &master),
+            suspended("worker", &worker),
             // The master's failed pod stays, with its log.
             call(
                 "PATCH",

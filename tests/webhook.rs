@@ -2368,6 +2368,9 @@ async fn a_small_body_must_arrive_within_two_seconds() {
 
 // ------------------------------------------------------- held hostage
 
+#[path = "../benches/common/h2frames.rs"]
+mod h2frames;
+
 #[allow(dead_code)]
 #[path = "../benches/common/attacks.rs"]
 mod attacks;
@@ -2574,23 +2577,6 @@ async fn a_connection_whose_writes_stall_is_closed() {
     .await
 }
 
-/// The raw frames of an HTTP/2 client: its preface and empty SETTINGS.
-fn h2_preface() -> Vec<u8> {
-    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    out.extend_from_slice(&h2_frame(4, 0, 0, &[]));
-    out
-}
-
-/// One HTTP/2 frame: its 9-byte header (length, type, flags, stream) and
-/// payload (RFC 9113 §4.1).
-fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
-    let mut out = vec![len[1], len[2], len[3], kind, flags];
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.extend_from_slice(payload);
-    out
-}
-
 /// Streams whose bodies never come, on connections whose clients have
 /// never read an answer (as every hostage-taker's): together they hold
 /// at most three quarters of the 512 reviews in flight the server allows
@@ -2682,23 +2668,8 @@ async fn held_streams_give_their_places_to_an_ordinary_review() {
 /// A raw HTTP/2 connection: TLS with `h2` negotiated, the preface sent.
 async fn raw_h2(s: &Server) -> TlsStream<TcpStream> {
     let mut stream = tls(s.addr, &s.ca, &[b"h2"]).await.unwrap();
-    stream.write_all(&h2_preface()).await.unwrap();
+    stream.write_all(&h2frames::preface()).await.unwrap();
     stream
-}
-
-/// The start of a header block that cannot be decoded until more comes:
-/// a literal header whose name is declared 1 000 000 bytes long (HPACK,
-/// RFC 7541 §6.2.2 and §5.1), then `fill` bytes of it.
-fn unfinished_header_block(fill: usize) -> Vec<u8> {
-    let mut out = vec![0x00, 0x7f];
-    let mut rest = 1_000_000 - 127;
-    while rest >= 128 {
-        out.push((rest % 128) as u8 | 0x80);
-        rest /= 128;
-    }
-    out.push(rest as u8);
-    out.resize(out.len() + fill, b'a');
-    out
 }
 
 /// A header block that never ends is closed at the read timeout (before,
@@ -2715,7 +2686,7 @@ async fn an_unfinished_header_block_is_closed_at_the_read_timeout() {
         .await;
         let mut stream = raw_h2(&s).await;
         stream
-            .write_all(&h2_frame(1, 0, 1, &unfinished_header_block(1000)))
+            .write_all(&h2frames::frame(1, 0, 1, &h2frames::unfinished_block(1000)))
             .await
             .unwrap();
         let lived = closed_within(&mut stream, Duration::from_secs(10))
@@ -2741,9 +2712,9 @@ async fn unfinished_header_blocks_share_one_budget() {
         let mut held = Vec::new();
         for _ in 0..14 {
             let mut stream = raw_h2(&s).await;
-            let mut block = h2_frame(1, 0, 1, &unfinished_header_block(16_384 - 5));
+            let mut block = h2frames::frame(1, 0, 1, &h2frames::unfinished_block(16_384 - 5));
             for _ in 0..4 {
-                block.extend(h2_frame(9, 0, 1, &[b'a'; 16_384]));
+                block.extend(h2frames::frame(9, 0, 1, &[b'a'; 16_384]));
             }
             stream.write_all(&block).await.unwrap();
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -2766,7 +2737,7 @@ async fn unfinished_header_blocks_share_one_budget() {
 async fn ping_after(stream: &mut TlsStream<TcpStream>, frames: &[u8]) -> Duration {
     let started = std::time::Instant::now();
     let mut out = frames.to_vec();
-    out.extend(h2_frame(6, 0, 0, b"dljob-ok"));
+    out.extend(h2frames::frame(6, 0, 0, b"dljob-ok"));
     stream.write_all(&out).await.unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
@@ -2795,7 +2766,7 @@ async fn control_frames_past_the_rate_pause_the_connection() {
         let mut stream = raw_h2(&s).await;
         let updates = |n: usize| -> Vec<u8> {
             (0..n)
-                .flat_map(|_| h2_frame(8, 0, 0, &1u32.to_be_bytes()))
+                .flat_map(|_| h2frames::frame(8, 0, 0, &1u32.to_be_bytes()))
                 .collect()
         };
         let quick = ping_after(&mut stream, &updates(500)).await;

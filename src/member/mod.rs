@@ -233,6 +233,21 @@ fn sshd_port(words: &[&str]) -> Option<u16> {
     None
 }
 
+/// The pod (or pod template) the user wrote and its framework container,
+/// for the warnings said where the user writes them: `None` for a pod a
+/// StatefulSet or Job made (its template was told).
+fn written_framework_container<'v>(
+    m: &MemberSpec,
+    object: &'v Value,
+) -> Option<(&'v Value, &'v Value)> {
+    if m.owner != PodOwner::None {
+        return None;
+    }
+    let pod = at(object, m.kind.pod_path())?;
+    let i = framework_container(m, pod)?;
+    Some((pod, &object::containers(&pod["spec"])[i]))
+}
+
 /// A framework container with `envFrom`: a variable it brings that dljob
 /// also sets (MASTER_ADDR, RANK, TF_CONFIG, …) is dljob's, because
 /// Kubernetes gives `env` precedence over `envFrom` and dljob writes `env`.
@@ -240,16 +255,9 @@ fn sshd_port(words: &[&str]) -> Option<u16> {
 /// or Secret is not seen. Said where the user writes the pod (or its
 /// template).
 fn env_from_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>) {
-    if m.owner != PodOwner::None && m.kind == Kind::Pod {
-        return;
-    }
-    let Some(pod) = at(object, m.kind.pod_path()) else {
+    let Some((_, container)) = written_framework_container(m, object) else {
         return;
     };
-    let Some(i) = framework_container(m, pod) else {
-        return;
-    };
-    let container = &object::containers(&pod["spec"])[i];
     let sources: Vec<String> = container
         .get("envFrom")
         .and_then(Value::as_array)
@@ -281,16 +289,12 @@ fn sshd_command_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<Strin
     let Some(client) = m.framework.ssh_client_role() else {
         return;
     };
-    if m.role == client || m.owner != PodOwner::None {
+    if m.role == client {
         return;
     }
-    let Some(pod) = at(object, m.kind.pod_path()) else {
+    let Some((_, container)) = written_framework_container(m, object) else {
         return;
     };
-    let Some(i) = framework_container(m, pod) else {
-        return;
-    };
-    let container = &object::containers(&pod["spec"])[i];
     let words: Vec<&str> = ["command", "args"]
         .iter()
         .filter_map(|k| container.get(*k).and_then(Value::as_array))
@@ -370,17 +374,11 @@ fn ssh_user_warnings(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>)
     let Some(client) = m.framework.ssh_client_role() else {
         return;
     };
-    if m.owner != PodOwner::None {
-        return;
-    }
-    let Some(pod) = at(object, m.kind.pod_path()) else {
-        return;
-    };
-    let Some(i) = framework_container(m, pod) else {
+    let Some((pod, container)) = written_framework_container(m, object) else {
         return;
     };
     let pod_ctx = &pod["spec"]["securityContext"];
-    let ctx = &object::containers(&pod["spec"])[i]["securityContext"];
+    let ctx = &container["securityContext"];
     let setting = |key: &str| ctx.get(key).or_else(|| pod_ctx.get(key));
     let uid = setting("runAsUser").and_then(Value::as_i64);
     let non_root = setting("runAsNonRoot").and_then(Value::as_bool) == Some(true);

@@ -18,6 +18,7 @@ use crate::contract as c;
 use crate::label::{child, reads_back_as_string};
 use crate::manifest::{self, Document};
 use crate::object;
+use crate::object::{ALPHA_GPU, NVIDIA_GPU as GPU};
 use crate::operators::{recognise, Source};
 
 /// What `dljob convert` makes of a manifest.
@@ -222,12 +223,6 @@ fn convert_list(
     list["items"] = Value::Array(out);
     (Some(list), true)
 }
-
-/// The GPU resource as the first operators' clusters named it, before
-/// device plugins; no current node advertises it.
-const ALPHA_GPU: &str = "alpha.kubernetes.io/nvidia-gpu";
-/// What the NVIDIA device plugin advertises.
-const GPU: &str = "nvidia.com/gpu";
 
 /// `job` with every container's `alpha.kubernetes.io/nvidia-gpu` limit or
 /// request renamed `nvidia.com/gpu`, and a warning when there was any:

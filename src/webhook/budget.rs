@@ -352,6 +352,22 @@ mod tests {
     use super::*;
     use crate::webhook::conn::Registry;
 
+    /// A budget of 100 all held by the first of two connections whose
+    /// clients read answers before (so either may hold all of it): the
+    /// budget, the holder, the other, and the holder's room.
+    async fn one_holds_it_all(registry: &Arc<Registry>) -> (Budget, Conn, Conn, Room) {
+        let budget = Budget::new(Resource::Answers, 100, 100);
+        let (stalled, newer) = (Conn::admitted(registry), Conn::admitted(registry));
+        stalled.state.answered_whole();
+        newer.state.answered_whole();
+        let mut held = budget.none(&stalled);
+        budget
+            .grow(&stalled, &mut held, 100, Wait::Unbounded)
+            .await
+            .unwrap();
+        (budget, stalled, newer, held)
+    }
+
     /// A connection that has waited on its client longer than a newer
     /// request can wait for room is evicted for it, and its room handed
     /// over at once — not left to whoever waits first — while the budget's
@@ -361,17 +377,7 @@ mod tests {
     async fn a_stalled_holders_room_is_handed_to_the_request_it_is_evicted_for() {
         for victim_goes_first in [true, false] {
             let registry = Registry::for_test(4);
-            let budget = Budget::new(Resource::Answers, 100, 100);
-            let (stalled, newer) = (Conn::admitted(&registry), Conn::admitted(&registry));
-            // Both clients read answers before (so either may hold all of
-            // the budget); the first then stops.
-            stalled.state.answered_whole();
-            newer.state.answered_whole();
-            let mut held = budget.none(&stalled);
-            budget
-                .grow(&stalled, &mut held, 100, Wait::Unbounded)
-                .await
-                .unwrap();
+            let (budget, stalled, newer, held) = one_holds_it_all(&registry).await;
             tokio::time::advance(Duration::from_millis(20)).await;
             // Not yet stalled for 50 ms: nothing to evict, refused.
             let mut room = budget.none(&newer);
@@ -447,15 +453,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn no_more_than_a_quarter_of_a_budget_is_handed_over() {
         let registry = Registry::for_test(4);
-        let budget = Budget::new(Resource::Answers, 100, 100);
-        let (stalled, newer) = (Conn::admitted(&registry), Conn::admitted(&registry));
-        stalled.state.answered_whole();
-        newer.state.answered_whole();
-        let mut held = budget.none(&stalled);
-        budget
-            .grow(&stalled, &mut held, 100, Wait::Unbounded)
-            .await
-            .unwrap();
+        let (budget, _stalled, newer, held) = one_holds_it_all(&registry).await;
         tokio::time::advance(Duration::from_millis(100)).await;
         let mut room = budget.none(&newer);
         let wait = Wait::ForEvicted(Duration::from_millis(50));
