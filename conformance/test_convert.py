@@ -175,3 +175,32 @@ def test_a_paddlejob_all_reduces_on_the_operators_port(tmp_path):
             assert r["world"] == 2
             assert r["rank"] == pod.index
             assert r["sum"] == 3.0
+
+
+def test_a_trainjobs_own_torchrun_command_trains_on_its_runtime(tmp_path):
+    """Kubeflow Trainer's multi-node example (a TrainJob on the
+    torch-distributed runtime) converted: each node runs the TrainJob's own
+    command, `torchrun --no-python python3 -c <script>` (the venv's torchrun
+    and python for the image's), which reads only what Trainer's torch
+    plugin sets (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,
+    PET_MASTER_ADDR, PET_MASTER_PORT). The script's own lines say the world
+    it joined: 3 nodes of one process each, as under Trainer (torchrun's
+    `auto` would start one per CPU here)."""
+    with new_job(converted(tmp_path, "trainjob-torch.yaml")) as job:
+        assert len(job.pods) == 3
+
+        def command(pod):
+            argv = pod.framework_container["command"]
+            assert argv[:4] == ["torchrun", "--no-python", "python3", "-c"], argv
+            return [TORCHRUN, "--no-python", PYTHON, "-c", argv[4]]
+
+        out = run(job, command, timeout=300)
+        ranks = []
+        for pod in job.pods:
+            lines = out[pod.hostname].splitlines()
+            assert "WORLD_SIZE: 3" in lines, out[pod.hostname]
+            assert "LOCAL_RANK: 0" in lines, out[pod.hostname]
+            rank = [int(l.split(": ")[1]) for l in lines if l.startswith("RANK: ")]
+            assert rank == [pod.index], out[pod.hostname]
+            ranks += rank
+        assert sorted(ranks) == [0, 1, 2]

@@ -72,10 +72,10 @@ pub enum Command {
     /// says so.
     Label(LabelArgs),
     /// Convert other operators' jobs into dljob jobs: each PyTorchJob,
-    /// TFJob, XGBoostJob, PaddleJob, JAXJob, MXJob, MPIJob, ChainerJob or
-    /// Volcano Job becomes one labelled Indexed Job (or StatefulSet) per
-    /// replica type or task; prints the manifests (or rewrites the files
-    /// with --in-place).
+    /// TFJob, XGBoostJob, PaddleJob, JAXJob, MXJob, MPIJob, ChainerJob,
+    /// Volcano Job or TrainJob becomes one labelled Indexed Job (or
+    /// StatefulSet) per replica type, task or replicated Job; prints the
+    /// manifests (or rewrites the files with --in-place).
     ///
     /// Reads kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob,
     /// JAXJob, MXJob (the training-operator's, and the mxnet-operator's with
@@ -83,8 +83,11 @@ pub enum Command {
     /// v2beta1 MPIJob, the first forms (TfJob mlkube.io/v1beta1, TFJob and
     /// MXJob kubeflow.org/v1alpha1, MXJob fioravanzo.org/v1alpha1), the
     /// chainer-operator's ChainerJob and Volcano's batch.volcano.sh/v1alpha1
-    /// Job. Another kubeflow.org job kind, and Kubeflow Trainer v2's
-    /// TrainJob, are refused by name (exit 1). A container's
+    /// Job; and Kubeflow Trainer v2's TrainJob on its runtime (a
+    /// ClusterTrainingRuntime or TrainingRuntime, in the input or given with
+    /// --runtime): one Indexed Job per replicated Job of the runtime, with
+    /// the TrainJob laid over it as Trainer does. Another kubeflow.org job
+    /// kind is refused by name (exit 1). A container's
     /// alpha.kubernetes.io/nvidia-gpu becomes nvidia.com/gpu, with a
     /// warning. Per job it prints one
     /// workload per replica type, named <job>-<role>: an Indexed Job
@@ -173,6 +176,8 @@ const CONVERT_EXAMPLES: &str = "Examples:
   dljob convert -f pytorchjob.yaml > mnist.yaml
   dljob convert -f jobs/ --in-place
   kubectl get pytorchjob mnist -o yaml | dljob convert -f -
+  kubectl get clustertrainingruntime torch-distributed -o yaml > runtime.yaml
+  dljob convert -f trainjob.yaml --runtime runtime.yaml
 
 docs/migration.md maps every field of every operator.";
 
@@ -447,6 +452,13 @@ pub struct ConvertArgs {
     /// Not with -f -.
     #[arg(long)]
     pub in_place: bool,
+    /// A file (or directory, or - for standard input) of Kubeflow Trainer
+    /// runtimes (ClusterTrainingRuntime, TrainingRuntime) for the TrainJobs
+    /// to convert, e.g. what `kubectl get clustertrainingruntime NAME -o
+    /// yaml` prints; repeat for more. Read only, never rewritten; a runtime
+    /// in the -f input is found too. Other documents here are refused.
+    #[arg(long = "runtime", value_name = "FILE|DIR|-")]
+    pub runtimes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]

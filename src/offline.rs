@@ -534,11 +534,33 @@ pub fn convert(args: &ConvertArgs) -> anyhow::Result<ExitCode> {
     } else {
         Vec::new()
     };
-    let converted =
-        match crate::migrate::convert(&docs, &origins, &args.manifest.namespace, &config) {
-            Ok(c) => c,
-            Err(problems) => return refuse(&problems, args.in_place),
-        };
+    let mut runtimes = Vec::new();
+    for file in &args.runtimes {
+        if file == "-" && args.manifest.file == "-" {
+            anyhow::bail!("-f - and --runtime - both read standard input: give one of them a file");
+        }
+        let (_, runtime_docs) = read_files(file, false)?;
+        for doc in runtime_docs {
+            let Some(value) = doc.value else { continue };
+            if crate::migrate::runtimes_in([&value]).is_empty() {
+                anyhow::bail!(
+                    "--runtime {file}: {} is not a Kubeflow Trainer runtime (ClusterTrainingRuntime or TrainingRuntime of trainer.kubeflow.org/v1alpha1); give jobs to convert with -f",
+                    manifest::describe(&value)
+                );
+            }
+            runtimes.push(value);
+        }
+    }
+    let converted = match crate::migrate::convert(
+        &docs,
+        &origins,
+        &args.manifest.namespace,
+        &runtimes,
+        &config,
+    ) {
+        Ok(c) => c,
+        Err(problems) => return refuse(&problems, args.in_place),
+    };
     {
         let mut stderr = std::io::stderr().lock();
         for w in &converted.warnings {

@@ -37,8 +37,8 @@ const SOURCES: &[Source] = &[
     source("kubeflow.org/v1alpha1", "TFJob", true),
     source("mlkube.io/v1beta1", "TfJob", true),
     source("batch.volcano.sh/v1alpha1", "Job", true),
-    // Kubeflow Trainer v2: recognised, not converted yet.
-    source("trainer.kubeflow.org/v1alpha1", "TrainJob", false),
+    // Kubeflow Trainer v2, on its runtime.
+    source("trainer.kubeflow.org/v1alpha1", "TrainJob", true),
 ];
 
 /// What [`recognise`] calls a `kubeflow.org` kind named like a job that
@@ -137,7 +137,7 @@ mod tests {
             UNKNOWN_KUBEFLOW_JOB
         );
         assert!(
-            !of("trainer.kubeflow.org/v1alpha1", "TrainJob")
+            of("trainer.kubeflow.org/v1alpha1", "TrainJob")
                 .unwrap()
                 .convertible
         );

@@ -1325,7 +1325,7 @@ fn unknown_kubeflow_job_kinds_are_refused_by_name() {
     let train = "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: t}\nspec: {runtimeRef: {name: torch-distributed}}\n";
     assert_refused(
         train,
-        &["TrainJob/t: dljob convert does not read TrainJob (trainer.kubeflow.org/v1alpha1) yet"],
+        &["TrainJob/t: spec.runtimeRef names the ClusterTrainingRuntime torch-distributed, which is not in the input"],
     );
     let notebook = "apiVersion: kubeflow.org/v1\nkind: Notebook\nmetadata: {name: n}\nspec: {}\n";
     let run = dljob(&["convert", "-f", "-"], Some(notebook));
@@ -1504,5 +1504,397 @@ spec:
     assert_eq!(
         nproc,
         [&json!({"name": "PET_NPROC_PER_NODE", "value": "4"})]
+    );
+}
+
+const TRAINER: &str = "tests/fixtures/trainer";
+
+fn runtime(name: &str) -> String {
+    format!("{TRAINER}/runtimes/{name}.yaml")
+}
+
+/// The env of each pod of `manifest` (converted) as `dljob mutate --pods`
+/// prints it: (host name, the node container's env).
+fn pods_env(manifest: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(manifest));
+    assert!(pods.success(), "{pods:?}");
+    values(&pods.stdout)
+        .iter()
+        .map(|pod| {
+            let env = pod["spec"]["containers"][0]["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    let value = e.get("value").and_then(Value::as_str).unwrap_or("<from>");
+                    (e["name"].as_str().unwrap().to_owned(), value.to_owned())
+                })
+                .collect();
+            (pod["spec"]["hostname"].as_str().unwrap().to_owned(), env)
+        })
+        .collect()
+}
+
+fn env_value<'e>(env: &'e [(String, String)], name: &str) -> Vec<&'e str> {
+    env.iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
+#[test]
+fn a_trainjob_becomes_its_runtimes_trainer_with_trainers_torch_env() {
+    let (run, out) = converted("trainjob-torch.yaml");
+    assert_eq!(
+        kinds_and_names(&out),
+        [
+            ("ClusterTrainingRuntime", "torch-distributed"),
+            ("Job", "multi-node-example-worker")
+        ]
+    );
+    let input = values(&std::fs::read_to_string(fixture("trainjob-torch.yaml")).unwrap());
+    assert_eq!(out[0], input[0], "the runtime passes through");
+    let job = &out[1];
+    assert_eq!(
+        annotations(job),
+        json!({
+            "dljob.dev/framework": "pytorch",
+            "dljob.dev/replicas": "worker=3",
+            "dljob.dev/port": "29500",
+            "dljob.dev/container": "node",
+            "dljob.dev/clean-pod-policy": "None",
+        })
+    );
+    let spec = &job["spec"];
+    assert_eq!(spec["completionMode"], "Indexed");
+    assert_eq!(
+        (&spec["completions"], &spec["parallelism"]),
+        (&json!(3), &json!(3))
+    );
+    let pod = &spec["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "OnFailure", "JobSet's default");
+    let node = &pod["containers"][0];
+    assert_eq!(node["name"], "node");
+    assert_eq!(node["image"], input[0].pointer("/spec/template/spec/replicatedJobs/0/template/spec/template/spec/containers/0/image").unwrap().clone());
+    assert_eq!(node["command"], input[1]["spec"]["trainer"]["command"]);
+    // No GPU and no CPU request: Trainer's torch plugin gives torchrun
+    // one process per node, where torchrun's auto would start one per CPU.
+    assert_eq!(
+        node["env"],
+        json!([{"name": "PET_NPROC_PER_NODE", "value": "1"}])
+    );
+    assert!(
+        run.stderr.contains(
+            "ClusterTrainingRuntime/torch-distributed: a Trainer runtime, printed as it came"
+        ),
+        "{run:?}"
+    );
+    assert!(run.stderr.contains("TrainJob/multi-node-example: a failed container restarts in place (restartPolicy OnFailure, JobSet's default)"), "{run:?}");
+
+    // Trainer's torch plugin (pkg/runtime/framework/plugins/torch): PET_NNODES
+    // the node count, PET_NODE_RANK the completion index, the master node 0
+    // on port 29500 (Trainer names it <job>-node-0-0.<job>).
+    let pods = pods_env(&run.stdout);
+    assert_eq!(pods.len(), 3, "{pods:?}");
+    for (i, (host, env)) in pods.iter().enumerate() {
+        assert_eq!(host, &format!("multi-node-example-worker-{i}"));
+        for (name, want) in [
+            ("PET_NNODES", "3"),
+            ("PET_NODE_RANK", &i.to_string()),
+            (
+                "PET_MASTER_ADDR",
+                "multi-node-example-worker-0.multi-node-example.default.svc",
+            ),
+            ("PET_MASTER_PORT", "29500"),
+            ("PET_NPROC_PER_NODE", "1"),
+        ] {
+            assert_eq!(env_value(env, name), [want], "{host}: {name}");
+        }
+    }
+}
+
+#[test]
+fn a_trainjobs_runtime_is_given_with_runtime_and_its_patches_are_laid_over() {
+    let job = format!("{TRAINER}/02-runtime-patches.yaml");
+    let refused = convert(&job);
+    assert_eq!(refused.code, Some(1), "{refused:?}");
+    assert!(refused.stderr.contains("spec.runtimeRef names the ClusterTrainingRuntime torch-distributed, which is not in the input"), "{refused:?}");
+    assert!(refused.stderr.contains("`kubectl get clustertrainingruntime torch-distributed -o yaml > runtime.yaml`, then `dljob convert -f FILE --runtime runtime.yaml`"), "{refused:?}");
+
+    let run = dljob(
+        &[
+            "convert",
+            "-f",
+            &job,
+            "--runtime",
+            &runtime("torch_distributed"),
+        ],
+        None,
+    );
+    assert!(run.success(), "{run:?}");
+    assert!(
+        !run.stderr.contains("printed as it came"),
+        "--runtime's runtimes are not printed: {run:?}"
+    );
+    let out = values(&run.stdout);
+    assert_eq!(
+        kinds_and_names(&out),
+        [("Job", "runtime-patches-example-worker")]
+    );
+    let w = &out[0];
+    // The JobSet template's metadata patch: onto the workloads.
+    assert_eq!(w["metadata"]["labels"]["team"], "ml-platform");
+    assert_eq!(w["metadata"]["labels"]["cost-center"], "research");
+    assert_eq!(w["metadata"]["annotations"]["prometheus.io/scrape"], "true");
+    assert_eq!(
+        w["metadata"]["annotations"]["dljob.dev/replicas"],
+        "worker=2"
+    );
+    let pod = &w["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "training-sa");
+    assert_eq!(pod["nodeSelector"], json!({"node-type": "training"}));
+    assert_eq!(
+        pod["tolerations"],
+        json!([{"key": "training-workload", "operator": "Equal", "value": "true", "effect": "NoSchedule"}])
+    );
+    let node = &pod["containers"][0];
+    assert_eq!(
+        node["resources"],
+        json!({"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}})
+    );
+    // spec.trainer.env, then Trainer's processes per node: the CPU request.
+    assert_eq!(
+        node["env"],
+        json!([
+            {"name": "CUSTOM_VAR", "value": "custom-value"},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            {"name": "PET_NPROC_PER_NODE", "value": "2"},
+        ])
+    );
+
+    // --runtime reads runtimes only, and not standard input twice.
+    let wrong = dljob(
+        &[
+            "convert",
+            "-f",
+            &job,
+            "--runtime",
+            &fixture("pytorchjob-simple.yaml"),
+        ],
+        None,
+    );
+    assert_eq!(wrong.code, Some(2), "a usage error: {wrong:?}");
+    assert!(
+        wrong.stderr.contains("is not a Kubeflow Trainer runtime"),
+        "{wrong:?}"
+    );
+    let twice = dljob(
+        &["convert", "-f", "-", "--runtime", "-"],
+        Some("kind: List\nitems: []\n"),
+    );
+    assert!(
+        twice.stderr.contains("both read standard input"),
+        "{twice:?}"
+    );
+}
+
+#[test]
+fn a_trainjob_in_trainer_2_1s_form_has_its_pod_template_overrides() {
+    let job = r#"
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata:
+  name: overridden
+  namespace: team-a
+spec:
+  runtimeRef:
+    name: torch-distributed
+  labels:
+    team: vision
+  trainer:
+    numNodes: 2
+    numProcPerNode: 4
+    image: docker.io/team/train:1
+    env:
+      - name: EPOCHS
+        value: "3"
+  podTemplateOverrides:
+    - targetJobs:
+        - name: node
+      metadata:
+        labels:
+          tier: gold
+      spec:
+        nodeSelector:
+          pool: a100
+        containers:
+          - name: node
+            volumeMounts:
+              - name: data
+                mountPath: /data
+        volumes:
+          - name: data
+            persistentVolumeClaim:
+              claimName: imagenet
+"#;
+    let run = dljob(
+        &[
+            "convert",
+            "-f",
+            "-",
+            "--runtime",
+            &runtime("torch_distributed"),
+        ],
+        Some(job),
+    );
+    assert!(run.success(), "{run:?}");
+    let out = values(&run.stdout);
+    let w = &out[0];
+    assert_eq!(w["metadata"]["namespace"], "team-a");
+    assert_eq!(w["metadata"]["labels"]["team"], "vision");
+    let t = &w["spec"]["template"];
+    assert_eq!(t["metadata"]["labels"]["tier"], "gold");
+    assert_eq!(t["spec"]["nodeSelector"], json!({"pool": "a100"}));
+    assert_eq!(
+        t["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
+        "imagenet"
+    );
+    let node = &t["spec"]["containers"][0];
+    assert_eq!(node["image"], "docker.io/team/train:1");
+    assert_eq!(
+        node["volumeMounts"],
+        json!([{"name": "data", "mountPath": "/data"}])
+    );
+    assert_eq!(
+        node["env"],
+        json!([{"name": "EPOCHS", "value": "3"}, {"name": "PET_NPROC_PER_NODE", "value": "4"}])
+    );
+    let pods = pods_env(&run.stdout);
+    assert_eq!(
+        env_value(&pods[1].1, "PET_MASTER_ADDR"),
+        ["overridden-worker-0.overridden.team-a.svc"]
+    );
+}
+
+#[test]
+fn trainjobs_on_the_jax_xgboost_and_mpi_runtimes_get_trainers_env() {
+    let job = |name: &str, runtime: &str| {
+        format!(
+            "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: {name}\nspec:\n  runtimeRef:\n    name: {runtime}\n  trainer:\n    numNodes: 2\n    command: [python3, train.py]\n"
+        )
+    };
+    // Trainer's jax plugin: JAX_NUM_PROCESSES, JAX_PROCESS_ID the
+    // completion index, JAX_COORDINATOR_ADDRESS node 0 on port 29500.
+    let run = dljob(
+        &[
+            "convert",
+            "-f",
+            "-",
+            "--runtime",
+            &runtime("jax_distributed"),
+        ],
+        Some(&job("j", "jax-distributed")),
+    );
+    assert!(run.success(), "{run:?}");
+    for (i, (_, env)) in pods_env(&run.stdout).iter().enumerate() {
+        assert_eq!(env_value(env, "JAX_NUM_PROCESSES"), ["2"]);
+        assert_eq!(env_value(env, "JAX_PROCESS_ID"), [i.to_string().as_str()]);
+        assert_eq!(
+            env_value(env, "JAX_COORDINATOR_ADDRESS"),
+            ["j-worker-0.j.default.svc:29500"]
+        );
+    }
+    // Trainer's xgboost plugin: the tracker on node 0, port 29500, the
+    // task id the completion index, one worker per node.
+    let run = dljob(
+        &[
+            "convert",
+            "-f",
+            "-",
+            "--runtime",
+            &runtime("xgboost_distributed"),
+        ],
+        Some(&job("x", "xgboost-distributed")),
+    );
+    assert!(run.success(), "{run:?}");
+    for (i, (_, env)) in pods_env(&run.stdout).iter().enumerate() {
+        assert_eq!(
+            env_value(env, "DMLC_TRACKER_URI"),
+            ["x-worker-0.x.default.svc"]
+        );
+        assert_eq!(env_value(env, "DMLC_TRACKER_PORT"), ["29500"]);
+        assert_eq!(env_value(env, "DMLC_TASK_ID"), [i.to_string().as_str()]);
+        assert_eq!(env_value(env, "DMLC_NUM_WORKER"), ["2"]);
+    }
+    // The deepspeed runtime runs the launcher as one of the nodes, which
+    // dljob's hostfile cannot say: refused, naming the way out.
+    let ds = runtime("deepspeed_distributed");
+    let run = dljob(
+        &["convert", "-f", "-", "--runtime", &ds],
+        Some(&job("d", "deepspeed-distributed")),
+    );
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "spec.mlPolicy.mpi.runLauncherAsNode: dljob's hostfile lists the workers only"
+        ),
+        "{run:?}"
+    );
+    // The same runtime with the launcher apart converts: a launcher and
+    // the nodes as MPI workers, the operator's SSH layout at the runtime's
+    // path, one slot per node.
+    let text = std::fs::read_to_string(&ds)
+        .unwrap()
+        .replace("runLauncherAsNode: true", "runLauncherAsNode: false");
+    let dir = scratch_dir("convert-tests", "trainjob-mpi");
+    let apart = dir.join("runtime.yaml");
+    std::fs::write(&apart, text).unwrap();
+    let run = dljob(
+        &["convert", "-f", "-", "--runtime", apart.to_str().unwrap()],
+        Some(&job("d", "deepspeed-distributed")),
+    );
+    assert!(run.success(), "{run:?}");
+    let out = values(&run.stdout);
+    assert_eq!(
+        kinds_and_names(&out),
+        [("Job", "d-worker"), ("Job", "d-launcher")]
+    );
+    let a = annotations(&out[1]);
+    assert_eq!(a["dljob.dev/framework"], "mpi");
+    assert_eq!(a["dljob.dev/replicas"], "worker=2,launcher=1");
+    assert_eq!(a["dljob.dev/compat"], "mpi-operator");
+    assert_eq!(a["dljob.dev/ssh-path"], "/home/mpiuser/.ssh");
+    assert_eq!(a["dljob.dev/slots"], "1");
+    // The trainer's command is the launcher's; the nodes keep sshd.
+    assert_eq!(
+        out[1]["spec"]["template"]["spec"]["containers"][0]["command"],
+        json!(["python3", "train.py"])
+    );
+    assert_eq!(
+        out[0]["spec"]["template"]["spec"]["containers"][0]["command"],
+        json!(["/usr/sbin/sshd"])
+    );
+}
+
+#[test]
+fn what_a_trainjob_cannot_bring_is_refused_by_name() {
+    let run = convert(&format!("{TRAINER}/05-multi-step.yaml"));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("TrainJob/multi-step-example: spec.initializer: the dataset and model initializers are steps Trainer runs before the trainer; a dljob job has no steps"), "{run:?}");
+    assert!(run.stderr.contains("TrainingRuntime torch-with-dataset-init: spec.template.spec.replicatedJobs[0] (dataset-initializer) is the dataset-initializer"), "{run:?}");
+    let flux = "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainingRuntime\nmetadata:\n  name: f\nspec:\n  mlPolicy:\n    flux: {}\n  template:\n    spec:\n      replicatedJobs: []\n---\napiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: j\nspec:\n  runtimeRef:\n    kind: TrainingRuntime\n    name: f\n  suspend: true\n  managedBy: kueue.x-k8s.io/multikueue\n";
+    assert_refused(
+        flux,
+        &[
+            "TrainingRuntime f: spec.mlPolicy.flux: the job runs under the Flux framework",
+            "spec.suspend is true: a dljob job has no suspended state",
+            "spec.managedBy is \"kueue.x-k8s.io/multikueue\"",
+        ],
+    );
+    // A TrainingRuntime is its namespace's.
+    let elsewhere = flux.replace("  name: f\nspec:", "  name: f\n  namespace: other\nspec:");
+    assert_refused(
+        &elsewhere,
+        &["`kubectl get trainingruntime f -n default -o yaml > runtime.yaml`"],
     );
 }

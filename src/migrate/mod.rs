@@ -7,7 +7,10 @@
 mod chainer;
 mod kubeflow;
 mod legacy;
+mod trainer;
 mod volcano;
+
+pub(crate) use trainer::runtimes_in;
 
 use std::str::FromStr;
 
@@ -38,15 +41,23 @@ pub(crate) struct Converted {
 /// manifest is checked as `dljob validate` checks it.
 ///
 /// `origins` names each document's file where there are several (empty
-/// otherwise), for messages.
+/// otherwise), for messages. A TrainJob's runtime is looked for in `docs`
+/// and in `runtimes` (what `--runtime` read).
 pub(crate) fn convert(
     docs: &[Document],
     origins: &[String],
     namespace: &str,
+    runtimes: &[Value],
     config: &Config,
 ) -> Result<Converted, Vec<String>> {
     let mut out = Converted::default();
     let mut problems = Vec::new();
+    let runtimes =
+        trainer::runtimes_in(docs.iter().filter_map(|d| d.value.as_ref()).chain(runtimes));
+    let ctx = Context {
+        namespace,
+        runtimes: &runtimes,
+    };
     // Each job's namespace and name, with where it was first seen.
     let mut seen: Vec<((String, String), String)> = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
@@ -56,7 +67,7 @@ pub(crate) fn convert(
             continue;
         };
         if manifest::is_list(value) {
-            let (list, changed) = convert_list(value, &mut problems, &mut out.warnings);
+            let (list, changed) = convert_list(value, &ctx, &mut problems, &mut out.warnings);
             out.documents.push(vec![match list {
                 Some(list) => rendered(list),
                 None => copy(doc),
@@ -66,6 +77,12 @@ pub(crate) fn convert(
         }
         match recognise(value) {
             None => {
+                if trainer::is_runtime(value) {
+                    out.warnings.push(format!(
+                        "{}: a Trainer runtime, printed as it came (a TrainJob's conversion reads it; dljob does not need it: leave it out of what you apply where Trainer is not installed)",
+                        manifest::describe(value)
+                    ));
+                }
                 out.documents.push(vec![copy(doc)]);
                 out.changed.push(false);
             }
@@ -94,7 +111,7 @@ pub(crate) fn convert(
                 seen.push((id, name.clone()));
                 let (value, renamed) = current_gpu_name(value);
                 let value = &value;
-                match convert_one(source, value) {
+                match convert_one(source, value, &ctx) {
                     Ok(converted) => {
                         out.warnings.extend(
                             renamed
@@ -105,7 +122,14 @@ pub(crate) fn convert(
                         let mut these = Vec::new();
                         for (i, r) in converted.replicas.iter().enumerate() {
                             let header = header(&name, r, if i == 0 { &doc.text } else { "" });
-                            let text = match with_comments(&doc.text, value, r) {
+                            // A TrainJob's templates are its runtime's: no
+                            // text of the job's to keep.
+                            let kept = if r.template_path.is_empty() {
+                                Some(to_yaml(&r.workload))
+                            } else {
+                                with_comments(&doc.text, value, r)
+                            };
+                            let text = match kept {
                                 Some(text) => format!("{header}{text}"),
                                 None => {
                                     out.warnings.push(format!(
@@ -143,8 +167,20 @@ pub(crate) fn convert(
     Ok(out)
 }
 
+/// What a job's conversion may need besides the job.
+struct Context<'a> {
+    /// The namespace of a job that names none.
+    namespace: &'a str,
+    /// Trainer's runtimes given.
+    runtimes: &'a [&'a Value],
+}
+
 /// One operator job, converted.
-fn convert_one(source: Source, value: &Value) -> Result<kubeflow::Converted, Vec<String>> {
+fn convert_one(
+    source: Source,
+    value: &Value,
+    ctx: &Context<'_>,
+) -> Result<kubeflow::Converted, Vec<String>> {
     let op = match (source.api_version, source.kind) {
         ("kubeflow.org/v1", "PyTorchJob") => Some(&kubeflow::PYTORCH),
         ("kubeflow.org/v1", "TFJob") => Some(&kubeflow::TENSORFLOW),
@@ -170,6 +206,9 @@ fn convert_one(source: Source, value: &Value) -> Result<kubeflow::Converted, Vec
     match (source.api_version, source.kind) {
         ("batch.volcano.sh/v1alpha1", "Job") => return volcano::convert(value),
         ("kubeflow.org/v1alpha1", "ChainerJob") => return chainer::convert(value),
+        ("trainer.kubeflow.org/v1alpha1", "TrainJob") => {
+            return trainer::convert(value, ctx.namespace, ctx.runtimes)
+        }
         _ => {}
     }
     match op {
@@ -191,6 +230,7 @@ fn convert_one(source: Source, value: &Value) -> Result<kubeflow::Converted, Vec
 /// (`None` when it holds none).
 fn convert_list(
     list: &Value,
+    ctx: &Context<'_>,
     problems: &mut Vec<String>,
     warnings: &mut Vec<String>,
 ) -> (Option<Value>, bool) {
@@ -206,7 +246,7 @@ fn convert_list(
         };
         let name = manifest::describe(item);
         let (item, renamed) = current_gpu_name(item);
-        match convert_one(source, &item) {
+        match convert_one(source, &item, ctx) {
             Ok(c) => {
                 warnings.extend(
                     renamed
@@ -313,7 +353,7 @@ fn header(name: &str, r: &kubeflow::Replica, job_text: &str) -> String {
         .map(|l| format!("{l}\n"))
         .collect();
     let mut place = String::new();
-    for key in &r.template_path[..3] {
+    for key in r.template_path.iter().take(3) {
         if key.parse::<usize>().is_ok() {
             place.push_str(&format!("[{key}]"));
         } else {
@@ -323,8 +363,13 @@ fn header(name: &str, r: &kubeflow::Replica, job_text: &str) -> String {
             place.push_str(key);
         }
     }
+    let place = if place.is_empty() {
+        String::new()
+    } else {
+        format!(", {place}")
+    };
     h.push_str(&format!(
-        "# dljob convert: {name}, {place} (role {})\n",
+        "# dljob convert: {name}{place} (role {})\n",
         r.role
     ));
     h
