@@ -126,7 +126,8 @@ def mpirun_command(pod: podsim.Pod) -> list[str]:
     container = pod.framework_container
     argv = list(container.get("command", [])) + list(container.get("args", []))
     if argv and Path(argv[0]).name in ("sh", "bash") and "-c" in argv:
-        script = argv[argv.index("-c") + 1]
+        # A backslash-newline continues the line, as sh reads it.
+        script = argv[argv.index("-c") + 1].replace("\\\n", "")
         for part in script.replace(";", "&&").split("&&"):
             words = shlex.split(part)
             if words and Path(words[0]).name in ("mpirun", "mpiexec"):
@@ -367,12 +368,18 @@ def test_each_openmpi_ignores_the_others_names(openmpi, horovod):
 
 
 @pytest.mark.parametrize("openmpi", ["openmpi5"], indirect=True)
-def test_prrte_keep_fqdn_makes_the_master_ssh_itself(openmpi, chainermn):
-    """Why dljob must not turn on PRRTE's keep-FQDN: PRRTE matches hostfile
-    entries to its own node by name only (prte_do_not_resolve), so with FQDNs
-    kept the master's `j-master-0.j.ns.svc` entry is a remote host, reached
-    over ssh from itself (fatal where the launcher runs no sshd)."""
+def test_the_master_listed_by_its_host_name_runs_its_ranks_even_with_fqdns_kept(openmpi, chainermn):
+    """PRRTE matches hostfile entries to its own node by name only
+    (prte_do_not_resolve): with FQDNs kept, an entry `j-master-0.j.ns.svc`
+    for the master would be a remote host, reached over ssh from itself
+    (fatal: the master runs no sshd). dljob lists the master by its own host
+    name, so even then the master runs its ranks itself and reaches only
+    the workers over ssh."""
     master = chainermn.pod("master")
+    w0, w1 = chainermn.pod("worker", 0), chainermn.pod("worker", 1)
+    assert master.hostname + " slots=2" in master.obj["metadata"]["annotations"]["dljob.dev/hostfile"]
     run = run_mpi(chainermn, master, openmpi, extra={"PRTE_MCA_prte_keep_fqdn_hostnames": "true"})
     assert run.rc == 0, run
-    assert master.svc_host in [c.get("host") for c in run.ssh], run
+    hosts = [c.get("host") for c in run.ssh]
+    assert master.svc_host not in hosts and master.hostname not in hosts, run
+    assert_launched_by_ssh(run, openmpi, master, [w0.svc_host, w1.svc_host])

@@ -559,3 +559,63 @@ def test_volcanos_own_mpi_example_builds_its_host_list_and_reaches_its_workers(c
     run = cluster.mpirun(launcher, shell_vars={"MPI_HOST": got.stdout})
     assert_two_ranks(run, workers)
     assert "Accepted publickey for root" in run.output, run
+
+
+CHAINERJOB = REPO / "tests" / "fixtures" / "operators" / "chainerjob-example.yaml"
+
+# What the chainer-operator's example image (examples/docker/chainermn:
+# chainer/chainer on Ubuntu, with its `ssh` package) has that the sandbox
+# does not, and lacks: the host keys the package made in /etc/ssh, and no
+# /run/sshd (Ubuntu's init makes it at boot; a container boots nothing).
+# From the test, not the image: a ListenAddress (the job's pods share one
+# network namespace). It runs in the pod's sandbox, whose /etc is a
+# private overlay.
+CHAINERMN_IMAGE = """set -e
+rmdir /run/sshd
+ssh-keygen -A >/dev/null
+echo 'ListenAddress {ip}' >> /etc/ssh/sshd_config
+"""
+
+
+def test_a_converted_chainerjob_trains_on_the_operators_image_layout(cluster_of, tmp_path):
+    """The chainer-operator's own example converted: its workers slept
+    (the operator reached them with kubectl exec); converted, they run
+    sshd, making its privilege separation directory first, on an image laid
+    out as the operator's (sshd and host keys, no /run/sshd). The master's
+    own `mpiexec -n 3 -N 1 …` line, run by OpenMPI 4 with the real ssh,
+    puts one rank on the master (listed by its own host name: no ssh to
+    itself, no lookup of its own name) and one on each worker over ssh."""
+    out = subprocess.run([str(podsim.DLJOB), "convert", "-f", str(CHAINERJOB)],
+                         check=True, capture_output=True, text=True, timeout=60)
+    manifest = tmp_path / "converted.yaml"
+    manifest.write_text(out.stdout)
+    cluster = cluster_of(manifest)
+    master = cluster.job.pod("master")
+    workers = [cluster.job.pod("worker", i) for i in range(2)]
+    image = {}
+    for pod in [master, *workers]:
+        script = tmp_path / f"image-{pod.hostname}.sh"
+        script.write_text(CHAINERMN_IMAGE.replace("{ip}", pod.ip))
+        image[pod.hostname] = str(script)
+    # The operator's worker command as dljob would have kept it, sshd
+    # alone, does not start on that image: what the conversion adds is
+    # needed.
+    bare = workers[0]
+    proc, log = cluster.launch(bare, cluster.enter(bare, image=image[bare.hostname])
+                               + [str(SSHD), "-De"])
+    proc.wait(timeout=10)
+    assert proc.returncode != 0 and "Missing privilege separation directory" in log.read_text(), \
+        log.read_text()
+    for w in workers:
+        assert w.framework_container["command"][:2] == ["sh", "-c"], w.framework_container
+        proc = cluster.start_image_sshd(w, image[w.hostname])
+        assert proc.poll() is None, cluster.sshd_logs()
+    run = cluster.mpirun(master, image=image[master.hostname])
+    assert run.rc == 0, run
+    assert run.placement() == {0: master.hostname, 1: workers[0].hostname,
+                               2: workers[1].hostname}, run
+    assert all(r["size"] == 3 for r in run.ranks), run
+    # The workers were reached over ssh; the master, which runs no sshd,
+    # only by itself.
+    for w in workers:
+        assert "Accepted publickey for root" in (cluster.tmp / w.hostname / "sshd.log").read_text(), run

@@ -952,11 +952,15 @@ fn a_chainerjobs_worker_sets_become_statefulsets_running_sshd() {
     );
     // The sleeping workers run sshd now, and the user is told.
     let container = &out[1]["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(container["command"], json!(["/usr/sbin/sshd", "-De"]));
+    assert_eq!(
+        container["command"],
+        json!(["sh", "-c", "mkdir -p /run/sshd && exec /usr/sbin/sshd -De"])
+    );
     assert!(run.stderr.contains(
-        "ChainerJob/example-job-mn: spec.workerSets.ws0: the workers' command (\"sh -c while true; do sleep 1 & wait; done\") is replaced by /usr/sbin/sshd -De"
+        "ChainerJob/example-job-mn: spec.workerSets.ws0: the workers' command (\"sh -c while true; do sleep 1 & wait; done\") is replaced by `mkdir -p /run/sshd && exec /usr/sbin/sshd -De`"
     ), "{run:?}");
-    // The master's hostfile: the workers with their slots, the master last.
+    // The master's hostfile: the workers with their slots, the master last,
+    // by its own host name (mpiexec runs its ranks there itself).
     let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
     assert!(pods.success(), "{pods:?}");
     let master = &values(&pods.stdout)[0];
@@ -968,7 +972,7 @@ fn a_chainerjobs_worker_sets_become_statefulsets_running_sshd() {
             host("worker", 0),
             host("worker", 1),
             host("worker", 2),
-            host("master", 0)
+            "example-job-mn-master-0"
         )
     );
 }

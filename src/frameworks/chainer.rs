@@ -2,7 +2,8 @@
 
 use super::mpi::mpi_env;
 use super::{
-    first_replica_of, push_hostfile_lines, Env, Framework, JobView, Member, RoleRule, Roles,
+    first_replica_of, push_hostfile_lines, push_own_hostfile_line, Env, Framework, JobView, Member,
+    RoleRule, Roles,
 };
 use crate::contract::Topology;
 
@@ -26,14 +27,15 @@ impl Framework for Chainer {
     fn env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         mpi_env(job, member, "master", true, env);
     }
-    /// The master's (it runs mpiexec): the workers, then the master.
+    /// The master's (it runs mpiexec): the workers, then the master, as
+    /// the chainer-operator listed them; the master by its own host name.
     fn hostfile(&self, job: &JobView<'_>, member: &Member<'_>) -> Option<String> {
         if member.role != "master" {
             return None;
         }
         let mut out = String::new();
         push_hostfile_lines(&mut out, job, "worker");
-        push_hostfile_lines(&mut out, job, "master");
+        push_own_hostfile_line(&mut out, job, "master");
         Some(out)
     }
     fn uses_slots(&self) -> bool {
@@ -77,7 +79,7 @@ mod tests {
         );
         assert_eq!(
             hf.as_deref(),
-            Some("cmn-worker-0.cmn.ns.svc slots=4\ncmn-worker-1.cmn.ns.svc slots=4\ncmn-master-0.cmn.ns.svc slots=4\n")
+            Some("cmn-worker-0.cmn.ns.svc slots=4\ncmn-worker-1.cmn.ns.svc slots=4\ncmn-master-0 slots=4\n")
         );
     }
 

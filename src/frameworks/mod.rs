@@ -419,6 +419,22 @@ pub(crate) fn push_hostfile_lines(out: &mut String, job: &JobView<'_>, role: &st
     total
 }
 
+/// The hostfile line of the pod that reads the hostfile (an MPI launcher
+/// that runs ranks, chainer's master): by its own host name, which mpirun
+/// knows for its own without a lookup and runs its ranks on itself. By the
+/// Service's name, mpirun would look it up (a record published only once
+/// the pod has an address, so maybe not yet at start) and, where it does
+/// not resolve or PRRTE compares names without resolving them, ssh to
+/// itself, where no sshd runs.
+pub(crate) fn push_own_hostfile_line(out: &mut String, job: &JobView<'_>, role: &str) -> u32 {
+    let slots = job.slots_of(role, 0);
+    out.push_str(&crate::contract::pod_hostname(job.name, role, 0));
+    out.push_str(" slots=");
+    push_u32(out, slots);
+    out.push('\n');
+    slots
+}
+
 /// The generic `DLJOB_*` vars every member gets. Their size does not grow
 /// with the job: the other members' hosts follow from `DLJOB_REPLICAS` and
 /// `DLJOB_HOST_PATTERN` (`{role}` and `{index}` placeholders, as Python's

@@ -2,7 +2,8 @@
 //! out as the MPI operator does, and the OpenMPI settings pointing at it.
 
 use super::{
-    first_replica_of, push_hostfile_lines, set, Env, Framework, JobView, Member, RoleRule, Roles,
+    first_replica_of, push_hostfile_lines, push_own_hostfile_line, set, Env, Framework, JobView,
+    Member, RoleRule, Roles,
 };
 use crate::contract::{Topology, COMPAT_MPI_OPERATOR, HOSTFILE_PATH};
 
@@ -29,16 +30,17 @@ impl Framework for Mpi {
     fn env(&self, job: &JobView<'_>, member: &Member<'_>, env: &mut Env) {
         mpi_env(job, member, "launcher", lists_launcher(member), env);
     }
-    /// The launcher's: workers, `slots` each; the launcher first when it
-    /// requests GPUs itself (only the launcher can know that, and only it
-    /// runs mpirun). Workers run sshd and read no hostfile.
+    /// The launcher's: workers, `slots` each; the launcher first, by its
+    /// own host name, when it requests GPUs itself (only the launcher can
+    /// know that, and only it runs mpirun). Workers run sshd and read no
+    /// hostfile.
     fn hostfile(&self, job: &JobView<'_>, member: &Member<'_>) -> Option<String> {
         if member.role != "launcher" {
             return None;
         }
         let mut out = String::new();
         if lists_launcher(member) {
-            push_hostfile_lines(&mut out, job, "launcher");
+            push_own_hostfile_line(&mut out, job, "launcher");
         }
         push_hostfile_lines(&mut out, job, "worker");
         Some(out)
@@ -176,7 +178,7 @@ mod tests {
     fn gpu_launcher_lists_itself_first() {
         assert_eq!(
             hostfile("launcher", Some(1), 1).as_deref(),
-            Some("hvd-launcher-0.hvd.ml.svc slots=1\nhvd-worker-0.hvd.ml.svc slots=1\nhvd-worker-1.hvd.ml.svc slots=1\nhvd-worker-2.hvd.ml.svc slots=1\n")
+            Some("hvd-launcher-0 slots=1\nhvd-worker-0.hvd.ml.svc slots=1\nhvd-worker-1.hvd.ml.svc slots=1\nhvd-worker-2.hvd.ml.svc slots=1\n")
         );
     }
 
@@ -205,7 +207,7 @@ mod tests {
         };
         assert_eq!(
             by_name("mpi").unwrap().hostfile(&job, &launcher).unwrap(),
-            "cmn-launcher-0.cmn.ml.svc slots=2\n\
+            "cmn-launcher-0 slots=2\n\
              cmn-worker-0.cmn.ml.svc slots=8\n\
              cmn-worker-1.cmn.ml.svc slots=8\n\
              cmn-worker-2.cmn.ml.svc slots=4\n\

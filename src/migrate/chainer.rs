@@ -3,7 +3,8 @@
 //! with its hostfile slots. The operator reached its workers with `kubectl
 //! exec` (they ran a sleep loop); dljob's chainer master reaches them over
 //! ssh, so a worker set whose command starts no sshd runs `sshd -De`
-//! instead, said in a warning.
+//! instead (its privilege separation directory made first), said in a
+//! warning.
 
 use serde_json::{json, Value};
 
@@ -244,7 +245,13 @@ fn slots(at: &str, config: Option<&Value>, template: &Value, problems: &mut Vec<
         .unwrap_or(1)
 }
 
-/// A worker set whose container starts no sshd gets `/usr/sbin/sshd -De`:
+/// What a converted worker runs: sshd in the foreground, logging to
+/// standard error, after making its privilege separation directory, which
+/// an image with Ubuntu's or Debian's sshd lacks (their init scripts make
+/// it at boot; a container has none).
+const SSHD: &str = "mkdir -p /run/sshd && exec /usr/sbin/sshd -De";
+
+/// A worker set whose container starts no sshd gets [`SSHD`]:
 /// the operator's workers slept while `kubectl exec` reached them, dljob's
 /// master reaches them over ssh.
 fn sshd(at: &str, template: &mut Value, warnings: &mut Vec<String>) {
@@ -269,10 +276,10 @@ fn sshd(at: &str, template: &mut Value, warnings: &mut Vec<String>) {
     if words.iter().any(|w| w.contains("sshd")) {
         return;
     }
-    container.insert("command".into(), json!(["/usr/sbin/sshd", "-De"]));
+    container.insert("command".into(), json!(["sh", "-c", SSHD]));
     container.remove("args");
     warnings.push(format!(
-        "{at}: the workers' command ({}) is replaced by /usr/sbin/sshd -De: the operator reached its workers with kubectl exec, dljob's master reaches them over ssh, so the image needs sshd (and its host keys)",
+        "{at}: the workers' command ({}) is replaced by `{SSHD}`: the operator reached its workers with kubectl exec, dljob's master reaches them over ssh, so the image needs sshd and its host keys (the operator's chainermn image has both, from Ubuntu's ssh package; sshd's privilege separation directory, which Ubuntu makes only at boot, is made here)",
         if words.is_empty() {
             "the image's default".to_owned()
         } else {
