@@ -542,10 +542,9 @@ pub fn convert(args: &ConvertArgs) -> anyhow::Result<ExitCode> {
         let (_, runtime_docs) = read_files(file, false)?;
         for doc in runtime_docs {
             let Some(value) = doc.value else { continue };
-            if crate::migrate::runtimes_in([&value]).is_empty() {
+            if let Some(other) = crate::migrate::not_runtimes(&value).first() {
                 anyhow::bail!(
-                    "--runtime {file}: {} is not a Kubeflow Trainer runtime (ClusterTrainingRuntime or TrainingRuntime of trainer.kubeflow.org/v1alpha1); give jobs to convert with -f",
-                    manifest::describe(&value)
+                    "--runtime {file}: {other} is not a Kubeflow Trainer runtime (ClusterTrainingRuntime or TrainingRuntime of trainer.kubeflow.org/v1alpha1); give jobs to convert with -f"
                 );
             }
             runtimes.push(value);

@@ -68,6 +68,13 @@ pub(crate) fn recognise(value: &Value) -> Option<Source> {
         return Some(*s);
     }
     let group = api_version.split('/').next().unwrap_or("");
+    if group == "trainer.kubeflow.org" && kind == "TrainJob" {
+        return Some(source(
+            "trainer.kubeflow.org, another version",
+            "TrainJob",
+            false,
+        ));
+    }
     if group != "kubeflow.org" {
         return None;
     }
@@ -144,6 +151,11 @@ mod tests {
         assert_eq!(
             of("fioravanzo.org/v1alpha1", "MXJob").unwrap().kind,
             "MXJob"
+        );
+        assert!(
+            !of("trainer.kubeflow.org/v1beta1", "TrainJob")
+                .unwrap()
+                .convertible
         );
         assert_eq!(of("batch/v1", "Job"), None);
         assert_eq!(of("kubeflow.org/v1", "Notebook"), None);

@@ -1840,7 +1840,7 @@ fn trainjobs_on_the_jax_xgboost_and_mpi_runtimes_get_trainers_env() {
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(
         run.stderr.contains(
-            "spec.mlPolicy.mpi.runLauncherAsNode: dljob's hostfile lists the workers only"
+            "ClusterTrainingRuntime deepspeed-distributed: spec.mlPolicy.mpi.runLauncherAsNode: dljob's hostfile lists a launcher only when it asks for GPUs"
         ),
         "{run:?}"
     );
@@ -1900,5 +1900,187 @@ fn what_a_trainjob_cannot_bring_is_refused_by_name() {
     assert_refused(
         &elsewhere,
         &["`kubectl get trainingruntime f -n default -o yaml > runtime.yaml`"],
+    );
+}
+
+/// A TrainJob named `j` on the runtime `rt` (`ClusterTrainingRuntime r`
+/// with `ml_policy` and `jobs`, the replicated Jobs), its spec `spec`.
+fn trainjob_on(ml_policy: &str, jobs: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\nmetadata: {{name: r}}\nspec:\n  mlPolicy: {ml_policy}\n  template:\n    spec:\n      replicatedJobs: {jobs}\n---\napiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {{name: j}}\nspec:\n  runtimeRef: {{name: r}}\n{spec}"
+    )
+}
+
+/// A replicated Job named `name` (the trainer when `trainer`) whose pod
+/// runs a container `node` (or `container`), with `extra` in its Job spec.
+fn replicated(name: &str, trainer: bool, container: &str, extra: &str) -> String {
+    let labels = if trainer {
+        "metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}, "
+    } else {
+        ""
+    };
+    format!(
+        "{{name: {name}, template: {{{labels}spec: {{{extra}template: {{spec: {{containers: [{{name: {container}, image: img, env: [{{name: TOKEN, value: placeholder}}], resources: {{limits: {{nvidia.com/gpu: 2}}}}}}]}}}}}}}}}}"
+    )
+}
+
+fn converted_stdin(text: &str) -> Vec<Value> {
+    let run = dljob(&["convert", "-f", "-"], Some(text));
+    assert!(run.success(), "{run:?}\n{text}");
+    values(&run.stdout)
+        .into_iter()
+        .filter(|v| v["kind"] == "Job")
+        .collect()
+}
+
+#[test]
+fn a_trainjobs_fields_are_read_as_trainers_controller_reads_them() {
+    let node = replicated("node", true, "node", "");
+    // spec.trainer.env replaces the runtime's entry of its name whole.
+    let out = converted_stdin(&trainjob_on(
+        "{torch: {}}",
+        &format!("[{node}]"),
+        "  trainer:\n    env: [{name: TOKEN, valueFrom: {secretKeyRef: {name: hf, key: token}}}]\n    resourcesPerNode: {requests: {cpu: 4}}\n",
+    ));
+    let c = &out[0]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        c["env"][0],
+        json!({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}})
+    );
+    // Processes per node from the TrainJob's resources where it gives them
+    // (4 CPUs, no GPU), not the runtime's GPUs; resources merged key by key.
+    assert_eq!(
+        c["env"][1],
+        json!({"name": "PET_NPROC_PER_NODE", "value": "4"})
+    );
+    assert_eq!(
+        c["resources"],
+        json!({"limits": {"nvidia.com/gpu": 2}, "requests": {"cpu": 4}})
+    );
+    // With the runtime's GPUs, torchrun's auto, written as Trainer does.
+    let out = converted_stdin(&trainjob_on("{torch: {}}", &format!("[{node}]"), ""));
+    assert_eq!(
+        out[0]["spec"]["template"]["spec"]["containers"][0]["env"][1]["value"],
+        "auto"
+    );
+
+    // Plain ML: the trainer's count from its Job's parallelism, and another
+    // replicated Job its own role, with its own container.
+    let out = converted_stdin(&trainjob_on(
+        "null",
+        &format!(
+            "[{}, {}]",
+            replicated("node", true, "node", "parallelism: 3, "),
+            replicated("sidecar", false, "s", "")
+        ),
+        "",
+    ));
+    assert_eq!(
+        annotations(&out[0])["dljob.dev/replicas"],
+        "node=3,sidecar=1"
+    );
+    assert_eq!(annotations(&out[1]).get("dljob.dev/container"), None);
+
+    // MPI: the nodes' count from their Job where the TrainJob gives none.
+    let mpi = format!(
+        "[{}, {}]",
+        replicated("launcher", true, "node", ""),
+        replicated("node", false, "node", "parallelism: 2, ")
+    );
+    let out = converted_stdin(&trainjob_on("{mpi: {numProcPerNode: 1}}", &mpi, ""));
+    assert_eq!(
+        annotations(&out[0])["dljob.dev/replicas"],
+        "launcher=1,worker=2"
+    );
+    // The runtime's 1 on nodes of 2 GPUs: one process per GPU.
+    assert_eq!(annotations(&out[0])["dljob.dev/slots"], "2");
+
+    for (text, said) in [
+        (
+            trainjob_on("{torch: {}}", &format!("[{node}]"), "  trainer: {numNodes: \"3\", command: \"python train.py\"}\n"),
+            vec!["spec.trainer.numNodes is \"3\", not a count", "spec.trainer.command is \"python train.py\", not a list"],
+        ),
+        (
+            trainjob_on("{torch: {}}", &format!("[{node}]"), "  trainer: {env: [{name: PET_NNODES, value: \"9\"}]}\n"),
+            vec!["spec.trainer.env sets PET_NNODES, which Trainer's torch plugin sets itself"],
+        ),
+        (
+            trainjob_on("{xgboost: {}}", &format!("[{node}]"), ""),
+            vec!["Trainer's xgboost plugin counts one worker per GPU, 2 a node"],
+        ),
+        (
+            trainjob_on("{mpi: {}}", &mpi, "  trainer: {resourcesPerNode: {limits: {nvidia.com/gpu: 4}}}\n"),
+            vec!["spec.trainer.resourcesPerNode asks for GPUs, which Trainer gives the launcher"],
+        ),
+        (
+            trainjob_on("{torch: {}}", &format!("[{node}]"), "  runtimePatches: [{trainingRuntimeSpec: {template: {spec: {replicatedJobs: [{name: node, template: {spec: {template: {spec: {volumes: [{name: v, $patch: delete}]}}}}}]}}}}]\n"),
+            vec!["spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec.volumes[0].$patch: a strategic merge patch directive"],
+        ),
+        (
+            trainjob_on("{torch: {}}", &format!("[{node}]"), "  runtimePatches: [{trainingRuntimeSpec: {template: {spec: {replicatedJobs: [{name: extra}]}}}}]\n"),
+            vec!["spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0]: the runtime has no replicated Job extra; it has node"],
+        ),
+        (
+            trainjob_on("{torch: {}, jax: {}}", &format!("[{node}]"), ""),
+            vec!["ClusterTrainingRuntime r: spec.mlPolicy has jax and torch: a runtime has one policy"],
+        ),
+        (
+            trainjob_on("{torch: {}}", &format!("[{node}, {}]", replicated("other", false, "node", "")), ""),
+            vec!["ClusterTrainingRuntime r: spec.template.spec.replicatedJobs[1] (other): a replicated Job besides the trainer's; the torch policy's job is the trainer's nodes only"],
+        ),
+    ] {
+        assert_refused(&text, &said);
+    }
+
+    // Runtimes: a typed list is read; the same runtime twice is one; two
+    // that differ are refused; a --runtime List with anything else too.
+    let job = "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: j}\nspec: {runtimeRef: {name: torch-distributed}}\n";
+    let rt = std::fs::read_to_string(runtime("torch_distributed")).unwrap();
+    let dir = scratch_dir("convert-tests", "trainjob-runtimes");
+    let typed = dir.join("typed.yaml");
+    let items: Value = values(&rt).remove(0);
+    std::fs::write(&typed, serde_json::to_string(&json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntimeList", "items": [items]})).unwrap()).unwrap();
+    let run = dljob(
+        &[
+            "convert",
+            "-f",
+            "-",
+            "--runtime",
+            typed.to_str().unwrap(),
+            "--runtime",
+            &runtime("torch_distributed"),
+        ],
+        Some(job),
+    );
+    assert!(run.success(), "{run:?}");
+    let other = dir.join("other.yaml");
+    std::fs::write(&other, rt.replace("pytorch/pytorch", "example.com/torch")).unwrap();
+    let run = dljob(
+        &[
+            "convert",
+            "-f",
+            "-",
+            "--runtime",
+            other.to_str().unwrap(),
+            "--runtime",
+            &runtime("torch_distributed"),
+        ],
+        Some(job),
+    );
+    assert!(
+        run.stderr
+            .contains("which the input gives 2 times, not alike"),
+        "{run:?}"
+    );
+    let mixed = dir.join("mixed.yaml");
+    std::fs::write(&mixed, "kind: List\napiVersion: v1\nitems: [{apiVersion: v1, kind: ConfigMap, metadata: {name: cm}}]\n").unwrap();
+    let run = dljob(
+        &["convert", "-f", "-", "--runtime", mixed.to_str().unwrap()],
+        Some(job),
+    );
+    assert!(
+        run.stderr
+            .contains("ConfigMap/cm is not a Kubeflow Trainer runtime"),
+        "{run:?}"
     );
 }

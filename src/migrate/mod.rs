@@ -10,7 +10,7 @@ mod legacy;
 mod trainer;
 mod volcano;
 
-pub(crate) use trainer::runtimes_in;
+pub(crate) use trainer::not_runtimes;
 
 use std::str::FromStr;
 

@@ -4,13 +4,14 @@
 //! makes one JobSet of the two, the TrainJob's `trainer` (image, command,
 //! args, env, node count, resources) and its `runtimePatches` (2.2 and
 //! later) or `podTemplateOverrides` (2.1) laid over the runtime's
-//! template. The conversion does the same overlay, and each replicated Job
-//! becomes one dljob workload: the trainer nodes one role, an MPI
-//! launcher another. What Trainer's plugins give the containers (torch's
-//! `PET_*`, JAX's `JAX_*`, XGBoost's `DMLC_*`, the MPI hostfile and SSH
-//! keys) is what dljob's frameworks give them; where Trainer computes a
-//! value dljob would compute otherwise (torchrun's processes per node on
-//! a node without GPUs), the value is written into the template.
+//! template. The conversion does the same overlay (as Trainer 2.3 does
+//! it), and each replicated Job becomes one dljob workload: the trainer
+//! nodes one role, an MPI launcher another. What Trainer's plugins give
+//! the containers (torch's `PET_*`, JAX's `JAX_*`, XGBoost's `DMLC_*`, the
+//! MPI hostfile and SSH keys) is what dljob's frameworks give them; where
+//! Trainer computes a value dljob would compute otherwise (torchrun's
+//! processes per node), the value is written into the template; where
+//! they cannot agree, the conversion stops and says why.
 
 use serde_json::{json, Map, Value};
 
@@ -20,14 +21,16 @@ use crate::object;
 
 const GROUP: &str = "trainer.kubeflow.org";
 const API_VERSION: &str = "trainer.kubeflow.org/v1alpha1";
-pub(crate) const CLUSTER_RUNTIME: &str = "ClusterTrainingRuntime";
-pub(crate) const RUNTIME: &str = "TrainingRuntime";
+const CLUSTER_RUNTIME: &str = "ClusterTrainingRuntime";
+const RUNTIME: &str = "TrainingRuntime";
 
 /// The label of a replicated Job that says which step of a TrainJob it
 /// runs (`trainer`, `dataset-initializer`, `model-initializer`).
 const ANCESTOR: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
 /// The container Trainer's plugins wire, in every runtime.
 const NODE: &str = "node";
+/// The MPI policy's launcher Job.
+const LAUNCHER: &str = "launcher";
 /// The port Trainer's plugins give the trainer (torch's master, JAX's
 /// coordinator, XGBoost's tracker).
 const TRAINER_PORT: u16 = 29500;
@@ -59,8 +62,29 @@ const TRAINER_FIELDS: &[&str] = &[
     "numProcPerNode",
 ];
 
-/// Whether `value` is a Trainer runtime, which a TrainJob in the same
-/// input may name.
+/// The env Trainer refuses in `spec.trainer.env` (its plugins set them),
+/// per policy (`constants.go`: TorchRunReservedEnvNames, …).
+const TORCH_ENV: &[&str] = &[
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+];
+const XGBOOST_ENV: &[&str] = &[
+    "DMLC_TRACKER_URI",
+    "DMLC_TRACKER_PORT",
+    "DMLC_TASK_ID",
+    "DMLC_NUM_WORKER",
+];
+const MPI_ENV: &[&str] = &[
+    "OMPI_MCA_orte_default_hostfile",
+    "OMPI_MCA_plm_rsh_args",
+    "OMPI_MCA_orte_keep_fqdn_hostnames",
+    "OMPI_MCA_orte_set_default_slots",
+];
+
+/// Whether `value` is a Trainer runtime, which a TrainJob may name.
 pub(crate) fn is_runtime(value: &Value) -> bool {
     value.get("apiVersion").and_then(Value::as_str) == Some(API_VERSION)
         && matches!(
@@ -69,23 +93,40 @@ pub(crate) fn is_runtime(value: &Value) -> bool {
         )
 }
 
-/// The runtimes among `docs` (in `kind: List`s too).
+/// The items of a list of objects: a `kind: List`, or a typed list such as
+/// `ClusterTrainingRuntimeList` (what `kubectl get …s -o yaml` prints).
+fn list_items(value: &Value) -> Option<&[Value]> {
+    let kind = value.get("kind").and_then(Value::as_str)?;
+    if !kind.ends_with("List") {
+        return None;
+    }
+    value.get("items")?.as_array().map(Vec::as_slice)
+}
+
+/// The runtimes among `docs`, lists' items included.
 pub(crate) fn runtimes_in<'v>(docs: impl IntoIterator<Item = &'v Value>) -> Vec<&'v Value> {
     let mut out = Vec::new();
     for v in docs {
-        if crate::manifest::is_list(v) {
-            out.extend(
-                v["items"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|i| is_runtime(i)),
-            );
-        } else if is_runtime(v) {
-            out.push(v);
+        match list_items(v) {
+            Some(items) => out.extend(items.iter().filter(|i| is_runtime(i))),
+            None if is_runtime(v) => out.push(v),
+            None => {}
         }
     }
     out
+}
+
+/// What in `value` (a document `--runtime` read) is not a runtime.
+pub(crate) fn not_runtimes(value: &Value) -> Vec<String> {
+    match list_items(value) {
+        Some(items) => items
+            .iter()
+            .filter(|i| !is_runtime(i))
+            .map(crate::manifest::describe)
+            .collect(),
+        None if is_runtime(value) => Vec::new(),
+        None => vec![crate::manifest::describe(value)],
+    }
 }
 
 /// Converts one TrainJob on its runtime, found among `runtimes`; every
@@ -96,249 +137,165 @@ pub(crate) fn convert(
     namespace: &str,
     runtimes: &[&Value],
 ) -> Result<Converted, Vec<String>> {
-    let mut problems = Vec::new();
-    let mut out = Converted::default();
-    let name = kubeflow::job_name(job, &mut problems)?;
+    let mut p = Vec::new();
+    let name = kubeflow::job_name(job, &mut p)?;
     let Some(spec) = job.get("spec").and_then(Value::as_object) else {
         return Err(vec!["spec is missing or not a mapping".into()]);
     };
     for key in spec.keys() {
         if !FIELDS.contains(&key.as_str()) {
-            problems.push(format!(
+            p.push(format!(
                 "spec.{key} is not a field of TrainJob that dljob convert knows, so it cannot carry it over: remove it (or file an issue if it should map)"
             ));
         }
     }
-    job_policies(job, spec, &mut problems);
+    job_policies(job, spec, &mut p);
+    let trainer = Trainer::read(spec.get("trainer"), &mut p);
     let ns = object::str_at(job, &["metadata", "namespace"]).unwrap_or(namespace);
     let runtime = match find_runtime(spec, ns, runtimes) {
         Ok(r) => r,
-        Err(p) => {
-            problems.push(p);
-            return Err(problems);
+        Err(e) => {
+            p.push(e);
+            return Err(p);
         }
     };
-    let runtime_name = format!(
+    let rt = format!(
         "{} {}",
         object::str_at(runtime, &["kind"]).unwrap_or(""),
         object::str_at(runtime, &["metadata", "name"]).unwrap_or("")
     );
-    let mut at_runtime = |p: String| problems.push(format!("{runtime_name}: {p}"));
-    let Some(rspec) = runtime.get("spec").and_then(Value::as_object) else {
-        return Err(vec![format!("{runtime_name}: spec is missing")]);
+    let Some(rspec) = mapping(runtime.get("spec"), &format!("{rt}: spec"), &mut p) else {
+        p.push(format!("{rt}: spec is missing"));
+        return Err(p);
     };
     for key in rspec.keys() {
         if !matches!(key.as_str(), "mlPolicy" | "podGroupPolicy" | "template") {
-            at_runtime(format!(
-                "spec.{key} is not a field of a training runtime that dljob convert knows: remove it"
+            p.push(format!(
+                "{rt}: spec.{key} is not a field of a training runtime that dljob convert knows: remove it"
             ));
         }
     }
-    let trainer = spec
-        .get("trainer")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    for key in trainer.keys() {
-        if !TRAINER_FIELDS.contains(&key.as_str()) {
-            problems.push(format!(
-                "spec.trainer.{key} is not a field of TrainJob's trainer that dljob convert knows: remove it"
-            ));
-        }
-    }
-    let policy = MlPolicy::read(rspec.get("mlPolicy"), &mut problems, &runtime_name);
+    let policy = MlPolicy::read(rspec.get("mlPolicy"), &rt, &mut p);
+    let mut out = Converted::default();
     let mut keys = Keys::new();
     keys.insert(c::FRAMEWORK, policy.framework().to_owned());
     keys.insert(c::CONTAINER, NODE.to_owned());
     // A finished TrainJob's JobSet and pods stay until the TrainJob is
     // deleted.
     keys.insert(c::CLEAN_POD_POLICY, "None".into());
-    if let Some(v) = spec.get("activeDeadlineSeconds").filter(|v| !v.is_null()) {
-        match v.as_u64() {
-            Some(n) => {
-                keys.insert(c::ACTIVE_DEADLINE_SECONDS, n.to_string());
-            }
-            None => problems.push(format!(
-                "spec.activeDeadlineSeconds is {v}, not a whole number"
-            )),
-        }
+    if let Some(n) = whole(
+        spec.get("activeDeadlineSeconds"),
+        "spec.activeDeadlineSeconds",
+        &mut p,
+    ) {
+        keys.insert(c::ACTIVE_DEADLINE_SECONDS, n.to_string());
     }
 
     // The JobSet template, with the TrainJob's patches laid over it.
-    let mut template = rspec.get("template").cloned().unwrap_or(json!({}));
-    let mut workload_labels = Map::new();
-    let mut workload_annotations = Map::new();
-    for (which, into) in [
-        ("labels", &mut workload_labels),
-        ("annotations", &mut workload_annotations),
-    ] {
-        if let Some(m) = template.pointer(&format!("/metadata/{which}")) {
-            into.extend(m.as_object().cloned().unwrap_or_default());
-        }
-        // Trainer 2.1's spec.labels and spec.annotations: the JobSet's.
-        if let Some(m) = spec.get(which).and_then(Value::as_object) {
-            into.extend(m.clone());
-        }
-    }
-    apply_runtime_patches(
-        spec,
-        &mut template,
-        &mut workload_labels,
-        &mut workload_annotations,
-        &mut problems,
+    let Some(template) = mapping(
+        rspec.get("template"),
+        &format!("{rt}: spec.template"),
+        &mut p,
+    ) else {
+        p.push(format!(
+            "{rt}: spec.template is missing: a runtime's pods are its JobSet template"
+        ));
+        return Err(p);
+    };
+    let mut template = Value::Object(template.clone());
+    let mut meta = Meta::default();
+    meta.add(
+        template.get("metadata"),
+        &format!("{rt}: spec.template.metadata"),
+        &mut p,
     );
-    apply_pod_template_overrides(spec, &mut template, &mut problems);
-
-    let jobset = template.get("spec").cloned().unwrap_or(json!({}));
-    let jobset_spec = jobset.as_object().cloned().unwrap_or_default();
-    for key in jobset_spec.keys() {
-        match key.as_str() {
-            "replicatedJobs" | "network" | "successPolicy" | "failurePolicy" => {}
-            _ => problems.push(format!(
-                "{runtime_name}: spec.template.spec.{key} is a JobSet field dljob convert does not carry over: remove it"
-            )),
+    // Trainer 2.1's spec.labels and spec.annotations: the JobSet's.
+    for which in ["labels", "annotations"] {
+        if let Some(m) = string_map(spec.get(which), &format!("spec.{which}"), &mut p) {
+            meta.get(which).extend(m);
         }
     }
-    failure_policy(&jobset_spec, &mut keys, &mut out.warnings, &mut problems);
-
-    let num_nodes = trainer
-        .get("numNodes")
-        .and_then(Value::as_u64)
-        .or(policy.num_nodes)
-        .unwrap_or(1);
-    let num_nodes = u32::try_from(num_nodes).unwrap_or(u32::MAX);
-    if num_nodes == 0 {
-        problems.push("spec.trainer.numNodes is 0: a job has at least one node".into());
-    }
-    let jobs = jobset_spec
-        .get("replicatedJobs")
+    let names: Vec<String> = template
+        .pointer("/spec/replicatedJobs")
         .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|rj| object::str_at(rj, &["name"]).map(str::to_owned))
+        .collect();
+    runtime_patches(spec, &names, &mut template, &mut meta, &mut p);
+    pod_template_overrides(spec, &names, &mut template, &mut p);
+
+    let jobset = template
+        .get("spec")
+        .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    let mut members: Vec<(String, String, u32, Value)> = Vec::new();
-    for (i, rj) in jobs.iter().enumerate() {
-        let rj_name = object::str_at(rj, &["name"]).unwrap_or("").to_owned();
-        let at = format!("{runtime_name}: spec.template.spec.replicatedJobs[{i}] ({rj_name})");
-        let ancestor = object::str_at(rj, &["template", "metadata", "labels", ANCESTOR]);
-        match ancestor {
-            Some(step @ ("dataset-initializer" | "model-initializer")) => {
-                problems.push(format!(
-                    "{at} is the {step}, a step Trainer runs before the trainer (JobSet dependsOn); a dljob job has no steps: run the initializer as a Job of its own first (or as an init container of the trainer's pods), and convert with a runtime without it"
-                ));
-                continue;
-            }
-            Some("trainer") | None => {}
-            Some(other) => {
-                problems.push(format!(
-                    "{at}: {ANCESTOR} {} is no step dljob convert knows",
-                    c::quoted(other)
-                ));
-                continue;
-            }
-        }
-        let trainer_step = ancestor == Some("trainer");
-        let Some((role, count)) = policy.role_of(&rj_name, trainer_step, num_nodes) else {
-            problems.push(format!(
-                "{at}: the {} policy has no replicated Job {}; its are {}",
-                policy.framework(),
-                c::quoted(&rj_name),
-                policy.job_names()
+    for key in jobset.keys() {
+        if !matches!(
+            key.as_str(),
+            "replicatedJobs" | "network" | "successPolicy" | "failurePolicy"
+        ) {
+            p.push(format!(
+                "{rt}: spec.template.spec.{key} is a JobSet field dljob convert does not carry over: remove it"
             ));
-            continue;
-        };
-        for key in rj.as_object().map(Map::keys).into_iter().flatten() {
-            match key.as_str() {
-                "name" | "template" | "dependsOn" => {}
-                "replicas" if rj["replicas"].as_u64().unwrap_or(1) == 1 => {}
-                _ => problems.push(format!(
-                    "{at}.{key} is not carried over (Trainer runs one Job per replicated Job): remove it"
-                )),
-            }
         }
-        for key in rj
-            .pointer("/template/spec")
-            .and_then(Value::as_object)
-            .map(Map::keys)
-            .into_iter()
-            .flatten()
-        {
-            if !matches!(key.as_str(), "template" | "parallelism" | "completions") {
-                problems.push(format!(
-                    "{at}.template.spec.{key} is a Job field dljob convert does not carry over (dljob sets its member Jobs' policies): remove it"
-                ));
-            }
-        }
-        let Some(mut pod) = rj.pointer("/template/spec/template").cloned() else {
-            problems.push(format!("{at}.template.spec.template is missing"));
-            continue;
-        };
-        if let Some(labels) = rj
-            .pointer("/template/metadata/labels")
-            .and_then(Value::as_object)
-        {
-            workload_labels.extend(
-                labels
-                    .iter()
-                    .filter(|(k, _)| !k.starts_with(GROUP))
-                    .map(|(k, v)| (k.clone(), v.clone())),
-            );
-        }
-        let gets_trainer = trainer_step || policy.node_is_trainer(&rj_name);
-        if let Err(p) = apply_trainer(&mut pod, &trainer, trainer_step, gets_trainer) {
-            problems.push(format!("{at}: {p}"));
-            continue;
-        }
-        members.push((rj_name, role.to_owned(), count, pod));
     }
-    if members.is_empty() && problems.is_empty() {
-        problems.push(format!(
-            "{runtime_name}: spec.template.spec.replicatedJobs has no trainer (a replicated Job labelled {ANCESTOR}: trainer)"
-        ));
-    }
+    success_policy(&jobset, &policy, &rt, &mut p);
+    failure_policy(&jobset, &rt, &mut keys, &mut out.warnings, &mut p);
+
+    let members = members(&jobset, &policy, &trainer, &rt, &mut meta, &mut p);
     let mut edits = TemplateEdits::default();
-    policy.keys(&members, &trainer, &mut keys, &mut edits, &mut problems);
+    policy.keys(&members, &trainer, &rt, &mut keys, &mut edits, &mut p);
     let restart = restart_of(&members);
     if let Some(warning) = retries(&keys, restart) {
         out.warnings.push(warning);
     }
-    gang(job, rspec, &mut keys, &mut problems);
+    gang(job, rspec, &rt, &mut keys, &mut p);
     let topology: Vec<String> = members
         .iter()
-        .map(|(_, role, count, _)| format!("{role}={count}"))
+        .map(|m| format!("{}={}", m.role, m.count))
         .collect();
     keys.insert(c::REPLICAS, topology.join(","));
-    if !problems.is_empty() {
-        return Err(problems);
+    if !p.is_empty() {
+        return Err(p);
     }
-    let mut meta = job
+    let mut job_meta = job
         .get("metadata")
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    for (which, extra) in [
-        ("labels", workload_labels),
-        ("annotations", workload_annotations),
-    ] {
-        let mut all = extra;
+    for (which, mut all) in [("labels", meta.labels), ("annotations", meta.annotations)] {
+        // The job's own win.
         all.extend(
-            meta.get(which)
+            job_meta
+                .get(which)
                 .and_then(Value::as_object)
                 .cloned()
                 .unwrap_or_default(),
         );
-        meta.insert(which.into(), Value::Object(all));
+        job_meta.insert(which.into(), Value::Object(all));
     }
-    for (rj_name, role, count, pod) in &members {
+    for m in &members {
         let r = ReplicaSpec {
-            type_name: rj_name.clone(),
-            role: role.clone(),
-            count: *count,
+            type_name: m.job.clone(),
+            role: m.role.clone(),
+            count: m.count,
             restart,
-            template: pod,
+            template: &m.pod,
         };
-        let workload = kubeflow::workload(name, Some(&meta), &r, &keys, &edits, Some(NODE));
+        let mut workload = kubeflow::workload(name, Some(&job_meta), &r, &keys, &edits, Some(NODE));
+        // A plain runtime's other Jobs are the user's own, with their own
+        // containers: dljob picks theirs as for any member.
+        let has_node = object::containers(&m.pod["spec"])
+            .iter()
+            .any(|c| object::name_of(c) == NODE);
+        if !has_node {
+            if let Some(a) = workload["metadata"]["annotations"].as_object_mut() {
+                a.remove(c::CONTAINER);
+            }
+        }
         out.replicas.push(Replica {
-            role: role.clone(),
+            role: m.role.clone(),
             workload,
             template_path: Vec::new(),
         });
@@ -346,21 +303,262 @@ pub(crate) fn convert(
     Ok(out)
 }
 
+/// A value as a message shows it.
+fn shown(v: &Value) -> String {
+    c::quoted(&v.to_string()).into_owned()
+}
+
+/// `v` as a mapping: `None` when absent or null, and a problem when it is
+/// something else.
+fn mapping<'v>(
+    v: Option<&'v Value>,
+    at: &str,
+    p: &mut Vec<String>,
+) -> Option<&'v Map<String, Value>> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(m)) => Some(m),
+        Some(other) => {
+            p.push(format!("{at} is {}, not a mapping", shown(other)));
+            None
+        }
+    }
+}
+
+/// `v` as a list, as [`mapping`].
+fn list<'v>(v: Option<&'v Value>, at: &str, p: &mut Vec<String>) -> Option<&'v [Value]> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => Some(a),
+        Some(other) => {
+            p.push(format!("{at} is {}, not a list", shown(other)));
+            None
+        }
+    }
+}
+
+/// `v` as a count of pods (1 to [`c::MAX_REPLICAS`]), as [`mapping`].
+fn count(v: Option<&Value>, at: &str, p: &mut Vec<String>) -> Option<u32> {
+    let v = v.filter(|v| !v.is_null())?;
+    match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+        Some(n) if (1..=c::MAX_REPLICAS).contains(&n) => Some(n),
+        _ => {
+            p.push(format!(
+                "{at} is {}, not a count from 1 to {}",
+                shown(v),
+                c::MAX_REPLICAS
+            ));
+            None
+        }
+    }
+}
+
+/// `v` as a whole number of at least 0, as [`mapping`].
+fn whole(v: Option<&Value>, at: &str, p: &mut Vec<String>) -> Option<u64> {
+    let v = v.filter(|v| !v.is_null())?;
+    let n = v.as_u64();
+    if n.is_none() {
+        p.push(format!("{at} is {}, not a whole number", shown(v)));
+    }
+    n
+}
+
+/// `v` as a string, as [`mapping`].
+fn text<'v>(v: Option<&'v Value>, at: &str, p: &mut Vec<String>) -> Option<&'v str> {
+    let v = v.filter(|v| !v.is_null())?;
+    let s = v.as_str();
+    if s.is_none() {
+        p.push(format!("{at} is {}, not a string", shown(v)));
+    }
+    s
+}
+
+/// `v` as a boolean, as [`mapping`].
+fn flag(v: Option<&Value>, at: &str, p: &mut Vec<String>) -> Option<bool> {
+    let v = v.filter(|v| !v.is_null())?;
+    let b = v.as_bool();
+    if b.is_none() {
+        p.push(format!("{at} is {}, not true or false", shown(v)));
+    }
+    b
+}
+
+/// `v` as a mapping of strings (labels, annotations), as [`mapping`].
+fn string_map(v: Option<&Value>, at: &str, p: &mut Vec<String>) -> Option<Map<String, Value>> {
+    let m = mapping(v, at, p)?;
+    if let Some((k, v)) = m.iter().find(|(_, v)| !v.is_string()) {
+        p.push(format!("{at}.{k} is {}, not a string", shown(v)));
+        return None;
+    }
+    Some(m.clone())
+}
+
+/// The labels and annotations the workloads get besides the job's own.
+#[derive(Debug, Default)]
+struct Meta {
+    labels: Map<String, Value>,
+    annotations: Map<String, Value>,
+}
+
+impl Meta {
+    fn get(&mut self, which: &str) -> &mut Map<String, Value> {
+        if which == "labels" {
+            &mut self.labels
+        } else {
+            &mut self.annotations
+        }
+    }
+
+    /// A metadata's labels and annotations, Trainer's own labels left out.
+    fn add(&mut self, metadata: Option<&Value>, at: &str, p: &mut Vec<String>) {
+        let Some(metadata) = mapping(metadata, at, p) else {
+            return;
+        };
+        for which in ["labels", "annotations"] {
+            if let Some(m) = string_map(metadata.get(which), &format!("{at}.{which}"), p) {
+                self.get(which)
+                    .extend(m.into_iter().filter(|(k, _)| !k.starts_with(GROUP)));
+            }
+        }
+    }
+}
+
+/// `spec.trainer`, read and checked.
+#[derive(Debug, Default)]
+struct Trainer {
+    image: Option<Value>,
+    command: Option<Value>,
+    args: Option<Value>,
+    env: Vec<Value>,
+    num_nodes: Option<u32>,
+    resources: Option<Map<String, Value>>,
+    num_proc: Option<NumProc>,
+}
+
+/// Processes per node: a count, or torch's `auto`, `cpu` or `gpu`
+/// (Trainer 2.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum NumProc {
+    Count(u32),
+    Word(String),
+}
+
+impl NumProc {
+    fn read(v: Option<&Value>, at: &str, words: bool, p: &mut Vec<String>) -> Option<Self> {
+        let v = v.filter(|v| !v.is_null())?;
+        if let Some(w) = v
+            .as_str()
+            .filter(|w| words && matches!(*w, "auto" | "cpu" | "gpu"))
+        {
+            return Some(Self::Word(w.to_owned()));
+        }
+        match v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n > 0)
+        {
+            Some(n) => Some(Self::Count(n)),
+            None => {
+                p.push(format!(
+                    "{at} is {}, not a count{}",
+                    shown(v),
+                    if words { ", auto, cpu or gpu" } else { "" }
+                ));
+                None
+            }
+        }
+    }
+}
+
+impl Trainer {
+    fn read(v: Option<&Value>, p: &mut Vec<String>) -> Self {
+        let mut t = Self::default();
+        let Some(m) = mapping(v, "spec.trainer", p) else {
+            return t;
+        };
+        for key in m.keys() {
+            if !TRAINER_FIELDS.contains(&key.as_str()) {
+                p.push(format!(
+                    "spec.trainer.{key} is not a field of TrainJob's trainer that dljob convert knows: remove it"
+                ));
+            }
+        }
+        t.image = text(m.get("image"), "spec.trainer.image", p).map(|s| json!(s));
+        for (field, into) in [("command", &mut t.command), ("args", &mut t.args)] {
+            let at = format!("spec.trainer.{field}");
+            if let Some(words) = list(m.get(field), &at, p) {
+                match words.iter().position(|w| !w.is_string()) {
+                    Some(i) => p.push(format!("{at}[{i}] is {}, not a string", shown(&words[i]))),
+                    None => *into = Some(Value::Array(words.to_vec())),
+                }
+            }
+        }
+        for (i, e) in list(m.get("env"), "spec.trainer.env", p)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            if e.get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty())
+            {
+                t.env.push(e.clone());
+            } else {
+                p.push(format!(
+                    "spec.trainer.env[{i}] is {}: an env var has a name",
+                    shown(e)
+                ));
+            }
+        }
+        t.num_nodes = count(m.get("numNodes"), "spec.trainer.numNodes", p);
+        if let Some(r) = mapping(
+            m.get("resourcesPerNode"),
+            "spec.trainer.resourcesPerNode",
+            p,
+        ) {
+            for (k, v) in r {
+                if !matches!(k.as_str(), "limits" | "requests" | "claims") {
+                    p.push(format!("spec.trainer.resourcesPerNode.{k} is not a field of a container's resources"));
+                }
+                mapping(Some(v), &format!("spec.trainer.resourcesPerNode.{k}"), p);
+            }
+            t.resources = Some(r.clone());
+        }
+        t.num_proc = NumProc::read(
+            m.get("numProcPerNode"),
+            "spec.trainer.numProcPerNode",
+            true,
+            p,
+        );
+        t
+    }
+
+    /// The names of `spec.trainer.env` that Trainer refuses for `policy`.
+    fn reserved(&self, names: &[&str]) -> Vec<String> {
+        self.env
+            .iter()
+            .filter_map(|e| e.get("name").and_then(Value::as_str))
+            .filter(|n| names.contains(n))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
 /// `spec.initializer`, `suspend` and `managedBy`: what stops a conversion.
-fn job_policies(job: &Value, spec: &Map<String, Value>, problems: &mut Vec<String>) {
+fn job_policies(job: &Value, spec: &Map<String, Value>, p: &mut Vec<String>) {
     if spec.get("initializer").is_some_and(|v| !v.is_null()) {
-        problems.push("spec.initializer: the dataset and model initializers are steps Trainer runs before the trainer; a dljob job has no steps: run them as a Job of their own first (or as init containers of the trainer's pods), and remove it".into());
+        p.push("spec.initializer: the dataset and model initializers are steps Trainer runs before the trainer; a dljob job has no steps: run them as a Job of their own first (or as init containers of the trainer's pods), and remove it".into());
     }
     // A job queued with Kueue is created suspended for Kueue to admit;
     // Kueue suspends and admits dljob's member Jobs itself.
     let queued =
         object::str_at(job, &["metadata", "labels", crate::gang::kueue::QUEUE_NAME]).is_some();
-    if spec.get("suspend").and_then(Value::as_bool) == Some(true) && !queued {
-        problems.push("spec.suspend is true: a dljob job has no suspended state of its own; apply the converted workloads when the job should run (or queue them with Kueue), and remove suspend".into());
+    if flag(spec.get("suspend"), "spec.suspend", p) == Some(true) && !queued {
+        p.push("spec.suspend is true: a dljob job has no suspended state of its own; apply the converted workloads when the job should run (or queue them with Kueue), and remove suspend".into());
     }
-    if let Some(m) = spec.get("managedBy").and_then(Value::as_str) {
+    if let Some(m) = text(spec.get("managedBy"), "spec.managedBy", p) {
         if m != TRAINER_CONTROLLER {
-            problems.push(format!(
+            p.push(format!(
                 "spec.managedBy is \"{}\": the job is another controller's (MultiKueue dispatches it); dljob convert does not take it over",
                 c::quoted(m)
             ));
@@ -374,15 +572,22 @@ fn find_runtime<'v>(
     namespace: &str,
     runtimes: &[&'v Value],
 ) -> Result<&'v Value, String> {
-    let Some(r) = spec.get("runtimeRef").and_then(Value::as_object) else {
-        return Err("spec.runtimeRef is missing: a TrainJob runs on a runtime".into());
+    let mut p = Vec::new();
+    let r = mapping(spec.get("runtimeRef"), "spec.runtimeRef", &mut p);
+    let Some(r) = r else {
+        return Err(p
+            .pop()
+            .unwrap_or_else(|| "spec.runtimeRef is missing: a TrainJob runs on a runtime".into()));
     };
-    let name = r.get("name").and_then(Value::as_str).unwrap_or("");
-    let kind = r
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or(CLUSTER_RUNTIME);
-    let group = r.get("apiGroup").and_then(Value::as_str).unwrap_or(GROUP);
+    let name = text(r.get("name"), "spec.runtimeRef.name", &mut p).unwrap_or("");
+    let kind = text(r.get("kind"), "spec.runtimeRef.kind", &mut p).unwrap_or(CLUSTER_RUNTIME);
+    let group = text(r.get("apiGroup"), "spec.runtimeRef.apiGroup", &mut p).unwrap_or(GROUP);
+    if let Some(e) = p.pop() {
+        return Err(e);
+    }
+    if name.is_empty() {
+        return Err("spec.runtimeRef.name is missing: it names the runtime".into());
+    }
     if group != GROUP || !matches!(kind, CLUSTER_RUNTIME | RUNTIME) {
         return Err(format!(
             "spec.runtimeRef names a {} of {}: dljob convert reads Trainer's runtimes ({CLUSTER_RUNTIME}, {RUNTIME} of {GROUP})",
@@ -390,34 +595,52 @@ fn find_runtime<'v>(
             c::quoted(group)
         ));
     }
-    let found = runtimes.iter().find(|v| {
-        object::str_at(v, &["kind"]) == Some(kind)
-            && object::str_at(v, &["metadata", "name"]) == Some(name)
-            && (kind == CLUSTER_RUNTIME
-                || object::str_at(v, &["metadata", "namespace"]).unwrap_or(namespace) == namespace)
-    });
-    found.copied().ok_or_else(|| {
-        let get = if kind == CLUSTER_RUNTIME {
-            format!("kubectl get clustertrainingruntime {name} -o yaml")
-        } else {
-            format!("kubectl get trainingruntime {name} -n {namespace} -o yaml")
-        };
-        format!(
-            "spec.runtimeRef names the {kind} {}, which is not in the input: the job's pods are its template. Fetch it and give it with --runtime: `{get} > runtime.yaml`, then `dljob convert -f FILE --runtime runtime.yaml`",
-            c::quoted(name)
-        )
-    })
+    let mut found: Vec<&&Value> = runtimes
+        .iter()
+        .filter(|v| {
+            object::str_at(v, &["kind"]) == Some(kind)
+                && object::str_at(v, &["metadata", "name"]) == Some(name)
+                && (kind == CLUSTER_RUNTIME
+                    || object::str_at(v, &["metadata", "namespace"]).unwrap_or(namespace)
+                        == namespace)
+        })
+        .collect();
+    // The same runtime given twice (in the input and with --runtime) is
+    // one.
+    found.dedup_by(|a, b| a == b);
+    match found[..] {
+        [one] => Ok(one),
+        [] => {
+            let get = if kind == CLUSTER_RUNTIME {
+                format!("kubectl get clustertrainingruntime {name} -o yaml")
+            } else {
+                format!("kubectl get trainingruntime {name} -n {namespace} -o yaml")
+            };
+            Err(format!(
+                "spec.runtimeRef names the {kind} {}, which is not in the input: the job's pods are its template. Fetch it and give it with --runtime: `{get} > runtime.yaml`, then `dljob convert -f FILE --runtime runtime.yaml`",
+                c::quoted(name)
+            ))
+        }
+        _ => Err(format!(
+            "spec.runtimeRef names the {kind} {}, which the input gives {} times, not alike: give it once",
+            c::quoted(name),
+            found.len()
+        )),
+    }
 }
 
 /// The runtime's `mlPolicy`.
 #[derive(Debug, Default)]
 struct MlPolicy {
-    num_nodes: Option<u64>,
+    /// Whether the runtime has an `mlPolicy` at all (Trainer then takes
+    /// the trainer's node count from it, else from its Job).
+    present: bool,
+    num_nodes: Option<u32>,
     kind: Kind,
-    /// torch: `numProcPerNode` (Trainer 2.1: `auto`, `cpu`, `gpu` or a
-    /// number); MPI: `numProcPerNode`.
-    num_proc: Option<Value>,
-    mpi: Map<String, Value>,
+    num_proc: Option<NumProc>,
+    mpi_implementation: Option<String>,
+    ssh_path: Option<String>,
+    launcher_as_node: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -432,32 +655,63 @@ enum Kind {
 }
 
 impl MlPolicy {
-    fn read(v: Option<&Value>, problems: &mut Vec<String>, runtime: &str) -> Self {
-        let mut p = Self::default();
-        let Some(v) = v.and_then(Value::as_object) else {
-            return p;
+    fn read(v: Option<&Value>, rt: &str, p: &mut Vec<String>) -> Self {
+        let mut out = Self::default();
+        let Some(m) = mapping(v, &format!("{rt}: spec.mlPolicy"), p) else {
+            return out;
         };
-        p.num_nodes = v.get("numNodes").and_then(Value::as_u64);
-        for (key, body) in v {
-            let body = body.as_object().cloned().unwrap_or_default();
+        out.present = true;
+        let mut kinds = Vec::new();
+        for (key, body) in m {
+            let at = format!("{rt}: spec.mlPolicy.{key}");
+            if key == "numNodes" {
+                out.num_nodes = count(Some(body), &at, p);
+                continue;
+            }
+            let body = mapping(Some(body), &at, p).cloned().unwrap_or_default();
             let known: &[&str] = match key.as_str() {
-                "numNodes" => continue,
                 "torch" => {
-                    p.kind = Kind::Torch;
-                    p.num_proc = body.get("numProcPerNode").cloned();
+                    out.kind = Kind::Torch;
+                    out.num_proc = NumProc::read(
+                        body.get("numProcPerNode"),
+                        &format!("{at}.numProcPerNode"),
+                        true,
+                        p,
+                    );
                     for field in ["elasticPolicy", "envInjection"] {
                         if body.get(field).is_some_and(|v| !v.is_null()) {
-                            problems.push(format!(
-                                "{runtime}: spec.mlPolicy.torch.{field} is not carried over yet: convert with a runtime without it"
+                            p.push(format!(
+                                "{at}.{field} is not carried over yet: convert with a runtime without it"
                             ));
                         }
                     }
                     &["numProcPerNode", "elasticPolicy", "envInjection"]
                 }
                 "mpi" => {
-                    p.kind = Kind::Mpi;
-                    p.num_proc = body.get("numProcPerNode").cloned();
-                    p.mpi = body.clone();
+                    out.kind = Kind::Mpi;
+                    out.num_proc = NumProc::read(
+                        body.get("numProcPerNode"),
+                        &format!("{at}.numProcPerNode"),
+                        false,
+                        p,
+                    );
+                    out.mpi_implementation = text(
+                        body.get("mpiImplementation"),
+                        &format!("{at}.mpiImplementation"),
+                        p,
+                    )
+                    .map(str::to_owned);
+                    out.ssh_path = text(
+                        body.get("sshAuthMountPath"),
+                        &format!("{at}.sshAuthMountPath"),
+                        p,
+                    )
+                    .map(str::to_owned);
+                    out.launcher_as_node = flag(
+                        body.get("runLauncherAsNode"),
+                        &format!("{at}.runLauncherAsNode"),
+                        p,
+                    ) == Some(true);
                     &[
                         "numProcPerNode",
                         "mpiImplementation",
@@ -466,35 +720,42 @@ impl MlPolicy {
                     ]
                 }
                 "jax" => {
-                    p.kind = Kind::Jax;
+                    out.kind = Kind::Jax;
                     &[]
                 }
                 "xgboost" => {
-                    p.kind = Kind::XgBoost;
+                    out.kind = Kind::XgBoost;
                     &[]
                 }
                 "flux" => {
-                    problems.push(format!(
-                        "{runtime}: spec.mlPolicy.flux: the job runs under the Flux framework, which Trainer starts in the pods itself; dljob does not run Flux"
+                    p.push(format!(
+                        "{at}: the job runs under the Flux framework, which Trainer starts in the pods itself; dljob does not run Flux"
                     ));
                     continue;
                 }
                 other => {
-                    problems.push(format!(
-                        "{runtime}: spec.mlPolicy.{other} is no ML policy dljob convert knows (torch, mpi, jax, xgboost)"
+                    p.push(format!(
+                        "{rt}: spec.mlPolicy.{other} is no ML policy dljob convert knows (torch, mpi, jax, xgboost)"
                     ));
                     continue;
                 }
             };
+            kinds.push(key.clone());
             for field in body.keys() {
                 if !known.contains(&field.as_str()) {
-                    problems.push(format!(
-                        "{runtime}: spec.mlPolicy.{key}.{field} is not a field dljob convert knows: remove it"
+                    p.push(format!(
+                        "{at}.{field} is not a field dljob convert knows: remove it"
                     ));
                 }
             }
         }
-        p
+        if kinds.len() > 1 {
+            p.push(format!(
+                "{rt}: spec.mlPolicy has {}: a runtime has one policy",
+                kinds.join(" and ")
+            ));
+        }
+        out
     }
 
     fn framework(&self) -> &'static str {
@@ -507,193 +768,436 @@ impl MlPolicy {
         }
     }
 
-    fn job_names(&self) -> &'static str {
+    /// The policy as the runtime names it.
+    fn named(&self) -> &'static str {
         match self.kind {
-            Kind::Mpi => "launcher and node",
-            _ => "the trainer's only",
+            Kind::Plain => "plain (no framework policy)",
+            Kind::Torch => "torch",
+            Kind::Mpi => "mpi",
+            Kind::Jax => "jax",
+            Kind::XgBoost => "xgboost",
         }
-    }
-
-    /// The dljob role and pod count of the replicated Job `name`.
-    fn role_of(&self, name: &str, trainer: bool, num_nodes: u32) -> Option<(&'static str, u32)> {
-        match self.kind {
-            Kind::Mpi => match name {
-                "launcher" => Some(("launcher", 1)),
-                // With runLauncherAsNode the launcher is one of the nodes.
-                NODE if self.launcher_as_node() => {
-                    Some(("worker", num_nodes.saturating_sub(1).max(1)))
-                }
-                NODE => Some(("worker", num_nodes)),
-                _ => None,
-            },
-            Kind::Plain if trainer => Some(("node", num_nodes)),
-            _ if trainer => Some(("worker", num_nodes)),
-            _ => None,
-        }
-    }
-
-    fn launcher_as_node(&self) -> bool {
-        self.mpi.get("runLauncherAsNode").and_then(Value::as_bool) == Some(true)
-    }
-
-    /// Whether the replicated Job `name` gets the trainer's env and
-    /// resources besides the trainer step (MPI nodes with the launcher
-    /// among them).
-    fn node_is_trainer(&self, name: &str) -> bool {
-        self.kind == Kind::Mpi && self.launcher_as_node() && name == NODE
     }
 
     /// The policy's dljob keys and template edits.
     fn keys(
         &self,
-        members: &[(String, String, u32, Value)],
-        trainer: &Map<String, Value>,
+        members: &[Member],
+        trainer: &Trainer,
+        rt: &str,
         keys: &mut Keys,
         edits: &mut TemplateEdits,
-        problems: &mut Vec<String>,
+        p: &mut Vec<String>,
     ) {
-        let node = members
-            .iter()
-            .find(|(_, role, _, _)| role != "launcher")
-            .map(|(_, _, _, pod)| pod);
-        let node_container = node.and_then(|pod| {
-            object::containers(&pod["spec"])
+        let reserved = match self.kind {
+            Kind::Torch => TORCH_ENV,
+            Kind::XgBoost => XGBOOST_ENV,
+            Kind::Mpi => MPI_ENV,
+            Kind::Plain | Kind::Jax => &[],
+        };
+        let set = trainer.reserved(reserved);
+        if !set.is_empty() {
+            p.push(format!(
+                "spec.trainer.env sets {}, which Trainer's {} plugin sets itself (and refuses there): remove {}",
+                set.join(", "),
+                self.named(),
+                if set.len() == 1 { "it" } else { "them" }
+            ));
+        }
+        // What Trainer counts a node's processes from: the TrainJob's
+        // resources where it gives them, else the runtime's.
+        let node_resources = trainer.resources.clone().map(Value::Object).or_else(|| {
+            members
                 .iter()
-                .find(|c| object::name_of(c) == NODE)
+                .find(|m| m.trainer_resources)
+                .and_then(|m| m.runtime_resources.clone())
         });
+        let gpus = node_resources.as_ref().map_or(0, trainer_gpus);
         match self.kind {
             Kind::Torch => {
                 keys.insert(c::PORT, TRAINER_PORT.to_string());
                 let nproc = trainer
-                    .get("numProcPerNode")
-                    .or(self.num_proc.as_ref())
-                    .cloned()
-                    .unwrap_or(json!("auto"));
-                let gpus = node_container.and_then(object::gpu_count).unwrap_or(0);
-                let text = match &nproc {
-                    Value::Number(n) => n.to_string(),
-                    Value::String(s) if s == "cpu" || (s == "auto" && gpus == 0) => {
-                        cpus_of(node_container).to_string()
+                    .num_proc
+                    .clone()
+                    .or_else(|| self.num_proc.clone())
+                    .unwrap_or_else(|| NumProc::Word("auto".into()));
+                let text = match nproc {
+                    NumProc::Count(n) => n.to_string(),
+                    NumProc::Word(w) if w == "cpu" || (w == "auto" && gpus == 0) => {
+                        cpus_of(node_resources.as_ref()).to_string()
                     }
-                    Value::String(s) => s.clone(),
-                    other => {
-                        problems.push(format!(
-                            "numProcPerNode is {other}: a count, auto, cpu or gpu"
-                        ));
-                        return;
-                    }
+                    NumProc::Word(w) => w,
                 };
-                // dljob gives a node with GPUs as many processes as it has
-                // GPUs, which is what torchrun's auto does there; anything
-                // else is Trainer's own choice, written down.
-                if !(text == "auto" && gpus > 0) {
-                    edits.env.push(("PET_NPROC_PER_NODE", text));
-                }
-                if let Some(cmd) = trainer.get("command").and_then(Value::as_array) {
+                // Written as Trainer computes it (torchrun reads it as is).
+                edits.env.push(("PET_NPROC_PER_NODE", text));
+                if let Some(Value::Array(cmd)) = &trainer.command {
                     if cmd.first().and_then(Value::as_str) == Some("tune") {
-                        problems.push("spec.trainer.command is torchtune's `tune run`, whose recipe and config Trainer chooses from the model and the node count: write the `tune run` command in full (with --rdzv-endpoint from PET_MASTER_ADDR) and convert again".into());
+                        p.push("spec.trainer.command is torchtune's `tune run`, whose recipe and config Trainer chooses from the model and the node count: write the `tune run` command in full (with --rdzv-endpoint from PET_MASTER_ADDR) and convert again".into());
                     }
                 }
             }
-            Kind::Jax | Kind::XgBoost => {
+            Kind::Jax => {
                 keys.insert(c::PORT, TRAINER_PORT.to_string());
             }
-            Kind::Mpi => {
-                keys.insert(c::COMPAT, c::COMPAT_MPI_OPERATOR.into());
-                if let Some(i) = self.mpi.get("mpiImplementation").and_then(Value::as_str) {
-                    if i != "OpenMPI" {
-                        problems.push(format!(
-                            "spec.mlPolicy.mpi.mpiImplementation \"{}\": dljob writes an OpenMPI hostfile and OpenMPI's env; Intel MPI and MPICH read other formats. Run OpenMPI",
-                            c::quoted(i)
-                        ));
-                    }
+            Kind::XgBoost => {
+                keys.insert(c::PORT, TRAINER_PORT.to_string());
+                if gpus > 1 {
+                    p.push(format!(
+                        "Trainer's xgboost plugin counts one worker per GPU, {gpus} a node (DMLC_NUM_WORKER is nodes × GPUs), where dljob's counts one per pod: run one pod per GPU (numNodes × {gpus}, a GPU each) and convert again"
+                    ));
                 }
-                if let Some(p) = self.mpi.get("sshAuthMountPath").and_then(Value::as_str) {
-                    keys.insert(c::SSH_PATH, p.to_owned());
-                }
-                if self.launcher_as_node() {
-                    problems.push("spec.mlPolicy.mpi.runLauncherAsNode: dljob's hostfile lists the workers only, and its launcher runs no sshd; in a runtime of your own, set it false (numNodes then counts the nodes besides the launcher), and convert again".into());
-                }
-                let gpus = node_container.and_then(object::gpu_count).unwrap_or(0);
-                let runtime_slots = self.num_proc.as_ref().and_then(Value::as_u64);
-                // The TrainJob's count, else the runtime's; Trainer gives a
-                // node of several GPUs one process per GPU when the runtime
-                // says 1 (or nothing) and the TrainJob nothing.
-                let slots = match trainer.get("numProcPerNode").and_then(Value::as_u64) {
-                    Some(n) => n,
-                    None if gpus > 1 && runtime_slots.unwrap_or(1) == 1 => u64::from(gpus),
-                    None => runtime_slots.unwrap_or(1),
-                };
-                keys.insert(c::SLOTS, slots.to_string());
             }
+            Kind::Mpi => self.mpi_keys(trainer, gpus, rt, keys, p),
             Kind::Plain => {}
         }
     }
+
+    fn mpi_keys(
+        &self,
+        trainer: &Trainer,
+        gpus: u64,
+        rt: &str,
+        keys: &mut Keys,
+        p: &mut Vec<String>,
+    ) {
+        let at = format!("{rt}: spec.mlPolicy.mpi");
+        keys.insert(c::COMPAT, c::COMPAT_MPI_OPERATOR.into());
+        if let Some(i) = self
+            .mpi_implementation
+            .as_deref()
+            .filter(|i| *i != "OpenMPI")
+        {
+            p.push(format!(
+                "{at}.mpiImplementation \"{}\": dljob writes an OpenMPI hostfile and OpenMPI's env; Intel MPI and MPICH read other formats. Run OpenMPI",
+                c::quoted(i)
+            ));
+        }
+        if let Some(path) = &self.ssh_path {
+            keys.insert(c::SSH_PATH, path.clone());
+        }
+        if self.launcher_as_node {
+            p.push(format!("{at}.runLauncherAsNode: dljob's hostfile lists a launcher only when it asks for GPUs, and its launcher runs no sshd; in a runtime of your own, set it false (numNodes then counts the nodes besides the launcher), and convert again"));
+        } else if trainer
+            .resources
+            .as_ref()
+            .is_some_and(|r| trainer_gpus(&Value::Object(r.clone())) > 0)
+        {
+            p.push("spec.trainer.resourcesPerNode asks for GPUs, which Trainer gives the launcher (the trainer step) and not the nodes, and dljob's hostfile would then list the launcher as a host: set the GPUs in the runtime's node template instead".into());
+        }
+        // The TrainJob's count, else the runtime's; Trainer gives a node of
+        // several GPUs one process per GPU when the runtime says 1.
+        let slots = match (&trainer.num_proc, &self.num_proc) {
+            (Some(NumProc::Count(n)), _) => u64::from(*n),
+            (_, Some(NumProc::Count(1)) | None) if gpus > 1 => gpus,
+            (_, Some(NumProc::Count(n))) => u64::from(*n),
+            _ => 1,
+        };
+        if let Some(NumProc::Word(w)) = &trainer.num_proc {
+            p.push(format!(
+                "spec.trainer.numProcPerNode is {w}: an MPI job's is a count"
+            ));
+        }
+        keys.insert(c::SLOTS, slots.to_string());
+    }
+}
+
+/// GPUs per node as Trainer counts them (`GetNumGPUPerNode`): the first
+/// resource whose name holds "gpu", requested, else limited; rounded up.
+fn trainer_gpus(resources: &Value) -> u64 {
+    let of = |which: &str| {
+        resources
+            .get(which)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .find(|(name, _)| name.to_lowercase().contains("gpu"))
+            .and_then(|(_, q)| object::quantity_value(q))
+            .map_or(0, rounded_up)
+    };
+    match of("requests") {
+        0 => of("limits"),
+        n => n,
+    }
+}
+
+/// A quantity as Kubernetes' `Quantity.Value()`: rounded up, at least 0.
+fn rounded_up(q: f64) -> u64 {
+    // A count of CPUs or GPUs fits in u64 and is not negative.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let n = q.ceil().max(0.0) as u64;
+    n
 }
 
 /// CPUs per node as Trainer counts them: the request (else the limit),
 /// rounded up, at least 1.
-fn cpus_of(container: Option<&Value>) -> u64 {
-    let Some(resources) = container.map(|c| &c["resources"]) else {
+fn cpus_of(resources: Option<&Value>) -> u64 {
+    let Some(resources) = resources else {
         return 1;
     };
     let cpu = resources
         .pointer("/requests/cpu")
         .filter(|q| object::quantity_value(q).is_some_and(|v| v > 0.0))
         .or_else(|| resources.pointer("/limits/cpu"));
-    let n = cpu.and_then(object::quantity_value).unwrap_or(0.0).ceil();
-    // A count of CPUs fits in u64 and is not negative.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let n = n.max(1.0) as u64;
-    n
+    cpu.and_then(object::quantity_value)
+        .map_or(0, rounded_up)
+        .max(1)
 }
 
-/// Trainer's `spec.trainer` on a replicated Job's pod template: image,
-/// command and args on the trainer step's `node` container; env and
-/// resources on every pod that is a training node.
-fn apply_trainer(
-    pod: &mut Value,
-    trainer: &Map<String, Value>,
-    trainer_step: bool,
-    node_pod: bool,
-) -> Result<(), String> {
-    if !trainer_step && !node_pod {
-        return Ok(());
+/// One replicated Job, as the workload it becomes.
+#[derive(Debug)]
+struct Member {
+    /// The replicated Job's name.
+    job: String,
+    role: String,
+    count: u32,
+    pod: Value,
+    /// Whether Trainer counts its node container's resources (the trainer
+    /// step; an MPI runtime's `node` Job), and those resources as the
+    /// runtime wrote them.
+    trainer_resources: bool,
+    runtime_resources: Option<Value>,
+}
+
+/// The replicated Jobs as workloads: each one's role and pod count by the
+/// policy, its pod template with the trainer's overlay.
+fn members(
+    jobset: &Map<String, Value>,
+    policy: &MlPolicy,
+    trainer: &Trainer,
+    rt: &str,
+    meta: &mut Meta,
+    p: &mut Vec<String>,
+) -> Vec<Member> {
+    let at_jobs = format!("{rt}: spec.template.spec.replicatedJobs");
+    let Some(jobs) = list(jobset.get("replicatedJobs"), &at_jobs, p) else {
+        if !jobset.contains_key("replicatedJobs") {
+            p.push(format!(
+                "{at_jobs} is missing: a runtime's pods are its replicated Jobs"
+            ));
+        }
+        return Vec::new();
+    };
+    let trainers = jobs
+        .iter()
+        .filter(|rj| {
+            object::str_at(rj, &["template", "metadata", "labels", ANCESTOR]) == Some("trainer")
+        })
+        .count();
+    if trainers > 1 {
+        p.push(format!("{at_jobs}: {trainers} replicated Jobs are labelled {ANCESTOR}: trainer; a runtime has one trainer"));
+        return Vec::new();
     }
-    let Some(containers) = pod
+    let mut out: Vec<Member> = Vec::new();
+    for (i, rj) in jobs.iter().enumerate() {
+        let at = format!("{at_jobs}[{i}]");
+        let Some(rjm) = mapping(Some(rj), &at, p) else {
+            continue;
+        };
+        let Some(name) = text(rjm.get("name"), &format!("{at}.name"), p).map(str::to_owned) else {
+            p.push(format!("{at} has no name"));
+            continue;
+        };
+        let at = format!("{at} ({name})");
+        let ancestor = object::str_at(rj, &["template", "metadata", "labels", ANCESTOR]);
+        match ancestor {
+            Some(step @ ("dataset-initializer" | "model-initializer")) => {
+                p.push(format!(
+                    "{at} is the {step}, a step Trainer runs before the trainer (JobSet dependsOn); a dljob job has no steps: run the initializer as a Job of its own first (or as an init container of the trainer's pods), and convert with a runtime without it"
+                ));
+                continue;
+            }
+            Some("trainer") | None => {}
+            Some(other) => {
+                p.push(format!(
+                    "{at}: {ANCESTOR} {} is no step dljob convert knows",
+                    c::quoted(other)
+                ));
+                continue;
+            }
+        }
+        let trainer_step = ancestor == Some("trainer");
+        for key in rjm.keys() {
+            match key.as_str() {
+                "name" | "template" | "dependsOn" => {}
+                "replicas" if rj["replicas"].as_u64() == Some(1) => {}
+                _ => p.push(format!(
+                    "{at}.{key} is not carried over (dljob makes one Job of each replicated Job): remove it"
+                )),
+            }
+        }
+        let Some(job) = mapping(rjm.get("template"), &format!("{at}.template"), p) else {
+            p.push(format!(
+                "{at}.template is missing: a replicated Job is a Job template"
+            ));
+            continue;
+        };
+        meta.add(job.get("metadata"), &format!("{at}.template.metadata"), p);
+        let job_spec = mapping(job.get("spec"), &format!("{at}.template.spec"), p)
+            .cloned()
+            .unwrap_or_default();
+        for key in job_spec.keys() {
+            if !matches!(key.as_str(), "template" | "parallelism" | "completions") {
+                p.push(format!(
+                    "{at}.template.spec.{key} is a Job field dljob convert does not carry over (dljob sets its member Jobs' policies): remove it"
+                ));
+            }
+        }
+        let parallelism = count(
+            job_spec.get("parallelism"),
+            &format!("{at}.template.spec.parallelism"),
+            p,
+        );
+        let Some(pod) = mapping(
+            job_spec.get("template"),
+            &format!("{at}.template.spec.template"),
+            p,
+        ) else {
+            p.push(format!(
+                "{at}.template.spec.template is missing: a Job has a pod template"
+            ));
+            continue;
+        };
+        let mut pod = Value::Object(pod.clone());
+        if object::containers(&pod["spec"]).is_empty() {
+            p.push(format!(
+                "{at}.template.spec.template.spec.containers is empty"
+            ));
+            continue;
+        }
+        let Some((role, count)) = role_of(policy, trainer, &name, trainer_step, parallelism) else {
+            p.push(format!(
+                "{at}: a replicated Job besides the trainer's; the {} policy's job is {} only: run it as a Job of its own",
+                policy.named(),
+                if policy.kind == Kind::Mpi { "a launcher and its nodes" } else { "the trainer's nodes" }
+            ));
+            continue;
+        };
+        if out.iter().any(|m| m.role == role) {
+            p.push(format!(
+                "{at}: its role {role} is another replicated Job's; rename one"
+            ));
+            continue;
+        }
+        let node_pod = trainer_step || (policy.launcher_as_node && name == NODE);
+        let counted = trainer_step || (policy.kind == Kind::Mpi && name == NODE);
+        let runtime_resources = object::containers(&pod["spec"])
+            .iter()
+            .find(|c| object::name_of(c) == NODE)
+            .and_then(|c| c.get("resources"))
+            .cloned();
+        if node_pod {
+            if let Err(e) = overlay(&mut pod, trainer, trainer_step) {
+                p.push(format!("{at}: {e}"));
+                continue;
+            }
+        }
+        out.push(Member {
+            job: name,
+            role,
+            count,
+            pod,
+            trainer_resources: counted,
+            runtime_resources,
+        });
+    }
+    if out.is_empty() && p.is_empty() {
+        p.push(format!(
+            "{at_jobs} has no trainer: a replicated Job labelled {ANCESTOR}: trainer"
+        ));
+    }
+    out
+}
+
+/// The dljob role and pod count of the replicated Job `name` (None: it
+/// has no place in the policy's job), as Trainer counts its pods: the
+/// trainer's from the TrainJob's numNodes, else the policy's, else (no
+/// mlPolicy) its Job's parallelism; an MPI runtime's nodes from numNodes
+/// (less the launcher when it is one of them), else their Job's.
+fn role_of(
+    policy: &MlPolicy,
+    trainer: &Trainer,
+    name: &str,
+    trainer_step: bool,
+    parallelism: Option<u32>,
+) -> Option<(String, u32)> {
+    let nodes = || {
+        trainer.num_nodes.unwrap_or(if policy.present {
+            policy.num_nodes.unwrap_or(1)
+        } else {
+            parallelism.unwrap_or(1)
+        })
+    };
+    match policy.kind {
+        Kind::Mpi => match name {
+            LAUNCHER => Some((LAUNCHER.to_owned(), 1)),
+            NODE => {
+                let n = match trainer.num_nodes {
+                    Some(n) if policy.launcher_as_node => n.saturating_sub(1).max(1),
+                    Some(n) => n,
+                    None => parallelism.unwrap_or(1),
+                };
+                Some(("worker".to_owned(), n))
+            }
+            _ => None,
+        },
+        Kind::Plain if trainer_step => Some((NODE.to_owned(), nodes())),
+        // Plain ML: another replicated Job is another role, as Trainer
+        // runs it (no env of Trainer's either way).
+        Kind::Plain if c::is_dns_label(name) => Some((name.to_owned(), parallelism.unwrap_or(1))),
+        _ if trainer_step => Some(("worker".to_owned(), nodes())),
+        _ => None,
+    }
+}
+
+/// Trainer's `spec.trainer` on a training node's pod template: image,
+/// command and args on the trainer step's `node` container; env (each
+/// entry replacing the one of its name) and resources (key by key, as
+/// Trainer 2.3 merges them) on every training node's.
+fn overlay(pod: &mut Value, trainer: &Trainer, trainer_step: bool) -> Result<(), String> {
+    let node = pod
         .pointer_mut("/spec/containers")
         .and_then(Value::as_array_mut)
-    else {
-        return Err("template.spec.template.spec.containers is missing".into());
-    };
-    let Some(node) = containers
-        .iter_mut()
-        .find(|c| object::name_of(c) == NODE)
+        .and_then(|cs| cs.iter_mut().find(|c| object::name_of(c) == NODE))
         .and_then(Value::as_object_mut)
-    else {
-        return Err(format!(
-            "no container is named {NODE}, the container Trainer gives the trainer's image, command and env"
-        ));
-    };
+        .ok_or_else(|| {
+            format!("no container is named {NODE}, the container Trainer gives the trainer's image, command and env")
+        })?;
     if trainer_step {
-        for field in ["image", "command", "args"] {
-            if let Some(v) = trainer.get(field).filter(|v| !v.is_null()) {
+        for (field, v) in [
+            ("image", &trainer.image),
+            ("command", &trainer.command),
+            ("args", &trainer.args),
+        ] {
+            if let Some(v) = v {
                 node.insert(field.into(), v.clone());
             }
         }
     }
-    if let Some(env) = trainer.get("env").and_then(Value::as_array) {
-        merge_by(node, "env", env, "name");
+    if !trainer.env.is_empty() {
+        let env = node.entry("env").or_insert_with(|| json!([]));
+        if !env.is_array() {
+            return Err("the node container's env is not a list".into());
+        }
+        if let Some(env) = env.as_array_mut() {
+            for e in &trainer.env {
+                let name = e.get("name");
+                match env.iter_mut().find(|x| x.get("name") == name) {
+                    Some(existing) => *existing = e.clone(),
+                    None => env.push(e.clone()),
+                }
+            }
+        }
     }
-    if let Some(r) = trainer.get("resourcesPerNode").and_then(Value::as_object) {
+    if let Some(r) = &trainer.resources {
         let resources = node.entry("resources").or_insert_with(|| json!({}));
-        for kind in ["limits", "requests"] {
-            if let Some(given) = r.get(kind).and_then(Value::as_object) {
-                let into = resources
-                    .as_object_mut()
-                    .map(|m| m.entry(kind).or_insert_with(|| json!({})));
-                if let Some(Value::Object(into)) = into {
-                    into.extend(given.clone());
+        let Some(resources) = resources.as_object_mut() else {
+            return Err("the node container's resources are not a mapping".into());
+        };
+        for (kind, given) in r {
+            match (resources.get_mut(kind), given) {
+                (Some(Value::Object(into)), Value::Object(given)) => into.extend(given.clone()),
+                _ => {
+                    resources.insert(kind.clone(), given.clone());
                 }
             }
         }
@@ -701,8 +1205,8 @@ fn apply_trainer(
     Ok(())
 }
 
-/// Lists merged by a key field, as the API server's strategic merge patch
-/// merges them.
+/// Lists a strategic merge patch of these types merges by a key field, and
+/// that key.
 const MERGE_KEYS: &[(&str, &str)] = &[
     ("replicatedJobs", "name"),
     ("containers", "name"),
@@ -711,16 +1215,57 @@ const MERGE_KEYS: &[(&str, &str)] = &[
     ("volumes", "name"),
     ("imagePullSecrets", "name"),
     ("schedulingGates", "name"),
+    ("resourceClaims", "name"),
     ("volumeMounts", "mountPath"),
+    ("volumeDevices", "devicePath"),
+    ("ports", "containerPort"),
+    ("hostAliases", "ip"),
+    ("topologySpreadConstraints", "topologyKey"),
 ];
 
 /// `patch` merged into `target` as a strategic merge patch of these types
 /// does: mappings key by key (null removes), the lists of [`MERGE_KEYS`]
-/// entry by entry, every other list replaced.
-fn strategic_merge(target: &mut Value, patch: &Value) {
-    let (Value::Object(t), Value::Object(p)) = (&mut *target, patch) else {
+/// entry by entry, every other list replaced. A patch directive (`$patch`,
+/// `$retainKeys`, …) is refused: the error says where.
+fn strategic_merge(target: &mut Value, patch: &Value, at: &str) -> Result<(), String> {
+    if let Some(at) = directive(patch, at) {
+        return Err(format!(
+            "{at}: a strategic merge patch directive, which dljob convert does not apply: write the result instead"
+        ));
+    }
+    merge(target, patch, at)
+}
+
+/// Where in `v` a patch directive (a key starting with `$`) is, if any.
+fn directive(v: &Value, at: &str) -> Option<String> {
+    match v {
+        Value::Object(m) => m.iter().find_map(|(k, v)| {
+            let at = format!("{at}.{k}");
+            if k.starts_with('$') {
+                Some(at)
+            } else {
+                directive(v, &at)
+            }
+        }),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| directive(v, &format!("{at}[{i}]"))),
+        _ => None,
+    }
+}
+
+/// [`strategic_merge`] of a patch without directives.
+fn merge(target: &mut Value, patch: &Value, at: &str) -> Result<(), String> {
+    let Value::Object(p) = patch else {
         *target = patch.clone();
-        return;
+        return Ok(());
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let Some(t) = target.as_object_mut() else {
+        return Ok(());
     };
     for (k, v) in p {
         if v.is_null() {
@@ -728,67 +1273,123 @@ fn strategic_merge(target: &mut Value, patch: &Value) {
             continue;
         }
         let key = MERGE_KEYS.iter().find(|(f, _)| f == k).map(|(_, key)| *key);
-        match (key, v.as_array()) {
-            (Some(key), Some(items)) => merge_by(t, k, items, key),
-            _ => strategic_merge(t.entry(k.clone()).or_insert(Value::Null), v),
+        match key {
+            Some(key) => {
+                let Some(items) = v.as_array() else {
+                    return Err(format!("{at}.{k} is {}, not a list", shown(v)));
+                };
+                merge_by(t, k, items, key, &format!("{at}.{k}"))?;
+            }
+            None => strategic_merge(
+                t.entry(k.clone()).or_insert(Value::Null),
+                v,
+                &format!("{at}.{k}"),
+            )?,
         }
     }
+    Ok(())
 }
 
 /// `items` merged into the list `field` of `map` by their `key`.
-fn merge_by(map: &mut Map<String, Value>, field: &str, items: &[Value], key: &str) {
+fn merge_by(
+    map: &mut Map<String, Value>,
+    field: &str,
+    items: &[Value],
+    key: &str,
+    at: &str,
+) -> Result<(), String> {
     let list = map.entry(field).or_insert_with(|| json!([]));
     if !list.is_array() {
         *list = json!([]);
     }
     let Some(list) = list.as_array_mut() else {
-        return;
+        return Ok(());
     };
-    for item in items {
-        let id = item.get(key);
-        match list.iter_mut().find(|e| id.is_some() && e.get(key) == id) {
-            Some(existing) => strategic_merge(existing, item),
+    for (i, item) in items.iter().enumerate() {
+        let Some(id) = item
+            .as_object()
+            .and_then(|o| o.get(key))
+            .filter(|v| !v.is_null())
+        else {
+            return Err(format!(
+                "{at}[{i}] is {}: each entry is a mapping with its {key}",
+                shown(item)
+            ));
+        };
+        match list.iter_mut().find(|e| e.get(key) == Some(id)) {
+            Some(existing) => merge(existing, item, &format!("{at}[{i}]"))?,
             None => list.push(item.clone()),
         }
     }
+    Ok(())
 }
 
 /// Trainer 2.2's `spec.runtimePatches`, in order: the JobSet template's
 /// metadata onto the workloads, its spec merged into the template.
-fn apply_runtime_patches(
+fn runtime_patches(
     spec: &Map<String, Value>,
+    names: &[String],
     template: &mut Value,
-    labels: &mut Map<String, Value>,
-    annotations: &mut Map<String, Value>,
-    problems: &mut Vec<String>,
+    meta: &mut Meta,
+    p: &mut Vec<String>,
 ) {
-    let Some(patches) = spec.get("runtimePatches").and_then(Value::as_array) else {
+    let Some(patches) = list(spec.get("runtimePatches"), "spec.runtimePatches", p) else {
         return;
     };
     for (i, patch) in patches.iter().enumerate() {
         let at = format!("spec.runtimePatches[{i}]");
-        for key in patch.as_object().map(Map::keys).into_iter().flatten() {
-            if !matches!(key.as_str(), "manager" | "time" | "trainingRuntimeSpec") {
-                problems.push(format!("{at}.{key} is not a field dljob convert knows"));
-            }
-        }
-        let Some(t) = patch.pointer("/trainingRuntimeSpec/template") else {
+        let Some(patch) = mapping(Some(patch), &at, p) else {
             continue;
         };
-        for (which, into) in [("labels", &mut *labels), ("annotations", &mut *annotations)] {
-            if let Some(m) = t
-                .pointer(&format!("/metadata/{which}"))
-                .and_then(Value::as_object)
-            {
-                into.extend(m.clone());
+        for key in patch.keys() {
+            if !matches!(key.as_str(), "manager" | "time" | "trainingRuntimeSpec") {
+                p.push(format!("{at}.{key} is not a field dljob convert knows"));
             }
         }
-        if let Some(s) = t.get("spec") {
-            let target = template
-                .as_object_mut()
-                .map(|m| m.entry("spec").or_insert_with(|| json!({})));
-            if let Some(target) = target {
-                strategic_merge(target, s);
+        let at = format!("{at}.trainingRuntimeSpec");
+        let Some(trs) = mapping(patch.get("trainingRuntimeSpec"), &at, p) else {
+            continue;
+        };
+        for key in trs.keys().filter(|k| *k != "template") {
+            p.push(format!("{at}.{key} is not a field dljob convert knows"));
+        }
+        let at = format!("{at}.template");
+        let Some(t) = mapping(trs.get("template"), &at, p) else {
+            continue;
+        };
+        meta.add(t.get("metadata"), &format!("{at}.metadata"), p);
+        let at = format!("{at}.spec");
+        let Some(s) = mapping(t.get("spec"), &at, p) else {
+            continue;
+        };
+        let mut unknown = false;
+        for (j, rj) in list(s.get("replicatedJobs"), &format!("{at}.replicatedJobs"), p)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            // One without a name is said by the merge.
+            let Some(name) = object::str_at(rj, &["name"]) else {
+                continue;
+            };
+            if !names.iter().any(|n| n == name) {
+                unknown = true;
+                p.push(format!(
+                    "{at}.replicatedJobs[{j}]: the runtime has no replicated Job {}; it has {}",
+                    c::quoted(name),
+                    names.join(", ")
+                ));
+            }
+        }
+        if unknown {
+            continue;
+        }
+        let target = template
+            .as_object_mut()
+            .map(|m| m.entry("spec").or_insert_with(|| json!({})));
+        if let Some(target) = target {
+            if let Err(e) = strategic_merge(target, &Value::Object(s.clone()), &at) {
+                p.push(e);
             }
         }
     }
@@ -796,86 +1397,121 @@ fn apply_runtime_patches(
 
 /// Trainer 2.1's `spec.podTemplateOverrides`: each onto the pod template
 /// of the replicated Jobs it targets.
-fn apply_pod_template_overrides(
+fn pod_template_overrides(
     spec: &Map<String, Value>,
+    names: &[String],
     template: &mut Value,
-    problems: &mut Vec<String>,
+    p: &mut Vec<String>,
 ) {
-    let Some(overrides) = spec.get("podTemplateOverrides").and_then(Value::as_array) else {
+    let Some(overrides) = list(
+        spec.get("podTemplateOverrides"),
+        "spec.podTemplateOverrides",
+        p,
+    ) else {
         return;
     };
     for (i, o) in overrides.iter().enumerate() {
-        let targets: Vec<&str> = o["targetJobs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|t| t.get("name").and_then(Value::as_str))
-            .collect();
+        let at = format!("spec.podTemplateOverrides[{i}]");
+        let Some(o) = mapping(Some(o), &at, p) else {
+            continue;
+        };
+        let mut targets = Vec::new();
+        let before = p.len();
+        let given = list(o.get("targetJobs"), &format!("{at}.targetJobs"), p).unwrap_or_default();
+        if given.is_empty() && p.len() == before {
+            p.push(format!("{at}.targetJobs names no replicated Job"));
+        }
+        for (j, t) in given.iter().enumerate() {
+            match object::str_at(t, &["name"]) {
+                Some(n) if names.iter().any(|x| x == n) => targets.push(n.to_owned()),
+                other => p.push(format!(
+                    "{at}.targetJobs[{j}]: the runtime has no replicated Job {}; it has {}",
+                    c::quoted(other.unwrap_or("")),
+                    names.join(", ")
+                )),
+            }
+        }
         let mut pod = Map::new();
-        for key in ["metadata", "spec"] {
-            if let Some(v) = o.get(key) {
-                pod.insert(key.into(), v.clone());
+        for (key, v) in o {
+            match key.as_str() {
+                "metadata" | "spec" => {
+                    pod.insert(key.clone(), v.clone());
+                }
+                "targetJobs" => {}
+                _ => p.push(format!("{at}.{key} is not a field dljob convert knows")),
             }
         }
         let pod = Value::Object(pod);
         let jobs = template
             .pointer_mut("/spec/replicatedJobs")
             .and_then(Value::as_array_mut);
-        let mut found = 0;
         for rj in jobs.into_iter().flatten() {
-            if !targets.contains(&object::str_at(rj, &["name"]).unwrap_or("")) {
+            if !targets
+                .iter()
+                .any(|t| Some(t.as_str()) == object::str_at(rj, &["name"]))
+            {
                 continue;
             }
             if let Some(t) = rj.pointer_mut("/template/spec/template") {
-                strategic_merge(t, &pod);
-                found += 1;
+                if let Err(e) = strategic_merge(t, &pod, &at) {
+                    p.push(e);
+                }
             }
         }
-        if found < targets.len() {
-            problems.push(format!(
-                "spec.podTemplateOverrides[{i}].targetJobs names a replicated Job the runtime does not have"
-            ));
-        }
     }
+}
+
+/// The JobSet's `successPolicy`: none (every Job completes), or an MPI
+/// runtime's "the launcher completes", which is dljob's (the job follows
+/// its coordinator).
+fn success_policy(jobset: &Map<String, Value>, policy: &MlPolicy, rt: &str, p: &mut Vec<String>) {
+    let Some(sp) = jobset.get("successPolicy").filter(|v| !v.is_null()) else {
+        return;
+    };
+    let launcher = json!({"operator": "All", "targetReplicatedJobs": [LAUNCHER]});
+    if policy.kind == Kind::Mpi && *sp == launcher {
+        return;
+    }
+    p.push(format!(
+        "{rt}: spec.template.spec.successPolicy {} is not carried over: a dljob job succeeds when its coordinator exits 0 (an MPI job's launcher, else the first node); remove it",
+        shown(sp)
+    ));
 }
 
 /// The JobSet's `failurePolicy`: `maxRestarts` is how often the whole
 /// job is started again, dljob's backoff limit.
 fn failure_policy(
     jobset: &Map<String, Value>,
+    rt: &str,
     keys: &mut Keys,
     warnings: &mut Vec<String>,
-    problems: &mut Vec<String>,
+    p: &mut Vec<String>,
 ) {
-    let Some(fp) = jobset.get("failurePolicy").and_then(Value::as_object) else {
+    let at = format!("{rt}: spec.template.spec.failurePolicy");
+    let Some(fp) = mapping(jobset.get("failurePolicy"), &at, p) else {
         return;
     };
     for (k, v) in fp {
         match k.as_str() {
-            "maxRestarts" => match v.as_u64() {
-                Some(n) => {
+            "maxRestarts" => {
+                if let Some(n) = whole(Some(v), &format!("{at}.maxRestarts"), p) {
                     keys.insert(c::BACKOFF_LIMIT, n.to_string());
                 }
-                None => problems.push(format!(
-                    "the runtime's spec.template.spec.failurePolicy.maxRestarts is {v}, not a count"
-                )),
-            },
+            }
             "rules" | "restartStrategy" => warnings.push(format!(
-                "the runtime's JobSet failurePolicy.{k} is not carried over: dljob restarts the whole job after a retryable exit (dljob.dev/restart-policy)"
+                "{at}.{k} is not carried over: dljob restarts the whole job after a retryable exit (dljob.dev/restart-policy)"
             )),
-            _ => problems.push(format!(
-                "the runtime's spec.template.spec.failurePolicy.{k} is not a field dljob convert knows"
-            )),
+            _ => p.push(format!("{at}.{k} is not a field dljob convert knows")),
         }
     }
 }
 
 /// The pods' restart policy: the templates', where they name one, else
 /// JobSet's default (OnFailure).
-fn restart_of(members: &[(String, String, u32, Value)]) -> &'static str {
+fn restart_of(members: &[Member]) -> &'static str {
     let named: Vec<&str> = members
         .iter()
-        .filter_map(|(_, _, _, pod)| object::str_at(pod, &["spec", "restartPolicy"]))
+        .filter_map(|m| object::str_at(&m.pod, &["spec", "restartPolicy"]))
         .collect();
     if !named.is_empty() && named.iter().all(|p| *p == "Never") {
         "Never"
@@ -900,29 +1536,35 @@ fn retries(keys: &Keys, restart: &str) -> Option<String> {
 }
 
 /// The gang: Trainer's podGroupPolicy, or a Kueue queue label on the job.
-fn gang(job: &Value, rspec: &Map<String, Value>, keys: &mut Keys, problems: &mut Vec<String>) {
+fn gang(job: &Value, rspec: &Map<String, Value>, rt: &str, keys: &mut Keys, p: &mut Vec<String>) {
     if let Some(q) = object::str_at(job, &["metadata", "labels", crate::gang::kueue::QUEUE_NAME]) {
         keys.insert(c::QUEUE, q.to_owned());
         keys.insert(c::GANG, "kueue".into());
         return;
     }
-    let Some(pg) = rspec.get("podGroupPolicy").and_then(Value::as_object) else {
+    let at = format!("{rt}: spec.podGroupPolicy");
+    let Some(pg) = mapping(rspec.get("podGroupPolicy"), &at, p) else {
         return;
     };
     for (k, v) in pg {
-        match k.as_str() {
-            "coscheduling" => {
-                keys.insert(c::GANG, "coscheduling".into());
+        let body = mapping(Some(v), &format!("{at}.{k}"), p)
+            .cloned()
+            .unwrap_or_default();
+        let (gang, known): (&str, &[&str]) = match k.as_str() {
+            "coscheduling" => ("coscheduling", &[]),
+            "volcano" => ("volcano", &[]),
+            other => {
+                p.push(format!(
+                    "{at}.{other} is no gang scheduler dljob knows (coscheduling, volcano)"
+                ));
+                continue;
             }
-            "volcano" => {
-                keys.insert(c::GANG, "volcano".into());
-                if v.get("networkTopology").is_some_and(|t| !t.is_null()) {
-                    problems.push("the runtime's spec.podGroupPolicy.volcano.networkTopology is not carried over: dljob's Volcano PodGroup has no network topology; remove it".into());
-                }
-            }
-            other => problems.push(format!(
-                "the runtime's spec.podGroupPolicy.{other} is no gang scheduler dljob knows (coscheduling, volcano)"
-            )),
+        };
+        keys.insert(c::GANG, gang.into());
+        for field in body.keys().filter(|f| !known.contains(&f.as_str())) {
+            p.push(format!(
+                "{at}.{k}.{field} is not carried over: dljob's PodGroup has none (a dljob gang waits as long as its scheduler does); remove it"
+            ));
         }
     }
 }
