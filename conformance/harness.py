@@ -41,17 +41,18 @@ def new_job(manifest: str | Path) -> podsim.Job:
     Paddle's launcher replaces "127.0.0.1" wherever it occurs in its master
     endpoint, so 127.0.0.107:36543 would become 127.0.0.10707:36543. No pod
     address in a cluster looks like that."""
-    return job_of_pods(podsim.mutate_pods(manifest))
+    return job_of_pods(podsim.mutate_pods(manifest), podsim.owned_config_maps(manifest))
 
 
-def job_of_pods(pods: list[dict]) -> podsim.Job:
+def job_of_pods(pods: list[dict], config_maps: dict[str, dict] | None = None) -> podsim.Job:
     """A job of these pods (as `dljob mutate --pods` prints them, perhaps
-    changed by the test), at fresh addresses as in new_job."""
+    changed by the test), at fresh addresses as in new_job; `config_maps`,
+    what the reconciler keeps for it that its pods mount."""
     global _next_ip
     assert len(pods) <= _IP_END - _IP_FIRST
     if _next_ip + len(pods) > _IP_END:
         _next_ip = _IP_FIRST
-    j = podsim.Job(pods, first_ip=_next_ip)
+    j = podsim.Job(pods, first_ip=_next_ip, config_maps=config_maps)
     _next_ip += len(pods)
     return j
 

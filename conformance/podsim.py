@@ -11,16 +11,18 @@ and without touching it:
     (`IP  host.sub.ns.svc.cluster.local  host`); once the job's names are
     published, also one line for every pod of the job, as the job's
     headless Service gives them through DNS (canonical name first, then the
-    `host.sub.ns.svc` name dljob injects). They are published
+    `host.sub.ns.svc` name dljob injects, and `host.sub`, Volcano's form,
+    which the pod's DNS search path resolves). They are published
     `NAMES_AFTER` seconds after the job's first pod starts, as they are in
     a cluster: the reconciler makes the Service when it sees the pods, and
     a pod's name resolves once it has an address. Until then a name dljob
     injects does not resolve (the sandbox's resolver is a closed port on
     127.0.0.1, so nothing leaves the machine);
   - /etc/dljob/hostfile, the downward-API projection of the pod's
-    `dljob.dev/hostfile` annotation, and every other file a downwardAPI
+    `dljob.dev/hostfile` annotation, every other file a downwardAPI
     volume of the framework container's projects from the pod's
-    annotations into /etc (Volcano's /etc/volcano/<task>.host);
+    annotations into /etc, and every key of a ConfigMap the job owns that
+    a configMap volume mounts there (Volcano's /etc/volcano);
 * dljob's init container (`dljob-wait-for-names`), run as the kubelet runs
   it, before the pod's program, in the pod's sandbox;
 * its own loopback address 127.0.0.N (the network namespace is shared, so
@@ -92,6 +94,15 @@ def mutate_pods_with(manifest: str | Path, extra: list[str]) -> list[dict]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
+def owned_config_maps(manifest: str | Path, namespace: str | None = None) -> dict[str, dict]:
+    """The ConfigMaps `dljob mutate --owned` says the reconciler keeps for
+    the manifest's jobs, by name."""
+    argv = [str(DLJOB), "mutate", "--owned", "-f", str(manifest)] + (["-n", namespace] if namespace else [])
+    out = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(out.stdout)
+            if d and d.get("kind") == "ConfigMap"}
+
+
 def expand(value: str, env: dict[str, str]) -> str:
     """Kubernetes' `$(VAR)` expansion: `$$` is a literal `$`, unknown
     references stay as written."""
@@ -125,6 +136,12 @@ class Pod:
         self.index = int(self.framework_env_raw()["DLJOB_INDEX"])
 
     @property
+    def short_host(self) -> str:
+        """Volcano's name of the pod: `host.sub`, which the pod's DNS search
+        path resolves."""
+        return f"{self.hostname}.{self.subdomain}"
+
+    @property
     def svc_host(self) -> str:
         """The name dljob injects: `host.sub.ns.svc`."""
         return f"{self.hostname}.{self.subdomain}.{self.namespace}.svc"
@@ -137,21 +154,31 @@ class Pod:
     def hostfile(self) -> str | None:
         return self.obj["metadata"].get("annotations", {}).get("dljob.dev/hostfile")
 
-    def projections(self) -> dict[str, str]:
+    def projections(self, config_maps: dict[str, dict] | None = None) -> dict[str, str]:
         """What the framework container's downwardAPI volumes project from
-        the pod's annotations: path → content, every path under /etc (the
-        sandbox's private overlay)."""
+        the pod's annotations, and its configMap volumes from `config_maps`
+        (name → ConfigMap, as `dljob mutate --owned` prints them; every key,
+        as a volume without items projects them): path → content, every
+        path under /etc (the sandbox's private overlay)."""
         annotations = self.obj["metadata"].get("annotations", {})
-        volumes = {v["name"]: v["downwardAPI"] for v in self.obj["spec"].get("volumes", [])
-                   if "downwardAPI" in v}
+        volumes = {v["name"]: v for v in self.obj["spec"].get("volumes", [])
+                   if "downwardAPI" in v or "configMap" in v}
         out: dict[str, str] = {}
         for mount in self.framework_container.get("volumeMounts", []):
-            source = volumes.get(mount["name"])
-            if source is None:
+            volume = volumes.get(mount["name"])
+            if volume is None:
                 continue
             base = mount["mountPath"].rstrip("/")
             if not base.startswith("/etc/"):
-                raise ValueError(f"pod {self.name}: a downwardAPI mount at {base} is not simulated")
+                raise ValueError(f"pod {self.name}: a projected mount at {base} is not simulated")
+            if "configMap" in volume:
+                name = volume["configMap"]["name"]
+                if config_maps is None or name not in config_maps:
+                    raise ValueError(f"pod {self.name}: ConfigMap {name} is not among the job's")
+                for key, content in config_maps[name].get("data", {}).items():
+                    out[f"{base}/{key}"] = content
+                continue
+            source = volume["downwardAPI"]
             for item in source.get("items", []):
                 m = re.fullmatch(r"metadata\.annotations\['(.+)'\]", item["fieldRef"]["fieldPath"])
                 if not m:
@@ -202,8 +229,11 @@ class Pod:
 class Job:
     """The pods of one manifest, run as sandboxed local processes."""
 
-    def __init__(self, pods: list[dict], first_ip: int = 2):
+    def __init__(self, pods: list[dict], first_ip: int = 2,
+                 config_maps: dict[str, dict] | None = None):
         self.pods = [Pod(p, f"127.0.0.{first_ip + i}") for i, p in enumerate(pods)]
+        # What the reconciler keeps for the job that its pods mount.
+        self.config_maps = config_maps or {}
         self.tmp = Path(tempfile.mkdtemp(prefix="dljob-podsim-"))
         self.procs: list[subprocess.Popen] = []
         self.published = False
@@ -213,7 +243,7 @@ class Job:
 
     @classmethod
     def from_manifest(cls, manifest: str | Path, namespace: str | None = None) -> "Job":
-        return cls(mutate_pods(manifest, namespace))
+        return cls(mutate_pods(manifest, namespace), config_maps=owned_config_maps(manifest, namespace))
 
     def __enter__(self) -> "Job":
         return self
@@ -237,8 +267,10 @@ class Job:
         # every pod of the job as DNS returns them (canonical name first).
         lines.append(f"{pod.ip}\t{pod.fqdn}\t{pod.hostname}")
         if published:
+            # `host.sub` (Volcano's form) is what the pod's DNS search path
+            # (`<ns>.svc.cluster.local` first) resolves to the same name.
             for p in self.pods:
-                lines.append(f"{p.ip}\t{p.fqdn}\t{p.svc_host}")
+                lines.append(f"{p.ip}\t{p.fqdn}\t{p.svc_host}\t{p.short_host}")
         return "\n".join(lines) + "\n"
 
     def publish_names(self) -> None:
@@ -263,7 +295,7 @@ class Job:
         if not d.exists():
             d.mkdir(parents=True)
             (d / "hosts").write_text(self.hosts_file(pod, self.published))
-            for path, content in pod.projections().items():
+            for path, content in pod.projections(self.config_maps).items():
                 f = d / "projected" / path.lstrip("/")
                 f.parent.mkdir(parents=True, exist_ok=True)
                 f.write_text(content)

@@ -107,7 +107,7 @@ def test_volcanos_tensorflow_script_builds_its_cluster_from_the_host_files(tmp_p
             return ["sh", "-c", body]
 
         out = run(job, script, timeout=180)
-        hosts = {role: [f"{p.svc_host}:2222" for p in sorted(job.pods, key=lambda p: p.index)
+        hosts = {role: [f"{p.short_host}:2222" for p in sorted(job.pods, key=lambda p: p.index)
                         if p.role == role] for role in ("ps", "worker")}
         assert [len(hosts["ps"]), len(hosts["worker"])] == [1, 2]
         for pod in job.pods:

@@ -527,7 +527,7 @@ def test_volcanos_mpi_job_reaches_its_workers_with_the_ssh_plugins_layout(cluste
     paths = sorted(m["mountPath"] for m in cluster.mounts(launcher))
     assert paths == [f"/root/.ssh/{f}" for f in
                      ("authorized_keys", "config", "id_ed25519", "id_rsa", "id_rsa.pub")]
-    assert launcher.env()["MPI_HOST"] == ",".join(w.svc_host for w in workers)
+    assert launcher.env()["MPI_HOST"] == ",".join(w.short_host for w in workers)
     for w in workers:
         cluster.start_sshd(w)
     run = cluster.mpirun(launcher)
@@ -553,7 +553,7 @@ def test_volcanos_own_mpi_example_builds_its_host_list_and_reaches_its_workers(c
                          env=cluster.job.base_env(), cwd="/", capture_output=True, text=True,
                          timeout=60)
     assert got.returncode == 0, got
-    assert got.stdout == ",".join(w.svc_host for w in workers), got
+    assert got.stdout == ",".join(w.short_host for w in workers), got
     for w in workers:
         cluster.start_sshd(w)
     run = cluster.mpirun(launcher, shell_vars={"MPI_HOST": got.stdout})

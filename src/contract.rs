@@ -92,11 +92,17 @@ pub(crate) const COMPAT_MPI_OPERATOR: &str = "mpi-operator";
 pub(crate) const COMPAT_VOLCANO: &str = "volcano";
 /// Where admission puts Volcano's host files (`<task>.host`).
 pub const VOLCANO_DIR: &str = "/etc/volcano";
-/// The downwardAPI volume that projects them.
+/// The volume that mounts them, the job's ConfigMap [`volcano_config_map`].
 pub const VOLCANO_VOLUME: &str = "dljob-volcano";
-/// Prefix of the pod annotations holding them (`<prefix><task>.host`):
-/// written by admission, read by the kubelet only, so not in dljob.dev/.
+/// Prefix of the pod annotations that held them before they were the
+/// ConfigMap's (`<prefix><task>.host`): such a pod's stay as written.
 pub const VOLCANO_HOSTS_PREFIX: &str = "volcano.dljob.dev/";
+
+/// The ConfigMap of a job's Volcano files, `<job>-volcano`, which the
+/// reconciler keeps and Volcano-compatible pods mount.
+pub(crate) fn volcano_config_map(job: &str) -> String {
+    format!("{job}-volcano")
+}
 /// Longest Volcano task name under compat: `<task>.host` names an
 /// annotation, whose name part holds at most 63 characters.
 pub(crate) const MAX_VOLCANO_TASK: usize = 58;

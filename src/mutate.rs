@@ -316,9 +316,11 @@ struct PodPlan {
     field_env: &'static [(&'static str, &'static str)],
     env: Env,
     hostfile: Option<String>,
-    /// Under `dljob.dev/compat: volcano`: per Volcano task, its hosts one
-    /// per line (`/etc/volcano/<task>.host`).
-    volcano_hosts: Vec<(String, String)>,
+    /// Under `dljob.dev/compat: volcano`: Volcano's files, the job's
+    /// ConfigMap mounted at /etc/volcano.
+    volcano: bool,
+    /// The size of those files, keys and values.
+    volcano_bytes: usize,
     container: usize,
 }
 
@@ -340,19 +342,19 @@ fn plan_pod_at(m: &MemberSpec, pod: &Value, config: &Config, index: u32) -> Opti
     m.framework.compat_env(&job, &member, &mut env);
     frameworks::volcano_env(m.framework, &job, &member, &mut env);
     frameworks::generic_env(m.framework, &job, &member, &mut env);
-    let volcano_hosts = match c::volcano_task(job.compat, &m.role) {
-        None => Vec::new(),
-        Some(_) => frameworks::rank_order(m.framework, job.topology)
-            .into_iter()
-            .map(|role| {
-                let task = c::volcano_task(job.compat, role).unwrap_or(role);
-                (task.to_owned(), job.hosts(role).join("\n"))
-            })
-            .collect(),
+    let volcano = c::volcano_task(job.compat, &m.role).is_some();
+    let volcano_bytes = if volcano {
+        frameworks::volcano_files(m.framework, &job)
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum()
+    } else {
+        0
     };
     Some(PodPlan {
         index,
-        volcano_hosts,
+        volcano,
+        volcano_bytes,
         hostname: c::pod_hostname(&m.job, &m.role, index),
         field_env: m.framework.field_env(&job, &member),
         hostfile: m.framework.hostfile(&job, &member),
@@ -369,9 +371,12 @@ pub(crate) const MAX_ENV_STRING: usize = 32 * 4096;
 /// exceed 256 KiB in all.
 pub(crate) const MAX_ANNOTATIONS: usize = 256 * 1024;
 
+/// What the API server stores of a ConfigMap's data at most (1 MiB).
+const MAX_CONFIG_MAP: usize = 1024 * 1024;
+
 /// What the member's pods would get that cannot work: an injected env string
-/// over [`MAX_ENV_STRING`] or annotations over [`MAX_ANNOTATIONS`] with the
-/// hostfile. Checked for the member's own pod, or for a workload's pod of
+/// over [`MAX_ENV_STRING`], annotations over [`MAX_ANNOTATIONS`] with the
+/// hostfile, or Volcano's files over [`MAX_CONFIG_MAP`]. Checked for the member's own pod, or for a workload's pod of
 /// the highest index (the longest values), so that the workload is refused
 /// before it creates pods that cannot start. The total environment limit
 /// (a quarter of the stack limit, 2 MiB by default) is not reached by what
@@ -441,16 +446,18 @@ fn plan_size_violations(m: &MemberSpec, pod: &Value, plan: &PodPlan) -> Vec<Stri
             m.role,
         ));
     }
-    // The annotations that carry host lists: the hostfile, Volcano's.
+    if plan.volcano_bytes > MAX_CONFIG_MAP {
+        problems.push(format!(
+            "Volcano's host files would be {} bytes, in the ConfigMap {} the pods mount at {}; the API server refuses a ConfigMap over {MAX_CONFIG_MAP}: {fix}",
+            plan.volcano_bytes,
+            c::volcano_config_map(&m.job),
+            c::VOLCANO_DIR
+        ));
+    }
+    // The annotation that carries a host list: the hostfile.
     let mut ours: Vec<(String, usize)> = Vec::new();
     if let Some(hostfile) = &plan.hostfile {
         ours.push((c::HOSTFILE.to_owned(), hostfile.len()));
-    }
-    for (task, hosts) in &plan.volcano_hosts {
-        ours.push((
-            format!("{}{task}.host", c::VOLCANO_HOSTS_PREFIX),
-            hosts.len(),
-        ));
     }
     if !ours.is_empty() {
         let others: usize = object::string_map(pod, &[], "annotations")
@@ -522,10 +529,7 @@ fn pod_patch(
     if let Some(hostfile) = plan.hostfile {
         edits.set_annotation(c::HOSTFILE, hostfile);
     }
-    let volumes = dljob_volumes(m, has_hostfile, &plan.volcano_hosts);
-    for (task, hosts) in plan.volcano_hosts {
-        edits.set_annotation(format!("{}{task}.host", c::VOLCANO_HOSTS_PREFIX), hosts);
-    }
+    let volumes = dljob_volumes(m, has_hostfile, plan.volcano);
 
     let containers = object::containers(spec);
     let fc = plan.container;
@@ -950,39 +954,20 @@ fn gang_marks(
 
 /// Every volume dljob adds to a member's pod, with its mounts in the
 /// framework container: [`framework_volumes`] and Volcano's host files.
-fn dljob_volumes(
-    m: &MemberSpec,
-    hostfile: bool,
-    volcano_hosts: &[(String, String)],
-) -> Vec<(Value, Vec<Value>)> {
+fn dljob_volumes(m: &MemberSpec, hostfile: bool, volcano: bool) -> Vec<(Value, Vec<Value>)> {
     let mut volumes = framework_volumes(m, hostfile);
-    if !volcano_hosts.is_empty() {
-        volumes.push(volcano_volume(volcano_hosts));
+    if volcano {
+        volumes.push(volcano_volume(&m.job));
     }
     volumes
 }
 
-/// Volcano's host files for every task, projected from the pod's
-/// annotations into /etc/volcano: named as Volcano's svc plugin names
-/// them, the task's name with `-` as `_` (`tf-worker` → `tf_worker.host`,
-/// since Volcano 1.4), and under the task's own name as before it.
-fn volcano_volume(volcano_hosts: &[(String, String)]) -> (Value, Vec<Value>) {
-    let items: Vec<Value> = volcano_hosts
-        .iter()
-        .flat_map(|(task, _)| {
-            let field = json!({"fieldPath": format!("metadata.annotations['{}{task}.host']", c::VOLCANO_HOSTS_PREFIX)});
-            let svc = task.replace('-', "_");
-            let mut names = vec![svc];
-            if task.contains('-') {
-                names.push(task.clone());
-            }
-            names
-                .into_iter()
-                .map(move |name| json!({"path": format!("{name}.host"), "fieldRef": field.clone()}))
-        })
-        .collect();
+/// Volcano's files ([`frameworks::volcano_files`]): the job's ConfigMap,
+/// which the reconciler keeps, mounted whole at /etc/volcano as Volcano
+/// mounts its own. The pod starts once it is there.
+fn volcano_volume(job: &str) -> (Value, Vec<Value>) {
     (
-        json!({"name": c::VOLCANO_VOLUME, "downwardAPI": {"items": items}}),
+        json!({"name": c::VOLCANO_VOLUME, "configMap": {"name": c::volcano_config_map(job)}}),
         vec![json!({"name": c::VOLCANO_VOLUME, "mountPath": c::VOLCANO_DIR, "readOnly": true})],
     )
 }
@@ -1130,7 +1115,7 @@ fn reserved_volume_problems(
     // dljob's own: (volume, [(container index, mount)]).
     let mut ours: Vec<(Value, Vec<(usize, Value)>)> = Vec::new();
     if let Some(plan) = plan {
-        for (volume, mounts) in dljob_volumes(m, plan.hostfile.is_some(), &plan.volcano_hosts) {
+        for (volume, mounts) in dljob_volumes(m, plan.hostfile.is_some(), plan.volcano) {
             ours.push((
                 volume,
                 mounts

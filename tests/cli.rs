@@ -591,10 +591,9 @@ fn mutate_owned_prints_what_the_reconciler_creates() {
         data.keys().collect::<Vec<_>>(),
         ["authorized_keys", "config", "id_ed25519", "id_ed25519.pub"]
     );
-    assert!(data["config"]
-        .as_str()
-        .unwrap()
-        .contains("Host horovod-worker-1 horovod-worker-1.horovod.ml.svc\n"));
+    assert!(data["config"].as_str().unwrap().contains(
+        "Host horovod-worker-1 horovod-worker-1.horovod horovod-worker-1.horovod.ml.svc\n"
+    ));
     let again = dljob(&args, None);
     assert_ne!(run.stdout, again.stdout, "a new key each run");
     // Not with --pods.

@@ -743,9 +743,9 @@ fn a_volcano_job_becomes_a_job_whose_pods_get_volcanos_files_and_env() {
     // /etc/volcano volume is dljob's own).
     assert_each_pod_validates(&pods.stdout);
     let pods = values(&pods.stdout);
-    let host = |r: &str, i: u32| {
-        format!("tensorflow-dist-mnist-{r}-{i}.tensorflow-dist-mnist.default.svc")
-    };
+    // Volcano's names: each pod's under the job's Service, resolved through
+    // the pod's DNS search path.
+    let host = |r: &str, i: u32| format!("tensorflow-dist-mnist-{r}-{i}.tensorflow-dist-mnist");
     for pod in &pods {
         let index = pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
             .as_str()
@@ -773,14 +773,7 @@ fn a_volcano_job_becomes_a_job_whose_pods_get_volcanos_files_and_env() {
             Some(format!("{},{}", host("worker", 0), host("worker", 1)))
         );
         assert_eq!(get("VC_WORKER_NUM").as_deref(), Some("2"));
-        // The svc plugin's host files, one host a line, projected from the
-        // pod's annotations into /etc/volcano.
-        let a = &pod["metadata"]["annotations"];
-        assert_eq!(a["volcano.dljob.dev/ps.host"], host("ps", 0));
-        assert_eq!(
-            a["volcano.dljob.dev/worker.host"],
-            format!("{}\n{}", host("worker", 0), host("worker", 1))
-        );
+        // The svc plugin's ConfigMap, the job's, mounted whole.
         let volume = pod["spec"]["volumes"]
             .as_array()
             .unwrap()
@@ -788,11 +781,8 @@ fn a_volcano_job_becomes_a_job_whose_pods_get_volcanos_files_and_env() {
             .find(|v| v["name"] == "dljob-volcano")
             .unwrap();
         assert_eq!(
-            volume["downwardAPI"]["items"],
-            json!([
-                {"path": "worker.host", "fieldRef": {"fieldPath": "metadata.annotations['volcano.dljob.dev/worker.host']"}},
-                {"path": "ps.host", "fieldRef": {"fieldPath": "metadata.annotations['volcano.dljob.dev/ps.host']"}}
-            ])
+            volume["configMap"],
+            json!({"name": "tensorflow-dist-mnist-volcano"})
         );
         assert!(pod["spec"]["containers"][0]["volumeMounts"]
             .as_array()
@@ -801,6 +791,33 @@ fn a_volcano_job_becomes_a_job_whose_pods_get_volcanos_files_and_env() {
                 &json!({"name": "dljob-volcano", "mountPath": "/etc/volcano", "readOnly": true})
             ));
     }
+    // What the ConfigMap holds, as Volcano's svc plugin fills its own: the
+    // host files one host a line, and the env's values.
+    let workers = [host("worker", 0), host("worker", 1)];
+    assert_eq!(
+        volcano_files(&run.stdout),
+        json!({
+            "worker.host": workers.join("\n"),
+            "VC_WORKER_HOSTS": workers.join(","),
+            "VC_WORKER_NUM": "2",
+            "ps.host": host("ps", 0),
+            "VC_PS_HOSTS": host("ps", 0),
+            "VC_PS_NUM": "1",
+        })
+    );
+}
+
+/// The data of the Volcano files' ConfigMap that `dljob mutate --owned`
+/// says the reconciler keeps for the jobs of `manifest`.
+fn volcano_files(manifest: &str) -> Value {
+    let owned = dljob(&["mutate", "--owned", "-f", "-"], Some(manifest));
+    assert!(owned.success(), "{owned:?}");
+    let maps: Vec<Value> = values(&owned.stdout)
+        .into_iter()
+        .filter(|o| o["kind"] == "ConfigMap")
+        .collect();
+    assert_eq!(maps.len(), 1, "{}", owned.stdout);
+    maps[0]["data"].clone()
 }
 
 #[test]
@@ -853,13 +870,12 @@ spec:
             .find(|e| e["name"] == n)
             .map(|e| e["value"].clone())
     };
-    let workers =
-        "lm-mpi-job-worker-0.lm-mpi-job.default.svc,lm-mpi-job-worker-1.lm-mpi-job.default.svc";
+    let workers = "lm-mpi-job-worker-0.lm-mpi-job,lm-mpi-job-worker-1.lm-mpi-job";
     assert_eq!(get("MPI_HOST"), Some(json!(workers)));
     assert_eq!(get("VC_MPIWORKER_HOSTS"), Some(json!(workers)));
     assert_eq!(get("VC_MPIMASTER_NUM"), Some(json!("1")));
     assert_eq!(
-        launcher["metadata"]["annotations"]["volcano.dljob.dev/mpiworker.host"],
+        volcano_files(&run.stdout)["mpiworker.host"],
         json!(workers.replace(',', "\n"))
     );
     assert_each_pod_validates(&pods.stdout);
@@ -1376,24 +1392,14 @@ fn volcanos_mpi_examples_without_the_mpi_plugin_convert() {
         .find(|p| p["spec"]["hostname"] == "lm-mpi-job-launcher-0")
         .unwrap();
     assert_eq!(
-        launcher["metadata"]["annotations"]["volcano.dljob.dev/mpiworker.host"],
-        "lm-mpi-job-worker-0.lm-mpi-job.default.svc\nlm-mpi-job-worker-1.lm-mpi-job.default.svc"
+        volcano_files(&run.stdout)["mpiworker.host"],
+        "lm-mpi-job-worker-0.lm-mpi-job\nlm-mpi-job-worker-1.lm-mpi-job"
     );
-    let items = launcher["spec"]["volumes"]
+    assert!(launcher["spec"]["containers"][0]["volumeMounts"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|v| v["name"] == "dljob-volcano")
-        .unwrap()["downwardAPI"]["items"]
-        .clone();
-    assert!(
-        items
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|i| i["path"] == "mpiworker.host"),
-        "{items}"
-    );
+        .any(|m| m["name"] == "dljob-volcano" && m["mountPath"] == "/etc/volcano"));
 
     // Which task launches must be plain: by its name, else by the policy
     // that completes the job.

@@ -555,6 +555,8 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
         ),
         // Create only: no cluster-wide read of every Secret.
         (("", "secrets"), &["create"]),
+        // Volcano's files: read (whose is it?) before any write.
+        (("", "configmaps"), &["create", "get", "patch"]),
         // A bare pod's manifest while it is recreated.
         // No get: the API server names them (generateName), so there
         // is no one else's of the same name to read.

@@ -875,28 +875,33 @@ fn volcano_compat_is_idempotent_and_its_patch_reproduces_the_pod() {
     let p = member("volcano:ps=param-server");
     let m = create(Kind::Pod, &p, &Config::default());
     assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    // Volcano's host names: the pod's under the job's Service.
     assert_eq!(
-        m.object["metadata"]["annotations"]["volcano.dljob.dev/param-server.host"],
-        "vc-ps-0.vc.ml.svc"
+        env(&m.object, "VC_PARAM_SERVER_HOSTS").as_deref(),
+        Some("vc-ps-0.vc")
+    );
+    assert_eq!(
+        env(&m.object, "VC_WORKER_HOSTS").as_deref(),
+        Some("vc-worker-0.vc,vc-worker-1.vc")
     );
     assert_eq!(env(&m.object, "VC_PARAM_SERVER_NUM").as_deref(), Some("1"));
     assert_eq!(env(&m.object, "VK_TASK_INDEX").as_deref(), Some("1"));
-    // Volcano's svc plugin names a task's host file with `-` as `_`
-    // (`param_server.host`); before 1.4 it was the task's own name.
+    // Volcano's files are the job's ConfigMap, mounted whole at
+    // /etc/volcano (`dljob mutate --owned` prints what it holds); the pod
+    // carries no copy of them.
     let volume = m.object["spec"]["volumes"]
         .as_array()
         .unwrap()
         .iter()
         .find(|v| v["name"] == "dljob-volcano")
         .unwrap();
-    let from = |a: &str| json!({"fieldPath": format!("metadata.annotations['volcano.dljob.dev/{a}.host']")});
-    assert_eq!(
-        volume["downwardAPI"]["items"],
-        json!([
-            {"path": "worker.host", "fieldRef": from("worker")},
-            {"path": "param_server.host", "fieldRef": from("param-server")},
-            {"path": "param-server.host", "fieldRef": from("param-server")},
-        ])
+    assert_eq!(volume["configMap"], json!({"name": "vc-volcano"}));
+    let annotations = m.object["metadata"]["annotations"].as_object().unwrap();
+    assert!(
+        !annotations
+            .keys()
+            .any(|k| k.starts_with("volcano.dljob.dev/")),
+        "{annotations:?}"
     );
     assert_idempotent(Kind::Pod, &m.object, &Config::default());
     assert_patch_reproduces(&p, &m.object);
@@ -1515,7 +1520,9 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         "{}",
         v.0[0].message
     );
-    // Volcano's host files are annotations of every pod, bounded alike.
+    // Volcano's host lists are every pod's env (one string per task, under
+    // Linux's limit) and the job's ConfigMap (all of them, under the API
+    // server's 1 MiB).
     let volcano = pod(
         "resnet50-imagenet-hparam-sweep-trial7",
         "worker",
@@ -1530,17 +1537,17 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
     )
     .expect_err("refused");
     assert!(
-        v.0.iter().any(|p| p.message.starts_with(
-            "the volcano.dljob.dev/ps.host, volcano.dljob.dev/worker.host annotations ("
-        )),
+        v.0.iter().any(|p| p
+            .message
+            .starts_with("VC_WORKER_HOSTS would be 262906 bytes for worker 0; Linux refuses")),
         "{v}"
     );
-    // Named up to three, however many tasks the job has.
+    let tasks = "a=1000,b=1000,c=1000,d=1000,e=1000,f=1000,g=1000,h=1000,i=1000,k=1000";
     let many = pod(
         "resnet50-imagenet-hparam-sweep-trial7",
         "a",
         "generic",
-        "a=700,b=700,c=700,d=700,e=700",
+        tasks,
         json!({"dljob.dev/index": "0", "dljob.dev/compat": "volcano"}),
     );
     let v = mutate_patch(
@@ -1549,12 +1556,31 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         &Config::default(),
     )
     .expect_err("refused");
+    assert_eq!(v.0.len(), 1, "{v}");
     assert!(
-        v.0.iter().any(|p| p.message.starts_with(
-            "the volcano.dljob.dev/a.host, volcano.dljob.dev/b.host, volcano.dljob.dev/c.host, 2 more annotations ("
-        )),
+        v.0[0].message.starts_with(
+            "Volcano's host files would be 1638060 bytes, in the ConfigMap resnet50-imagenet-hparam-sweep-trial7-volcano the pods mount at /etc/volcano; the API server refuses a ConfigMap over 1048576: "
+        ),
         "{v}"
     );
+    // 2000 workers of a job of a 24-character name: the launcher's hostfile
+    // (153 KB) and Volcano's lists in Volcano's shorter form (123 KB a
+    // string) fit, where the hostfile and the full host lists as
+    // annotations (290 KB together) did not, nor the full list as one env
+    // string (137 KB).
+    let launcher = pod(
+        "imagenet-hparam-sweep-t7",
+        "launcher",
+        "mpi",
+        "launcher=1,worker=2000",
+        json!({"dljob.dev/compat": "volcano:launcher=mpimaster,worker=mpiworker"}),
+    );
+    let m = mutate_patch(
+        Subject::new(Kind::Pod, &launcher, Some("ml")),
+        Operation::Create,
+        &Config::default(),
+    );
+    assert!(m.is_ok(), "{:?}", m.err().map(|v| v.to_string()));
     // Workers carry no hostfile: they are not refused for it.
     let worker = pod(
         "resnet50-imagenet-hparam-sweep-trial7",

@@ -1113,10 +1113,9 @@ async fn mpi_reconcile(created: Value, held: Value, events: &[&'static str]) -> 
                     data.keys().collect::<Vec<_>>(),
                     ["authorized_keys", "config", "id_ed25519", "id_ed25519.pub"]
                 );
-                assert!(data["config"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with("Host mnist-launcher-0 mnist-launcher-0.mnist.ml.svc\n"));
+                assert!(data["config"].as_str().unwrap().starts_with(
+                    "Host mnist-launcher-0 mnist-launcher-0.mnist mnist-launcher-0.mnist.ml.svc\n"
+                ));
             },
             created.clone(),
         )]
@@ -1687,6 +1686,105 @@ async fn volcano_reconcile(pod_group_answer: Value, served_kind: bool) -> Vec<Va
     .await;
     let seen = seen.lock().unwrap().clone();
     seen
+}
+
+/// A job under `dljob.dev/compat: volcano`: no reflector watches
+/// ConfigMaps, so its ConfigMap of Volcano's files is read, absent, then
+/// created, owned by the DLJob, holding what Volcano's svc plugin puts in
+/// its own (hosts as Volcano names them); the next reconcile finds it as
+/// declared and writes nothing; one another wrote is repaired.
+#[tokio::test]
+async fn a_volcano_compat_job_gets_its_config_map_of_volcanos_files() {
+    let volcano_job = || {
+        let (mut job, world) = gang_job("none");
+        job.spec.compat = Some("volcano:master=chief".into());
+        (job, world)
+    };
+    let (job, world) = volcano_job();
+    let uri = format!("/api/v1/namespaces/{NS}/configmaps/mnist-volcano");
+    let declared = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {
+            "name": "mnist-volcano", "namespace": NS,
+            "labels": {"dljob.dev/job": "mnist"},
+            "ownerReferences": [{"apiVersion": "dljob.dev/v1alpha1", "kind": "DLJob", "name": "mnist", "uid": "job-uid", "controller": true}]
+        },
+        "data": {
+            "chief.host": "mnist-master-0.mnist",
+            "VC_CHIEF_HOSTS": "mnist-master-0.mnist",
+            "VC_CHIEF_NUM": "1",
+            "worker.host": "mnist-worker-0.mnist",
+            "VC_WORKER_HOSTS": "mnist-worker-0.mnist",
+            "VC_WORKER_NUM": "1",
+        }
+    });
+    let (ctx, handle) = context(world, vec![job.clone()]);
+    let want = declared.clone();
+    let jj = job.clone();
+    let status = Arc::new(std::sync::Mutex::new(Value::Null));
+    let written = status.clone();
+    reconcile_expecting(
+        job.clone(),
+        ctx,
+        handle,
+        vec![
+            call(
+                "GET",
+                uri.clone(),
+                |_| {},
+                not_found("configmaps \"mnist-volcano\" not found"),
+            ),
+            call(
+                "POST",
+                format!("/api/v1/namespaces/{NS}/configmaps?&fieldManager=dljob"),
+                move |b| assert_eq!(b, &want),
+                declared.clone(),
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                move |b| *written.lock().unwrap() = b["status"].clone(),
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            event("Running"),
+        ],
+    )
+    .await;
+    // Found as declared: nothing to write (the status is as written).
+    let mut running = job.clone();
+    running.status = serde_json::from_value(status.lock().unwrap().clone()).unwrap();
+    let (ctx, handle) = context(volcano_job().1, vec![running.clone()]);
+    let mut found = declared.clone();
+    found["metadata"]["resourceVersion"] = json!("7");
+    let (result, _) = reconcile_with(
+        running.clone(),
+        ctx,
+        handle,
+        vec![call("GET", uri.clone(), |_| {}, found.clone())],
+    )
+    .await;
+    result.expect("reconcile");
+    // Another writer's change is applied again, by dljob's field manager.
+    let (ctx, handle) = context(volcano_job().1, vec![running.clone()]);
+    let mut drifted = found;
+    drifted["data"]["VC_WORKER_NUM"] = json!("9");
+    let want = declared.clone();
+    let (result, _) = reconcile_with(
+        running,
+        ctx,
+        handle,
+        vec![
+            call("GET", uri.clone(), |_| {}, drifted),
+            call(
+                "PATCH",
+                format!("{uri}?&force=true&fieldManager=dljob"),
+                move |b| assert_eq!(b["data"], want["data"]),
+                declared,
+            ),
+        ],
+    )
+    .await;
+    result.expect("reconcile");
 }
 
 /// A coscheduling job on a cluster without the scheduler-plugins CRDs:

@@ -2500,8 +2500,8 @@ async fn an_answer_not_taken_closes_its_connection_at_the_read_timeout() {
     .await
 }
 
-/// The review with the largest answer dljob gives (0.6 MiB: a Volcano
-/// launcher's hosts, in its annotations and again in its env).
+/// The review with the largest answer dljob gives (0.7 MiB: a Volcano
+/// pod's hosts in its env, as many as the job's ConfigMap holds).
 fn largest_answer() -> attacks::Crafted {
     let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
     attacks::worst_reviews(fixtures)
@@ -2511,8 +2511,8 @@ fn largest_answer() -> attacks::Crafted {
 }
 
 /// One connection holds at most its share (4 MiB) of the answers' budget:
-/// of ten reviews with the largest answer dljob gives (0.6 MiB, a Volcano
-/// launcher) on a connection that reads none, those that came while its
+/// of ten reviews with the largest answer dljob gives (0.7 MiB, a Volcano
+/// pod) on a connection that reads none, those that came while its
 /// share had room for one more answer of 1 MiB are answered, and the rest
 /// refused with 503 at once; another connection is answered as ever.
 #[tokio::test]

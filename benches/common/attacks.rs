@@ -123,8 +123,8 @@ pub(crate) fn worst_reviews(fixtures: &str) -> Vec<Crafted> {
     add("generic, 32 roles, 10 000 replicas", r);
 
     // The same under `dljob.dev/compat: volcano`, every role's task named
-    // otherwise (58 characters, the most): each role's hosts twice more,
-    // in VC_<TASK>_HOSTS and the /etc/volcano annotations.
+    // otherwise (58 characters, the most): each role's hosts in
+    // VC_<TASK>_HOSTS, and twice in the job's ConfigMap of /etc/volcano.
     let mut r = base(fixtures);
     let tasks: Vec<String> = (0..32).map(|i| format!("r{i}={:0>58}", i)).collect();
     r["request"]["object"]["metadata"]["labels"]["dljob.dev/role"] = json!("r0");
@@ -138,12 +138,14 @@ pub(crate) fn worst_reviews(fixtures: &str) -> Vec<Crafted> {
     );
     add("generic, 32 roles, 10 000 replicas, volcano compat", r);
 
-    // The largest such job admitted: every host in the pod's annotations
-    // (the /etc/volcano files) and again in its env, just under the API
-    // server's 256 KiB of annotations.
+    // The largest such job admitted, with the longest job name: every
+    // host in the pod's env (about 0.5 MiB), just under what the job's
+    // ConfigMap of /etc/volcano holds (each list twice, 1 MiB).
     let mut r = base(fixtures);
-    let small: Vec<String> = (0..32).map(|i| format!("r{i}=230")).collect();
-    r["request"]["object"]["metadata"]["labels"]["dljob.dev/role"] = json!("r0");
+    let small: Vec<String> = (0..32).map(|i| format!("r{i}=183")).collect();
+    let labels = &mut r["request"]["object"]["metadata"]["labels"];
+    labels["dljob.dev/role"] = json!("r0");
+    labels["dljob.dev/job"] = json!(format!("r{}", "x".repeat(39)));
     set_annotations(
         &mut r,
         &[
@@ -153,7 +155,7 @@ pub(crate) fn worst_reviews(fixtures: &str) -> Vec<Crafted> {
         ],
     );
     add(
-        "generic, 32 roles, 7 360 replicas, volcano compat (allowed)",
+        "generic, 32 roles, 5 856 replicas, volcano compat (allowed)",
         r,
     );
 

@@ -366,10 +366,22 @@ impl JobView<'_> {
         s
     }
 
-    /// Every host of `role`, in index order.
-    pub(crate) fn hosts(&self, role: &str) -> Vec<String> {
+    /// `j-r-i.j`: a pod's host name under the job's Service, as Volcano
+    /// names its tasks' hosts. It resolves through the pod's DNS search
+    /// path (the namespace's `svc` domain first), and is a third shorter
+    /// than [`Self::host`]: Volcano's host lists of thousands fit where
+    /// the full names would not.
+    pub(crate) fn short_host(&self, role: &str, index: u32) -> String {
+        let mut s = crate::contract::pod_hostname(self.name, role, index);
+        s.push('.');
+        s.push_str(self.name);
+        s
+    }
+
+    /// Every host of `role` in [`Self::short_host`]'s form.
+    pub(crate) fn short_hosts(&self, role: &str) -> Vec<String> {
         (0..self.topology.count_or_zero(role))
-            .map(|i| self.host(role, i))
+            .map(|i| self.short_host(role, i))
             .collect()
     }
 
@@ -481,16 +493,41 @@ pub(crate) fn volcano_env(
     let index = member.index.to_string();
     env.push(("VK_TASK_INDEX".into(), index.clone()));
     env.push(("VC_TASK_INDEX".into(), index));
-    for role in rank_order(framework, job.topology) {
-        let task = crate::contract::volcano_task(job.compat, role).unwrap_or(role);
-        let key = task.replace('-', "_").to_uppercase();
-        let count = job.topology.count_or_zero(role);
-        env.push((format!("VC_{key}_HOSTS"), job.hosts(role).join(",")));
-        env.push((format!("VC_{key}_NUM"), count.to_string()));
+    for (name, value) in volcano_files(framework, job) {
+        if name.starts_with("VC_") {
+            env.push((name, value));
+        }
     }
     if framework.volcano_mpi_host_role() == Some(member.role) {
-        env.push(("MPI_HOST".into(), job.hosts("worker").join(",")));
+        env.push(("MPI_HOST".into(), job.short_hosts("worker").join(",")));
     }
+}
+
+/// What Volcano's svc plugin puts in a job's ConfigMap, which it mounts
+/// whole at /etc/volcano, per task (in the framework's role order): the
+/// hosts one a line as `<task>.host`, the task's name with `-` as `_`
+/// (Volcano 1.4 and later; dljob also writes the name as it is, as
+/// Volcano did before), and as `VC_<TASK>_HOSTS` (comma-separated) and
+/// `VC_<TASK>_NUM`, which it also sets as env. Hosts in Volcano's form,
+/// [`JobView::short_host`]. Empty unless the job is under
+/// `dljob.dev/compat: volcano`.
+pub(crate) fn volcano_files(framework: &dyn Framework, job: &JobView<'_>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for role in rank_order(framework, job.topology) {
+        let Some(task) = crate::contract::volcano_task(job.compat, role) else {
+            continue;
+        };
+        let svc = task.replace('-', "_");
+        let key = svc.to_uppercase();
+        let hosts = job.short_hosts(role);
+        out.push((format!("{svc}.host"), hosts.join("\n")));
+        if svc != task {
+            out.push((format!("{task}.host"), hosts.join("\n")));
+        }
+        out.push((format!("VC_{key}_HOSTS"), hosts.join(",")));
+        out.push((format!("VC_{key}_NUM"), hosts.len().to_string()));
+    }
+    out
 }
 
 /// The coordinator rule of every framework but generic: replica 0 of the

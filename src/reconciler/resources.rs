@@ -1,12 +1,13 @@
 //! The objects the reconciler owns, declared as data by pure functions of
 //! the job: the DLJob from a member, and [`owned`] — the headless Service,
-//! the gang scheduler's PodGroup, the TensorBoard Deployment and Service
-//! and the mpi/chainer SSH Secret, each with how it is kept ([`Keep`]). The
+//! the gang scheduler's PodGroup, the TensorBoard Deployment and Service,
+//! the Volcano files' ConfigMap and the mpi/chainer SSH Secret, each with
+//! how it is kept ([`Keep`]). The
 //! controller applies them all with one generic step.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServicePort, ServiceSpec};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject};
 use kube::Resource;
@@ -94,9 +95,12 @@ pub(crate) fn owned(
         out.push(Owned::of(&deployment, Keep::Apply));
         out.push(Owned::of(&service, Keep::Apply));
     }
+    let cluster_domain = config.cluster_domain.as_str();
+    if let Some(files) = volcano_config_map(job, cluster_domain) {
+        out.push(Owned::of(&files, Keep::Apply));
+    }
     // The SSH Secret last: once it is created, only its record in the
     // status is left to write (see the reconciler's `ensure_owned`).
-    let cluster_domain = config.cluster_domain.as_str();
     let uses_ssh = job.spec.framework().is_some_and(|f| f.uses_ssh());
     let secret_name = mutate::ssh_secret_name(&job.metadata.name.clone().unwrap_or_default());
     let recorded = job.status.as_ref().and_then(|s| s.ssh_secret.as_deref()) == Some(&secret_name);
@@ -264,30 +268,53 @@ pub(crate) fn generate_key() -> Result<ssh_key::PrivateKey, ssh_key::Error> {
     ssh_key::PrivateKey::random(&mut rand_core::OsRng, ssh_key::Algorithm::Ed25519)
 }
 
-/// The ssh client config: every host of the topology, no host key checks
-/// (the hosts' keys are generated at pod start and unknown in advance).
-pub(crate) fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> Option<String> {
-    let topology = &job.spec.replicas;
-    let name = job.metadata.name.as_deref()?;
-    let namespace = job.metadata.namespace.as_deref()?;
-    let view = frameworks::JobView {
-        name,
-        namespace,
+/// The job as the frameworks see it. None without a name and namespace.
+fn view<'j>(job: &'j DLJob, cluster_domain: &'j str) -> Option<frameworks::JobView<'j>> {
+    Some(frameworks::JobView {
+        name: job.metadata.name.as_deref()?,
+        namespace: job.metadata.namespace.as_deref()?,
         cluster_domain,
-        topology,
+        topology: &job.spec.replicas,
         port: job.spec.port,
         slots: &job.spec.slots,
         elastic: job.spec.elastic,
         backoff_limit: job.spec.policies.backoff_limit,
         compat: job.spec.compat.as_deref(),
-    };
+    })
+}
+
+/// The ConfigMap of the job's Volcano files (`<job>-volcano`, what
+/// Volcano's svc plugin puts in its own), which its pods mount at
+/// /etc/volcano; None unless the job is under `dljob.dev/compat: volcano`
+/// (or the DLJob has no uid yet).
+pub(crate) fn volcano_config_map(job: &DLJob, cluster_domain: &str) -> Option<ConfigMap> {
+    let framework = job.spec.framework()?;
+    let view = view(job, cluster_domain)?;
+    let files = frameworks::volcano_files(framework, &view);
+    if files.is_empty() {
+        return None;
+    }
+    Some(ConfigMap {
+        metadata: job.owned_meta(c::volcano_config_map(view.name))?,
+        data: Some(files.into_iter().collect()),
+        ..ConfigMap::default()
+    })
+}
+
+/// The ssh client config: every host of the topology (by its host name,
+/// its name under the Service, as Volcano writes it, and in full), no host
+/// key checks (the hosts' keys are generated at pod start and unknown in
+/// advance).
+pub(crate) fn ssh_config(job: &DLJob, ssh_path: &str, cluster_domain: &str) -> Option<String> {
+    let view = view(job, cluster_domain)?;
     let mut out = String::new();
-    for (role, count) in topology.roles() {
+    for (role, count) in view.topology.roles() {
         for index in 0..count {
-            let short = c::pod_hostname(name, role, index);
+            let short = c::pod_hostname(view.name, role, index);
+            let under_service = view.short_host(role, index);
             let fqdn = view.host(role, index);
             out.push_str(&format!(
-                "Host {short} {fqdn}\n    HostName {fqdn}\n    Port {}\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    IdentityFile {ssh_path}/{}\n\n",
+                "Host {short} {under_service} {fqdn}\n    HostName {fqdn}\n    Port {}\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    IdentityFile {ssh_path}/{}\n\n",
                 job.spec.port,
                 c::SSH_PRIVATE_KEY
             ));
@@ -608,13 +635,14 @@ mod tests {
         assert_eq!(data["authorized_keys"], data["id_ed25519.pub"]);
         assert_eq!(
             data["config"].split("\n\n").next().unwrap(),
-            "Host mnist-launcher-0 mnist-launcher-0.mnist.ml.svc\n    HostName mnist-launcher-0.mnist.ml.svc\n    Port 22\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    IdentityFile /root/.ssh/id_ed25519"
+            "Host mnist-launcher-0 mnist-launcher-0.mnist mnist-launcher-0.mnist.ml.svc\n    HostName mnist-launcher-0.mnist.ml.svc\n    Port 22\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    IdentityFile /root/.ssh/id_ed25519"
         );
         assert_eq!(
             data["config"].matches("StrictHostKeyChecking no").count(),
             3
         );
-        assert!(data["config"].contains("Host mnist-worker-1 mnist-worker-1.mnist.ml.svc\n"));
+        assert!(data["config"]
+            .contains("Host mnist-worker-1 mnist-worker-1.mnist mnist-worker-1.mnist.ml.svc\n"));
         // A generated key is a different one every time.
         assert_ne!(
             generate_key().unwrap().public_key(),
