@@ -161,8 +161,10 @@ class Pod:
         as a volume without items projects them): path → content, every
         path under /etc (the sandbox's private overlay)."""
         annotations = self.obj["metadata"].get("annotations", {})
+        # The job's own ConfigMaps (others are the user's, not simulated).
+        ours = config_maps or {}
         volumes = {v["name"]: v for v in self.obj["spec"].get("volumes", [])
-                   if "downwardAPI" in v or "configMap" in v}
+                   if "downwardAPI" in v or v.get("configMap", {}).get("name") in ours}
         out: dict[str, str] = {}
         for mount in self.framework_container.get("volumeMounts", []):
             volume = volumes.get(mount["name"])
@@ -172,10 +174,7 @@ class Pod:
             if not base.startswith("/etc/"):
                 raise ValueError(f"pod {self.name}: a projected mount at {base} is not simulated")
             if "configMap" in volume:
-                name = volume["configMap"]["name"]
-                if config_maps is None or name not in config_maps:
-                    raise ValueError(f"pod {self.name}: ConfigMap {name} is not among the job's")
-                for key, content in config_maps[name].get("data", {}).items():
+                for key, content in ours[volume["configMap"]["name"]].get("data", {}).items():
                     out[f"{base}/{key}"] = content
                 continue
             source = volume["downwardAPI"]

@@ -325,11 +325,12 @@ def test_heterogeneous_worker_sets_get_their_sets_slots(openmpi, chainermn_sets)
 
 
 def test_gpu_launcher_runs_its_own_ranks(openmpi, horovod_gpu_launcher):
-    """A launcher that requests a GPU is in its own hostfile (first): it runs
-    rank 0 itself, without ssh to itself, and the workers the rest."""
+    """A launcher that requests a GPU is in its own hostfile (first, by its
+    own host name): it runs rank 0 itself, without ssh to itself, and the
+    workers the rest."""
     job = horovod_gpu_launcher
     launcher = job.pod("launcher")
-    assert launcher.hostfile.splitlines()[0].startswith(launcher.svc_host + " "), launcher.hostfile
+    assert launcher.hostfile.splitlines()[0].startswith(launcher.hostname + " "), launcher.hostfile
     w0, w1 = job.pod("worker", 0), job.pod("worker", 1)
     run = run_mpi(job, launcher, openmpi, np=3)
     assert_ranks(run, {0: launcher.hostname, 1: w0.hostname, 2: w1.hostname})

@@ -336,6 +336,7 @@ fn plan_pod_at(m: &MemberSpec, pod: &Value, config: &Config, index: u32) -> Opti
         role: &m.role,
         index,
         gpus,
+        host_network: pod["spec"]["hostNetwork"] == true,
     };
     let mut env = Env::with_capacity(24);
     m.framework.env(&job, &member, &mut env);
@@ -434,21 +435,28 @@ fn plan_size_violations(m: &MemberSpec, pod: &Value, plan: &PodPlan) -> Vec<Stri
         "use fewer replicas, or a shorter job name or namespace (every host is named {}-<role>-<index>.{}.{}.svc)",
         m.job, m.job, m.namespace
     );
+    // Volcano's lists name hosts in its shorter form.
+    let volcano_fix = format!(
+        "use fewer replicas, or a shorter job name (Volcano's lists name every host {}-<role>-<index>.{})",
+        m.job, m.job
+    );
     if let Some((name, value)) = plan
         .env
         .iter()
         .max_by_key(|(n, v)| n.len() + v.len())
         .filter(|(n, v)| n.len() + 1 + v.len() + 1 > MAX_ENV_STRING)
     {
+        let volcano = plan.volcano && (name.starts_with("VC_") || name == "MPI_HOST");
         problems.push(format!(
-            "{name} would be {} bytes for {} {index}; Linux refuses to start a process with an environment string over {MAX_ENV_STRING} bytes, so the container could not start: {fix}",
+            "{name} would be {} bytes for {} {index}; Linux refuses to start a process with an environment string over {MAX_ENV_STRING} bytes, so the container could not start: {}",
             name.len() + 1 + value.len() + 1,
             m.role,
+            if volcano { &volcano_fix } else { &fix },
         ));
     }
     if plan.volcano_bytes > MAX_CONFIG_MAP {
         problems.push(format!(
-            "Volcano's host files would be {} bytes, in the ConfigMap {} the pods mount at {}; the API server refuses a ConfigMap over {MAX_CONFIG_MAP}: {fix}",
+            "Volcano's host files would be {} bytes, in the ConfigMap {} the pods mount at {}; the API server refuses a ConfigMap over {MAX_CONFIG_MAP}: {volcano_fix}",
             plan.volcano_bytes,
             c::volcano_config_map(&m.job),
             c::VOLCANO_DIR

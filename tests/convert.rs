@@ -970,10 +970,14 @@ fn a_chainerjobs_worker_sets_become_statefulsets_running_sshd() {
     let container = &out[1]["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
         container["command"],
-        json!(["sh", "-c", "mkdir -p /run/sshd && exec /usr/sbin/sshd -De"])
+        json!([
+            "sh",
+            "-c",
+            "mkdir -p /run/sshd 2>/dev/null; exec /usr/sbin/sshd -De"
+        ])
     );
     assert!(run.stderr.contains(
-        "ChainerJob/example-job-mn: spec.workerSets.ws0: the workers' command (\"sh -c while true; do sleep 1 & wait; done\") is replaced by `mkdir -p /run/sshd && exec /usr/sbin/sshd -De`"
+        "ChainerJob/example-job-mn: spec.workerSets.ws0: the workers' command (\"sh -c while true; do sleep 1 & wait; done\") is replaced by `mkdir -p /run/sshd 2>/dev/null; exec /usr/sbin/sshd -De`"
     ), "{run:?}");
     // The master's hostfile: the workers with their slots, the master last,
     // by its own host name (mpiexec runs its ranks there itself).

@@ -905,6 +905,36 @@ fn volcano_compat_is_idempotent_and_its_patch_reproduces_the_pod() {
     );
     assert_idempotent(Kind::Pod, &m.object, &Config::default());
     assert_patch_reproduces(&p, &m.object);
+    // Volcano's names resolve through the pod's DNS search path: a pod
+    // without it is told.
+    for (dns, warned) in [
+        (json!({"dnsPolicy": "Default"}), true),
+        (json!({"hostNetwork": true}), true),
+        (
+            json!({"hostNetwork": true, "dnsPolicy": "ClusterFirstWithHostNet"}),
+            false,
+        ),
+        (
+            json!({"dnsPolicy": "None", "dnsConfig": {"searches": ["ml.svc.cluster.local"]}}),
+            false,
+        ),
+        (
+            json!({"dnsPolicy": "None", "dnsConfig": {"nameservers": ["10.0.0.10"]}}),
+            true,
+        ),
+    ] {
+        let mut q = p.clone();
+        for (k, v) in dns.as_object().unwrap() {
+            q["spec"][k] = v.clone();
+        }
+        let m = create(Kind::Pod, &q, &Config::default());
+        let said = m.warnings.iter().any(|w| {
+            w.contains(
+                "Volcano's host names (<host>.vc, in VC_*_HOSTS and /etc/volcano) do not resolve",
+            )
+        });
+        assert_eq!(said, warned, "{dns}: {:?}", m.warnings);
+    }
     // Two roles may not be one task, nor may the mapping name a role the
     // job has not.
     for compat in ["volcano:ps=worker", "volcano:chief=c"] {

@@ -35,7 +35,7 @@ impl Framework for Chainer {
         }
         let mut out = String::new();
         push_hostfile_lines(&mut out, job, "worker");
-        push_own_hostfile_line(&mut out, job, "master");
+        push_own_hostfile_line(&mut out, job, member);
         Some(out)
     }
     fn uses_slots(&self) -> bool {
@@ -75,6 +75,7 @@ mod tests {
                 role: "master",
                 index: 0,
                 gpus: Some(4),
+                host_network: false,
             },
         );
         assert_eq!(

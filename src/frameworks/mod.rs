@@ -112,6 +112,9 @@ pub struct Member<'a> {
     pub index: u32,
     /// GPUs the framework container requests (limits, else requests).
     pub gpus: Option<u32>,
+    /// Whether the pod is on its node's network (`hostNetwork`): its host
+    /// name is then the node's, not its own.
+    pub host_network: bool,
 }
 
 /// Env vars in injection order.
@@ -438,9 +441,21 @@ pub(crate) fn push_hostfile_lines(out: &mut String, job: &JobView<'_>, role: &st
 /// the pod has an address, so maybe not yet at start) and, where it does
 /// not resolve or PRRTE compares names without resolving them, ssh to
 /// itself, where no sshd runs.
-pub(crate) fn push_own_hostfile_line(out: &mut String, job: &JobView<'_>, role: &str) -> u32 {
+///
+/// A pod on its node's network has the node's host name: it is listed by
+/// the Service's name, which resolves to its node's (local) address.
+pub(crate) fn push_own_hostfile_line(
+    out: &mut String,
+    job: &JobView<'_>,
+    member: &Member<'_>,
+) -> u32 {
+    let role = member.role;
     let slots = job.slots_of(role, 0);
-    out.push_str(&crate::contract::pod_hostname(job.name, role, 0));
+    if member.host_network {
+        job.push_host(out, role, 0);
+    } else {
+        out.push_str(&crate::contract::pod_hostname(job.name, role, 0));
+    }
     out.push_str(" slots=");
     push_u32(out, slots);
     out.push('\n');
@@ -615,7 +630,12 @@ pub(crate) mod test_support {
         wired(
             framework,
             topology,
-            Member { role, index, gpus },
+            Member {
+                role,
+                index,
+                gpus,
+                host_network: false,
+            },
             elastic,
             None,
         )
@@ -634,6 +654,7 @@ pub(crate) mod test_support {
             role,
             index,
             gpus: None,
+            host_network: false,
         };
         wired(framework, topology, member, None, Some(compat))
     }
@@ -721,6 +742,7 @@ mod tests {
                 role: "worker",
                 index: 1,
                 gpus: None,
+                host_network: false,
             },
             &mut env,
         );

@@ -40,7 +40,7 @@ impl Framework for Mpi {
         }
         let mut out = String::new();
         if lists_launcher(member) {
-            push_own_hostfile_line(&mut out, job, "launcher");
+            push_own_hostfile_line(&mut out, job, member);
         }
         push_hostfile_lines(&mut out, job, "worker");
         Some(out)
@@ -139,6 +139,15 @@ mod tests {
     use crate::frameworks::{by_name, JobView, Member};
 
     fn hostfile(role: &str, gpus: Option<u32>, slots: u32) -> Option<String> {
+        hostfile_on(role, gpus, slots, false)
+    }
+
+    fn hostfile_on(
+        role: &str,
+        gpus: Option<u32>,
+        slots: u32,
+        host_network: bool,
+    ) -> Option<String> {
         let t = Topology::parse("launcher=1,worker=3").unwrap();
         let job = JobView {
             name: "hvd",
@@ -157,6 +166,7 @@ mod tests {
                 role,
                 index: 0,
                 gpus,
+                host_network,
             },
         )
     }
@@ -180,6 +190,11 @@ mod tests {
             hostfile("launcher", Some(1), 1).as_deref(),
             Some("hvd-launcher-0 slots=1\nhvd-worker-0.hvd.ml.svc slots=1\nhvd-worker-1.hvd.ml.svc slots=1\nhvd-worker-2.hvd.ml.svc slots=1\n")
         );
+        // On its node's network its host name is the node's: listed by the
+        // Service's name, which resolves to the node's own address.
+        assert!(hostfile_on("launcher", Some(1), 1, true)
+            .unwrap()
+            .starts_with("hvd-launcher-0.hvd.ml.svc slots=1\n"));
     }
 
     /// Two worker sets, 8 and 4 GPUs: each host its set's slots, the
@@ -204,6 +219,7 @@ mod tests {
             role: "launcher",
             index: 0,
             gpus: Some(2),
+            host_network: false,
         };
         assert_eq!(
             by_name("mpi").unwrap().hostfile(&job, &launcher).unwrap(),

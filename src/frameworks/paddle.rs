@@ -105,6 +105,7 @@ mod tests {
             role,
             index,
             gpus: None,
+            host_network: false,
         };
         for (role, index) in [("master", 0), ("worker", 1)] {
             assert_eq!(

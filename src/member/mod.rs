@@ -198,6 +198,7 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
     ssh_user_warnings(&member, object, &mut warnings);
     sshd_command_warning(&member, object, &mut warnings);
     env_from_warning(&member, object, &mut warnings);
+    volcano_dns_warning(&member, object, &mut warnings);
     Ok(Some(Parsed { member, warnings }))
 }
 
@@ -280,6 +281,46 @@ fn env_from_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>) 
         c::quoted(object::name_of(container)),
         sources.join(", ")
     ));
+}
+
+/// Under `dljob.dev/compat: volcano`: a pod whose DNS has no search path
+/// through the namespace's Service domain, where Volcano's host names
+/// (`<host>.<job>`, in its env and /etc/volcano) resolve. Said where the
+/// user writes the pod (or its template).
+fn volcano_dns_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>) {
+    if c::volcano_task(m.spec.compat.as_deref(), &m.role).is_none() {
+        return;
+    }
+    let Some(pod) = at(object, m.kind.pod_path()) else {
+        return;
+    };
+    if m.owner != PodOwner::None {
+        return;
+    }
+    let spec = &pod["spec"];
+    let policy = spec["dnsPolicy"].as_str().unwrap_or("ClusterFirst");
+    let host_network = spec["hostNetwork"] == true;
+    let searched = match policy {
+        "ClusterFirstWithHostNet" => true,
+        "ClusterFirst" => !host_network,
+        // Its own searches: the namespace's Service domain among them?
+        "None" => spec
+            .pointer("/dnsConfig/searches")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .any(|d| d.starts_with(&format!("{}.svc.", m.namespace))),
+        _ => false,
+    };
+    if !searched {
+        warnings.push(format!(
+            "dnsPolicy {policy}{}: the pod's DNS does not search {}.svc.<cluster domain>, so Volcano's host names (<host>.{}, in VC_*_HOSTS and /etc/volcano) do not resolve in it; use dnsPolicy ClusterFirst (ClusterFirstWithHostNet with hostNetwork), or list that domain in dnsConfig.searches",
+            if host_network { " with hostNetwork" } else { "" },
+            m.namespace,
+            m.job
+        ));
+    }
 }
 
 /// mpi/chainer: a member the launcher reaches over ssh whose framework

@@ -248,8 +248,9 @@ fn slots(at: &str, config: Option<&Value>, template: &Value, problems: &mut Vec<
 /// What a converted worker runs: sshd in the foreground, logging to
 /// standard error, after making its privilege separation directory, which
 /// an image with Ubuntu's or Debian's sshd lacks (their init scripts make
-/// it at boot; a container has none).
-const SSHD: &str = "mkdir -p /run/sshd && exec /usr/sbin/sshd -De";
+/// it at boot; a container has none). Where it cannot be made (a non-root
+/// user, a read-only root), sshd starts anyway: a non-root sshd needs none.
+const SSHD: &str = "mkdir -p /run/sshd 2>/dev/null; exec /usr/sbin/sshd -De";
 
 /// A worker set whose container starts no sshd gets [`SSHD`]:
 /// the operator's workers slept while `kubectl exec` reached them, dljob's

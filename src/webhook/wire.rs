@@ -8,7 +8,7 @@
 //! the core never reads (`userInfo`, `resource`, `options`, …) without
 //! building anything, and builds the object's JSON tree without what no
 //! part of admission reads (`managedFields`, the status, a pod's
-//! tolerations, DNS and scheduling settings, a container's probes: see
+//! tolerations and scheduling settings, a container's probes: see
 //! [`SKIPPED_SPEC`] and its neighbours). A JSON Patch made on that tree
 //! applies to the object as sent: no operation can touch a field the tree
 //! does not have.
@@ -186,8 +186,8 @@ enum Depth {
 /// What no part of dljob's admission reads, skipped unread where it sits
 /// (`tests::skipped_fields_are_read_nowhere` holds the core's sources to
 /// it): the server's bookkeeping, a pod's scheduling (but its affinity,
-/// which may say it runs on Windows), DNS, identity and lifecycle
-/// settings, a container's probes and terminal settings (but its image
+/// which may say it runs on Windows), identity and lifecycle settings (but
+/// its DNS and host network, which Volcano's host names depend on), a container's probes and terminal settings (but its image
 /// pull policy, which dljob's init container copies), and the status.
 /// Most of what the API server's defaulting adds to a Pod is here. A patch
 /// made on the rest applies to the object as sent: no operation dljob
@@ -200,8 +200,6 @@ const SKIPPED_METADATA: &[&str] = &[
 ];
 const SKIPPED_SPEC: &[&str] = &[
     "tolerations",
-    "dnsPolicy",
-    "dnsConfig",
     "terminationGracePeriodSeconds",
     "priority",
     "priorityClassName",
@@ -214,7 +212,6 @@ const SKIPPED_SPEC: &[&str] = &[
     "readinessGates",
     "runtimeClassName",
     "overhead",
-    "hostNetwork",
     "hostPID",
     "hostIPC",
     "shareProcessNamespace",
@@ -471,7 +468,7 @@ mod tests {
         let pod = json!({
             "metadata": {"name": "p", "resourceVersion": "7", "labels": {"status": "kept"}},
             "spec": {
-                "tolerations": [{"key": "k"}], "dnsPolicy": "ClusterFirst", "hostname": "h",
+                "tolerations": [{"key": "k"}], "priorityClassName": "high", "hostname": "h",
                 "containers": [{"name": "c", "stdin": true, "env": [{"name": "tty", "value": "x"}]}],
                 "initContainers": [{"name": "i", "terminationMessagePath": "/dev/t"}],
                 "volumes": [{"name": "v", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}],
