@@ -4,9 +4,10 @@
 //! ```text
 //! cargo build --release
 //! cargo bench --bench replay -- [--jobs 2500] [--rate 1000] [--settle 30]
+//!                               [--members pod|statefulset|job] [--members-per-job 4]
 //!                               [--no-webhook] [--preexisting 0] [--no-restart]
 //!                               [--runs 1] [--binary PATH] [--env K=V]...
-//!                               [--tensorboard] [--gang volcano]
+//!                               [--tensorboard] [--gang volcano] [--probe-rate 0]
 //! cargo bench --bench replay -- --help
 //! ```
 //!
@@ -18,9 +19,12 @@
 //! `KUBECONFIG` and `POD_NAMESPACE` set. Then, per run:
 //!
 //! **Scenario B, created after start** (the issue's measurement): `--jobs`
-//! PyTorch jobs of 4 bare pods (`master=1,worker=3`, `replay/objects.rs`:
-//! the captured pod, mutated by the real mutation) are created at `--rate`
-//! pods/s: each pod's mutating and validating AdmissionReview is POSTed to
+//! PyTorch jobs of `--members-per-job` (4) pods each are created: bare pods
+//! (`master=1,worker=3`), or with `--members statefulset|job` one
+//! StatefulSet or Indexed Job per job (`worker=N`, stored first, its review
+//! sent to the webhook) and the pods its controller makes
+//! (`replay/objects.rs`: the captured objects, mutated by the real
+//! mutation). Pods are created at `--rate` pods/s: each pod's mutating and validating AdmissionReview is POSTed to
 //! the child's webhook over TLS (unless `--no-webhook`; every answer must
 //! be allowed, the mutation with a patch), then stored (an ADDED watch
 //! event), and `--running-after` seconds later it is Running (a MODIFIED
@@ -36,7 +40,14 @@
 //! settles for `--settle` seconds. It also reports how long after the
 //! sync, and how many CPU seconds of the child (`/proc/<pid>/stat`), it
 //! took until `dljob_reconciles_total` reached the number of jobs: one
-//! resync of every job.
+//! resync of every job. With `--probe-rate R`, an ordinary pod's mutating
+//! review is sent R times a second on one connection while that resync
+//! runs, and for 10 s once the child has settled (after the idle figure
+//! below, which it would otherwise count): the p99 of each, the first 10
+//! reviews of each connection (its warm-up) not counted.
+//!
+//! After `--settle` in each scenario: `idle: Y % of a core`, the child's CPU
+//! over the settle period divided by its length.
 //!
 //! The child's VmRSS/VmHWM are sampled from /proc every `--sample-ms`
 //! (250) ms. Printed per scenario: RSS at start (webhook listening), after
@@ -98,7 +109,13 @@ const HELP: &str = "\
 replay: memory of `dljob serve` replaying an API server's LISTs and watch events
 
 cargo bench --bench replay -- [options]
-  --jobs N            PyTorch jobs of 4 bare pods (default 2500: 10 000 pods; at most 100 000)
+  --jobs N            PyTorch jobs (default 2500; at most 100 000, and 1 000 000 pods)
+  --members KIND      a job's members: pod (bare pods, master=1,worker=N-1; the default),
+                      statefulset or job (one StatefulSet or Indexed Job of N, worker=N)
+  --members-per-job N pods per job (default 4; at most 10 000)
+  --probe-rate R      ordinary reviews a second timed during scenario A's resync and
+                      for 10 s once it has settled (after the idle measure; the
+                      first 10 of each not counted; default 0: none)
   --namespaces N      namespaces the jobs are spread over (default 5)
   --tensorboard       every job has a TensorBoard (a Deployment and a Service more)
   --gang NAME         every job's dljob.dev/gang (volcano: a PodGroup more)
@@ -143,6 +160,9 @@ struct Options {
     log: Option<PathBuf>,
     tensorboard: bool,
     gang: Option<String>,
+    members: objects::Members,
+    per_job: usize,
+    probe_rate: f64,
 }
 
 fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
@@ -167,6 +187,9 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
         log: None,
         tensorboard: false,
         gang: None,
+        members: objects::Members::Pod,
+        per_job: 4,
+        probe_rate: 0.0,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -205,10 +228,19 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
             "--log" => o.log = Some(PathBuf::from(value()?)),
             "--tensorboard" => o.tensorboard = true,
             "--gang" => o.gang = Some(value()?),
+            "--members" => o.members = objects::Members::parse(&value()?)?,
+            "--members-per-job" => o.per_job = num(value()?)?.clamp(1.0, 10_000.0) as usize,
+            "--probe-rate" => o.probe_rate = num(value()?)?.clamp(0.0, 1000.0),
             other => return Err(format!("unknown argument {other} (see --help)")),
         }
     }
-    o.preexisting = o.preexisting.min(o.jobs * objects::MEMBERS.len());
+    if o.jobs * o.per_job > 1_000_000 {
+        return Err(format!(
+            "{} jobs of {} pods: at most 1 000 000 pods",
+            o.jobs, o.per_job
+        ));
+    }
+    o.preexisting = o.preexisting.min(o.jobs * o.per_job);
     Ok(Some(o))
 }
 
@@ -558,6 +590,11 @@ struct Scenario {
     /// Scenario A: how long after the sync, and how many CPU seconds,
     /// until every DLJob was reconciled once (one resync of every job).
     resync: Option<(Duration, f64)>,
+    /// The child's CPU over the settle period, in % of a core.
+    idle: Option<f64>,
+    /// Scenario A with `--probe-rate`: ordinary reviews' latencies while
+    /// the resync ran, and while the child settled.
+    probe: Option<(Vec<Duration>, Vec<Duration>)>,
     dljobs: usize,
     services: usize,
     events: usize,
@@ -773,20 +810,53 @@ async fn scenario_created(
     kubeconfig: &Path,
     run: usize,
 ) -> Scenario {
-    let total = o.jobs * objects::MEMBERS.len();
+    let total = o.jobs * o.per_job;
     for i in 0..o.preexisting {
         let p = generator.pod(i, srv.uid());
         srv.put("", "pods", generator.running(i, &p.pending));
     }
     let (mut sc, live) = start_child("created", o, srv, dir, kubeconfig).await;
+    let failures = Arc::new(AtomicU64::new(0));
+    let first_failure = Arc::new(Mutex::new(None::<String>));
+    let uids = Arc::new(AtomicU64::new(1));
+
+    // The workloads first, each reviewed as the API server would send it
+    // (their pods follow at the rate).
+    let mut client = if o.webhook && generator.members() != objects::Members::Pod {
+        Some(connect(live.server.addr, &live.server.ca_pem).await)
+    } else {
+        None
+    };
+    for job in 0..o.jobs {
+        let Some(w) = generator.workload(job) else {
+            break;
+        };
+        if let Some(c) = client.as_mut() {
+            for (path, validate) in [
+                ("/mutate?timeout=10s", false),
+                ("/validate?timeout=10s", true),
+            ] {
+                let uid = uid_of(uids.fetch_add(1, Ordering::Relaxed));
+                let review = generator.workload_review(&w, &uid, validate);
+                let r = send(c, Method::POST, path, review).await;
+                let patch = !validate;
+                if let Err(e) = review_ok(&r, &uid, patch) {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                    first_failure
+                        .lock()
+                        .unwrap()
+                        .get_or_insert(format!("{path} {}: {e}", w.name));
+                }
+            }
+        }
+        srv.put(w.group, w.plural, w.stored);
+    }
+    drop(client);
 
     // Create the pods at the rate, through the webhook.
     let created_at = Instant::now();
     let (tx, rx) = tokio::sync::mpsc::channel::<usize>(1024);
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
-    let failures = Arc::new(AtomicU64::new(0));
-    let first_failure = Arc::new(Mutex::new(None::<String>));
-    let uids = Arc::new(AtomicU64::new(1));
     let mut workers = Vec::new();
     for _ in 0..o.connections {
         let (rx, srv, generator, failures, first_failure, uids) = (
@@ -869,20 +939,100 @@ async fn scenario_created(
     })
     .await;
     sc.all_owned_after_last_pod = Some(last_pod.elapsed());
-    tokio::time::sleep(o.settle).await;
+    sc.idle = Some(settle(o, live.server.pid()).await);
     finish(o, &mut sc, srv, live, dir, run);
     sc
+}
+
+/// Waits `--settle` seconds; the child's CPU over them, in % of a core.
+async fn settle(o: &Options, pid: u32) -> f64 {
+    let (cpu0, t0) = (cpu_seconds(pid).unwrap_or_default(), Instant::now());
+    tokio::time::sleep(o.settle).await;
+    let cpu = cpu_seconds(pid).unwrap_or_default() - cpu0;
+    100.0 * cpu / t0.elapsed().as_secs_f64().max(1e-9)
+}
+
+/// Reviews a probe sends before it counts.
+const PROBE_WARM_UP: usize = 10;
+
+/// How long the settled probe runs, after the settle's idle measurement.
+const PROBE_SETTLED: Duration = Duration::from_secs(10);
+
+/// Ordinary reviews sent at `--probe-rate` on one connection until
+/// stopped (after [`PROBE_WARM_UP`] not counted): their latencies.
+struct Probe {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<Duration>>,
+}
+
+impl Probe {
+    async fn start(o: &Options, server: &ServerProcess, generator: &Arc<Generator>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut client = connect(server.addr, &server.ca_pem).await;
+        let (generator, halt) = (generator.clone(), stop.clone());
+        let period = Duration::from_secs_f64(1.0 / o.probe_rate);
+        let task = tokio::spawn(async move {
+            let pod = generator.pod(0, "probe".into());
+            let mut out = Vec::new();
+            // The connection's first answers (the server's first reviews of
+            // that pod) warm it up: not counted.
+            for n in 0..PROBE_WARM_UP {
+                let uid = format!("probe-warm-{n}");
+                let body = generator.mutate_review(&pod, &uid);
+                let _ = send(&mut client, Method::POST, "/mutate?timeout=10s", body).await;
+            }
+            let mut next = tokio::time::Instant::now();
+            let mut n = 0u64;
+            while !halt.load(Ordering::Relaxed) {
+                let uid = format!("probe-{n}");
+                n += 1;
+                let body = generator.mutate_review(&pod, &uid);
+                let t = Instant::now();
+                let r = send(&mut client, Method::POST, "/mutate?timeout=10s", body).await;
+                match review_ok(&r, &uid, true) {
+                    Ok(()) => out.push(t.elapsed()),
+                    Err(e) => eprintln!("replay: probe review {uid}: {e}"),
+                }
+                next += period;
+                tokio::time::sleep_until(next).await;
+            }
+            out
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) -> Vec<Duration> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+/// The 99th percentile (nearest rank) of `v`, in ms.
+fn p99_ms(v: &[Duration]) -> f64 {
+    let mut v: Vec<f64> = v.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((v.len() as f64) * 0.99).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
 }
 
 async fn scenario_existing(
     o: &Options,
     srv: &Arc<ApiServer>,
+    generator: &Arc<Generator>,
     dir: &Path,
     kubeconfig: &Path,
     run: usize,
 ) -> Scenario {
     let (mut sc, live) = start_child("existing", o, srv, dir, kubeconfig).await;
     let pid = live.server.pid();
+    let probe = if o.probe_rate > 0.0 {
+        Some(Probe::start(o, &live.server, generator).await)
+    } else {
+        None
+    };
     let (cpu0, t0) = (cpu_seconds(pid).unwrap_or_default(), Instant::now());
     let mut client = connect(live.server.addr, &live.server.ca_pem).await;
     let deadline = t0 + o.wait_timeout;
@@ -900,7 +1050,17 @@ async fn scenario_existing(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    tokio::time::sleep(o.settle).await;
+    let during = match probe {
+        Some(p) => Some(p.stop().await),
+        None => None,
+    };
+    // Idle: nothing sent to the child while it settles.
+    sc.idle = Some(settle(o, pid).await);
+    if let Some(during) = during {
+        let p = Probe::start(o, &live.server, generator).await;
+        tokio::time::sleep(PROBE_SETTLED).await;
+        sc.probe = Some((during, p.stop().await));
+    }
     finish(o, &mut sc, srv, live, dir, run);
     sc
 }
@@ -934,6 +1094,22 @@ fn print_scenario(o: &Options, sc: &Scenario) {
             "    resync: every DLJob reconciled once {:.1} s after the sync, {:.1} CPU s",
             took.as_secs_f64(),
             cpu
+        );
+    }
+    if let Some((during, idle)) = &sc.probe {
+        println!(
+            "    webhook p99 (an ordinary pod's review, {}/s, one connection): {:.2} ms while the resync ran ({} reviews), {:.2} ms settled ({} reviews)",
+            o.probe_rate,
+            p99_ms(during),
+            during.len(),
+            p99_ms(idle),
+            idle.len()
+        );
+    }
+    if let Some(idle) = sc.idle {
+        println!(
+            "    idle: {idle:.2} % of a core (the child's CPU over the {} s settle)",
+            o.settle.as_secs()
         );
     }
     println!(
@@ -1002,12 +1178,27 @@ fn main() {
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let generator = Arc::new(Generator::new(
+        o.namespaces,
+        o.tensorboard,
+        o.gang.clone(),
+        o.members,
+        o.per_job,
+    ));
     println!(
-        "dljob replay: {} PyTorch jobs x 4 bare pods{}{} ({} pods, {} pre-existing) in {} namespaces, {}/s, webhook reviews {}, Running after {:.1} s, settle {} s, {} run(s), {nproc} CPUs shared with the child; binary {}{}",
+        "dljob replay: {} PyTorch jobs of {} ({}, {} pods each){}{} ({} pods, {} pre-existing) in {} namespaces, {}/s, webhook reviews {}, Running after {:.1} s, settle {} s, {} run(s), {nproc} CPUs shared with the child; binary {}{}",
         o.jobs,
+        o.members.name(),
+        generator.topology(),
+        o.per_job,
         if o.tensorboard { ", TensorBoard" } else { "" },
         o.gang.as_ref().map_or(String::new(), |g| format!(", gang {g}")),
-        o.jobs * 4,
+        o.jobs * o.per_job,
         o.preexisting,
         o.namespaces,
         o.rate,
@@ -1018,12 +1209,6 @@ fn main() {
         o.binary.display(),
         o.env.iter().map(|(k, v)| format!(" {k}={v}")).collect::<String>(),
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let generator = Arc::new(Generator::new(o.namespaces, o.tensorboard, o.gang.clone()));
     {
         let p = generator.pod(1, "x".into());
         println!(
@@ -1043,7 +1228,7 @@ fn main() {
             let mut out =
                 vec![scenario_created(&o, &srv, &generator, &tmp.0, &kubeconfig, run).await];
             if o.restart {
-                out.push(scenario_existing(&o, &srv, &tmp.0, &kubeconfig, run).await);
+                out.push(scenario_existing(&o, &srv, &generator, &tmp.0, &kubeconfig, run).await);
             }
             let unknown = srv.unknown();
             if !unknown.is_empty() {
@@ -1062,8 +1247,19 @@ fn main() {
         for (i, name) in results[0].iter().map(|s| s.name).enumerate() {
             let m =
                 |f: &dyn Fn(&Scenario) -> f64| median(results.iter().map(|r| f(&r[i])).collect());
+            let mut idle_and_probe = format!(
+                "; idle {:.2} % of a core",
+                m(&|s| s.idle.unwrap_or_default())
+            );
+            if results[0][i].probe.is_some() {
+                idle_and_probe.push_str(&format!(
+                    "; webhook p99 {:.2} ms during the resync, {:.2} ms settled",
+                    m(&|s| s.probe.as_ref().map_or(f64::NAN, |p| p99_ms(&p.0))),
+                    m(&|s| s.probe.as_ref().map_or(f64::NAN, |p| p99_ms(&p.1)))
+                ));
+            }
             println!(
-                "  {name}: RSS start {:.1} | synced {:.1} | after creation {} | peak {:.1} | settled {:.1} | VmHWM {:.1} MiB{}",
+                "  {name}: RSS start {:.1} | synced {:.1} | after creation {} | peak {:.1} | settled {:.1} | VmHWM {:.1} MiB{}{}",
                 m(&|s| kib_mib(s.rss_start)),
                 m(&|s| kib_mib(s.rss_synced)),
                 if results[0][i].rss_created.is_some() {
@@ -1074,6 +1270,7 @@ fn main() {
                 m(&|s| kib_mib(s.rss_peak)),
                 m(&|s| kib_mib(s.rss_settled)),
                 m(&|s| kib_mib(s.hwm)),
+                idle_and_probe,
                 if results[0][i].all_owned_after_last_pod.is_some() {
                     format!("; all DLJobs/Services {:.1} s after the last pod", m(&|s| s.all_owned_after_last_pod.unwrap_or_default().as_secs_f64()))
                 } else if results[0][i].resync.is_some() {

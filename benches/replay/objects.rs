@@ -1,5 +1,17 @@
 //! The objects `benches/replay.rs` replays: PyTorch jobs of bare pods
-//! (`master=1,worker=3`), shaped as the API server stores them.
+//! (`master=1,worker=N-1`, N = 4 by default), or of one StatefulSet or
+//! Indexed Job each (`worker=N`) and the pods its controller makes, shaped
+//! as the API server stores them.
+//!
+//! A workload starts from the captured StatefulSet or Job of
+//! `tests/fixtures/admission/mutate-create-{statefulset-resnet,job-gpt}-worker.json`
+//! and is mutated by the real mutation; its pods are named, labelled and
+//! owned as the StatefulSet controller (`<sts>-<ordinal>`,
+//! `apps.kubernetes.io/pod-index`, `statefulset.kubernetes.io/pod-name`,
+//! `controller-revision-hash`) and the Job controller
+//! (`<job>-<index>-<5 chars>`, `batch.kubernetes.io/job-completion-index`
+//! as label and annotation, `batch.kubernetes.io/controller-uid`,
+//! `job-name`) make them from the mutated template, then mutated as pods.
 //!
 //! Each pod starts from the captured pod of
 //! `tests/fixtures/admission/mutate-create-pod-ddp-worker.json` (a
@@ -22,10 +34,47 @@ use super::apiserver::{fields_v1, set_managed};
 use dljob::object::Subject;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
-pub(crate) const TOPOLOGY: &str = "master=1,worker=3";
-/// (role, index) of the pods of one job.
-pub(crate) const MEMBERS: [(&str, usize); 4] =
-    [("master", 0), ("worker", 0), ("worker", 1), ("worker", 2)];
+
+/// What a job's members are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Members {
+    /// Bare pods, `master=1,worker=N-1`.
+    Pod,
+    /// One StatefulSet of N, `worker=N`.
+    StatefulSet,
+    /// One Indexed Job of N, `worker=N`.
+    Job,
+}
+
+impl Members {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "pod" => Ok(Self::Pod),
+            "statefulset" => Ok(Self::StatefulSet),
+            "job" => Ok(Self::Job),
+            other => Err(format!("--members {other}: pod, statefulset or job")),
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Pod => "bare pods",
+            Self::StatefulSet => "a StatefulSet",
+            Self::Job => "an Indexed Job",
+        }
+    }
+}
+
+/// One workload of the replay: what the user creates (the mutating
+/// webhook's object) and what the API server stores.
+pub(crate) struct GenWorkload {
+    pub group: &'static str,
+    pub plural: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub user: Value,
+    pub stored: Value,
+}
 
 pub(crate) struct Generator {
     mutate_review: Value,
@@ -38,6 +87,9 @@ pub(crate) struct Generator {
     tensorboard: bool,
     /// Every job's `dljob.dev/gang`.
     gang: Option<String>,
+    members: Members,
+    per_job: usize,
+    workload_reviews: [Value; 2],
 }
 
 /// One pod of the replay: the user's object (what the mutating webhook
@@ -83,10 +135,22 @@ fn read(name: &str) -> Value {
 }
 
 impl Generator {
-    pub(crate) fn new(namespaces: usize, tensorboard: bool, gang: Option<String>) -> Self {
+    pub(crate) fn new(
+        namespaces: usize,
+        tensorboard: bool,
+        gang: Option<String>,
+        members: Members,
+        per_job: usize,
+    ) -> Self {
         Self {
             tensorboard,
             gang,
+            members,
+            per_job: per_job.max(1),
+            workload_reviews: [
+                read("mutate-create-statefulset-resnet-worker.json"),
+                read("mutate-create-job-gpt-worker.json"),
+            ],
             mutate_review: read("mutate-create-pod-ddp-worker.json"),
             validate_review: read("validate-create-pod-ddp-worker-rkzbv.json"),
             config: Config::default(),
@@ -107,10 +171,166 @@ impl Generator {
         format!("ddp-{job:04}")
     }
 
-    /// Pod `i` (job `i / 4`, member `i % 4`), mutated, with a uid.
+    pub(crate) fn members(&self) -> Members {
+        self.members
+    }
+
+    /// Every member's `dljob.dev/replicas`.
+    pub(crate) fn topology(&self) -> String {
+        match (self.members, self.per_job) {
+            (Members::Pod, 1) => "master=1".into(),
+            (Members::Pod, n) => format!("master=1,worker={}", n - 1),
+            (_, n) => format!("worker={n}"),
+        }
+    }
+
+    /// The role and index of pod `i` in its job.
+    fn member(&self, i: usize) -> (&'static str, usize) {
+        match (self.members, i % self.per_job) {
+            (Members::Pod, 0) => ("master", 0),
+            (Members::Pod, k) => ("worker", k - 1),
+            (_, k) => ("worker", k),
+        }
+    }
+
+    /// The uid of job `job`'s workload (its pods' owner).
+    fn workload_uid(job: usize) -> String {
+        format!("00000000-0000-4000-9000-{job:012x}")
+    }
+
+    /// Job `job`'s workload (none for bare pods), mutated.
+    pub(crate) fn workload(&self, job: usize) -> Option<GenWorkload> {
+        let (review, group, plural) = match self.members {
+            Members::Pod => return None,
+            Members::StatefulSet => (&self.workload_reviews[0], "apps", "statefulsets"),
+            Members::Job => (&self.workload_reviews[1], "batch", "jobs"),
+        };
+        let job_name = Self::job_name(job);
+        let namespace = self.namespace(job);
+        let name = format!("{job_name}-worker");
+        let n = self.per_job;
+        let mut user = review["request"]["object"].clone();
+        let labels = json!({"dljob.dev/job": job_name, "dljob.dev/role": "worker"});
+        let mut annotations = json!({
+            "dljob.dev/framework": "pytorch",
+            "dljob.dev/replicas": self.topology(),
+        });
+        if let Some(gang) = &self.gang {
+            annotations["dljob.dev/gang"] = json!(gang);
+        }
+        user["metadata"] = json!({
+            "name": name, "namespace": namespace, "labels": labels, "annotations": annotations,
+        });
+        let spec = &mut user["spec"];
+        spec["template"]["metadata"] = json!({"labels": labels, "annotations": annotations});
+        match self.members {
+            Members::StatefulSet => {
+                spec["replicas"] = json!(n);
+                spec["serviceName"] = json!(job_name);
+                spec["selector"] = json!({"matchLabels": labels});
+            }
+            _ => {
+                spec["completions"] = json!(n);
+                spec["parallelism"] = json!(n);
+            }
+        }
+        let kind = if self.members == Members::StatefulSet {
+            Kind::StatefulSet
+        } else {
+            Kind::Job
+        };
+        let mut stored = mutate::mutate(
+            Subject::new(kind, &user, Some(&namespace)),
+            Operation::Create,
+            &self.config,
+        )
+        .unwrap_or_else(|v| panic!("{name} refused by the mutation: {v:?}"))
+        .unwrap_or_else(|| panic!("{name} is not a member"))
+        .object;
+        let meta = &mut stored["metadata"];
+        meta["uid"] = json!(Self::workload_uid(job));
+        meta["creationTimestamp"] = json!(self.stamp);
+        meta["generation"] = json!(1);
+        stored["status"] = match self.members {
+            Members::StatefulSet => json!({
+                "replicas": n, "readyReplicas": n, "currentReplicas": n, "updatedReplicas": n,
+                "availableReplicas": n, "observedGeneration": 1,
+                "currentRevision": format!("{name}-7d9f8b6c5d"), "updateRevision": format!("{name}-7d9f8b6c5d"),
+                "collisionCount": 0,
+            }),
+            _ => {
+                json!({"active": n, "ready": n, "startTime": self.stamp, "terminating": 0, "uncountedTerminatedPods": {}})
+            }
+        };
+        Some(GenWorkload {
+            group,
+            plural,
+            namespace,
+            name,
+            user,
+            stored,
+        })
+    }
+
+    /// The pod the workload's controller makes for `index`, before
+    /// admission.
+    fn controlled_pod(&self, job: usize, index: usize) -> (String, Value) {
+        let w = self.workload(job).expect("a workload");
+        let template = &w.stored["spec"]["template"];
+        let mut meta = template["metadata"].clone();
+        let owner = json!([{
+            "apiVersion": if w.group == "apps" { "apps/v1" } else { "batch/v1" },
+            "kind": if w.group == "apps" { "StatefulSet" } else { "Job" },
+            "name": w.name, "uid": Self::workload_uid(job),
+            "controller": true, "blockOwnerDeletion": true,
+        }]);
+        let name = if self.members == Members::StatefulSet {
+            let name = format!("{}-{index}", w.name);
+            meta["labels"]["apps.kubernetes.io/pod-index"] = json!(index.to_string());
+            meta["labels"]["statefulset.kubernetes.io/pod-name"] = json!(name);
+            meta["labels"]["controller-revision-hash"] = json!(format!("{}-7d9f8b6c5d", w.name));
+            name
+        } else {
+            let name = format!(
+                "{}-{index}-{}",
+                w.name,
+                alnum5((job * self.per_job + index) as u64)
+            );
+            for (k, v) in [
+                (
+                    "batch.kubernetes.io/controller-uid",
+                    Self::workload_uid(job),
+                ),
+                ("batch.kubernetes.io/job-name", w.name.clone()),
+                ("controller-uid", Self::workload_uid(job)),
+                ("job-name", w.name.clone()),
+                (
+                    "batch.kubernetes.io/job-completion-index",
+                    index.to_string(),
+                ),
+            ] {
+                meta["labels"][k] = json!(v);
+            }
+            meta["annotations"]["batch.kubernetes.io/job-completion-index"] =
+                json!(index.to_string());
+            meta["generateName"] = json!(format!("{}-{index}-", w.name));
+            name
+        };
+        meta["name"] = json!(name);
+        meta["namespace"] = json!(w.namespace);
+        meta["ownerReferences"] = owner;
+        let pod =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]});
+        (name, pod)
+    }
+
+    /// Pod `i` (job `i / N`, member `i % N`), mutated, with a uid.
     pub(crate) fn pod(&self, i: usize, uid: String) -> GenPod {
-        let job = i / MEMBERS.len();
-        let (role, index) = MEMBERS[i % MEMBERS.len()];
+        let job = i / self.per_job;
+        let (role, index) = self.member(i);
+        if self.members != Members::Pod {
+            return self.workload_pod(i, job, index, uid);
+        }
         let job_name = Self::job_name(job);
         let namespace = self.namespace(job);
         let name = format!("{job_name}-{role}-{index}");
@@ -122,7 +342,7 @@ impl Generator {
         meta["labels"] = json!({"dljob.dev/job": job_name, "dljob.dev/role": role});
         meta["annotations"] = json!({
             "dljob.dev/framework": "pytorch",
-            "dljob.dev/replicas": TOPOLOGY,
+            "dljob.dev/replicas": self.topology(),
         });
         if role == "worker" {
             meta["annotations"]["dljob.dev/index"] = json!(index.to_string());
@@ -193,6 +413,60 @@ impl Generator {
             user,
             pending,
         }
+    }
+
+    /// Pod `i`, the `index`th of job `job`'s workload, as its controller
+    /// makes it and admission mutates it, with a uid.
+    fn workload_pod(&self, i: usize, job: usize, index: usize, uid: String) -> GenPod {
+        let (name, user) = self.controlled_pod(job, index);
+        let namespace = self.namespace(job);
+        let mut pending = mutate::mutate(
+            Subject::new(Kind::Pod, &user, Some(&namespace)),
+            Operation::Create,
+            &self.config,
+        )
+        .unwrap_or_else(|v| panic!("{name} refused by the mutation: {v:?}"))
+        .unwrap_or_else(|| panic!("{name} is not a member"))
+        .object;
+        let meta = &mut pending["metadata"];
+        meta["uid"] = json!(uid);
+        meta["creationTimestamp"] = json!(self.stamp);
+        let manager = if self.members == Members::StatefulSet {
+            "kube-controller-manager"
+        } else {
+            "job-controller"
+        };
+        let fields = fields_v1(
+            &json!({"metadata": pending["metadata"].clone(), "spec": pending["spec"].clone()}),
+        );
+        set_managed(&mut pending, manager, "Update", "v1", None, fields);
+        pending["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+        let _ = i;
+        GenPod {
+            namespace,
+            name,
+            user,
+            pending,
+        }
+    }
+
+    /// The workload's review, compact: the user's object for the
+    /// mutating webhook, the mutated one for the validating one.
+    pub(crate) fn workload_review(&self, w: &GenWorkload, uid: &str, validate: bool) -> String {
+        let i = usize::from(w.group != "apps");
+        let mut r = self.workload_reviews[i].clone();
+        let req = &mut r["request"];
+        req["uid"] = json!(uid);
+        req["name"] = json!(w.name);
+        req["namespace"] = json!(w.namespace);
+        req["object"] = if validate {
+            let mut object = w.stored.clone();
+            object["status"] = json!({});
+            object
+        } else {
+            w.user.clone()
+        };
+        r.to_string()
     }
 
     /// The pod scheduled and running, as its kubelet reports it.
