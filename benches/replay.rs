@@ -1091,7 +1091,7 @@ fn print_scenario(o: &Options, sc: &Scenario) {
     }
     if let Some((took, cpu)) = sc.resync {
         println!(
-            "    resync: every DLJob reconciled once {:.1} s after the sync, {:.1} CPU s",
+            "    resync: every DLJob reconciled once {:.1} s after the sync, {:.2} CPU s",
             took.as_secs_f64(),
             cpu
         );
@@ -1275,7 +1275,7 @@ fn main() {
                     format!("; all DLJobs/Services {:.1} s after the last pod", m(&|s| s.all_owned_after_last_pod.unwrap_or_default().as_secs_f64()))
                 } else if results[0][i].resync.is_some() {
                     format!(
-                        "; resync {:.1} s, {:.1} CPU s",
+                        "; resync {:.1} s, {:.2} CPU s",
                         m(&|s| s.resync.unwrap_or_default().0.as_secs_f64()),
                         m(&|s| s.resync.unwrap_or_default().1)
                     )
