@@ -1840,9 +1840,31 @@ fn trainjobs_on_the_jax_xgboost_and_mpi_runtimes_get_trainers_env() {
         assert_eq!(env_value(env, "DMLC_TASK_ID"), [i.to_string().as_str()]);
         assert_eq!(env_value(env, "DMLC_NUM_WORKER"), ["2"]);
     }
-    // The deepspeed runtime runs the launcher as one of the nodes, which
-    // dljob's hostfile cannot say: refused, naming the way out.
+    // The deepspeed runtime runs ranks on the launcher too: dljob lists a
+    // launcher that asks for GPUs (by its own host name), so a job of GPU
+    // nodes converts, and one of CPU nodes is refused, naming the way out.
     let ds = runtime("deepspeed_distributed");
+    let gpu_job = job("g", "deepspeed-distributed").replace(
+        "    numNodes: 2\n",
+        "    numNodes: 3\n    resourcesPerNode: {limits: {nvidia.com/gpu: 2}}\n",
+    );
+    let run = dljob(&["convert", "-f", "-", "--runtime", &ds], Some(&gpu_job));
+    assert!(run.success(), "{run:?}");
+    let out = values(&run.stdout);
+    let a = annotations(&out[0]);
+    // numNodes counts the launcher; the runtime's 1 process a node on
+    // nodes of 2 GPUs is one per GPU.
+    assert_eq!(a["dljob.dev/replicas"], "worker=2,launcher=1");
+    assert_eq!(a["dljob.dev/slots"], "2");
+    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
+    let launcher = values(&pods.stdout)
+        .into_iter()
+        .find(|p| p["spec"]["hostname"] == "g-launcher-0")
+        .unwrap();
+    assert_eq!(
+        launcher["metadata"]["annotations"]["dljob.dev/hostfile"],
+        "g-launcher-0 slots=2\ng-worker-0.g.default.svc slots=2\ng-worker-1.g.default.svc slots=2\n"
+    );
     let run = dljob(
         &["convert", "-f", "-", "--runtime", &ds],
         Some(&job("d", "deepspeed-distributed")),
@@ -1850,7 +1872,7 @@ fn trainjobs_on_the_jax_xgboost_and_mpi_runtimes_get_trainers_env() {
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(
         run.stderr.contains(
-            "ClusterTrainingRuntime deepspeed-distributed: spec.mlPolicy.mpi.runLauncherAsNode: dljob's hostfile lists a launcher only when it asks for GPUs"
+            "ClusterTrainingRuntime deepspeed-distributed: spec.mlPolicy.mpi.runLauncherAsNode: the launcher runs ranks, and dljob's hostfile lists a launcher only when it asks for GPUs (this one asks for none)"
         ),
         "{run:?}"
     );
@@ -1992,17 +2014,25 @@ fn a_trainjobs_fields_are_read_as_trainers_controller_reads_them() {
     assert_eq!(annotations(&out[1]).get("dljob.dev/container"), None);
 
     // MPI: the nodes' count from their Job where the TrainJob gives none.
-    let mpi = format!(
-        "[{}, {}]",
-        replicated("launcher", true, "node", ""),
-        replicated("node", false, "node", "parallelism: 2, ")
-    );
+    // A launcher without GPUs (Trainer's hostfile lists the nodes only).
+    let launcher = replicated("launcher", true, "node", "").replace("nvidia.com/gpu: 2", "cpu: 1");
+    let nodes = replicated("node", false, "node", "parallelism: 2, ");
+    let mpi = format!("[{launcher}, {nodes}]");
     let out = converted_stdin(&trainjob_on("{mpi: {numProcPerNode: 1}}", &mpi, ""));
     assert_eq!(
         annotations(&out[0])["dljob.dev/replicas"],
         "launcher=1,worker=2"
     );
-    // The runtime's 1 on nodes of 2 GPUs: one process per GPU.
+    // Trainer counts a node's GPUs in the first of the `node` Job and the
+    // trainer step it finds: here the launcher, which has none.
+    assert_eq!(annotations(&out[0])["dljob.dev/slots"], "1");
+    // The nodes first: the runtime's 1 on nodes of 2 GPUs is one process
+    // per GPU.
+    let out = converted_stdin(&trainjob_on(
+        "{mpi: {numProcPerNode: 1}}",
+        &format!("[{nodes}, {launcher}]"),
+        "",
+    ));
     assert_eq!(annotations(&out[0])["dljob.dev/slots"], "2");
 
     for (text, said) in [
@@ -2020,7 +2050,7 @@ fn a_trainjobs_fields_are_read_as_trainers_controller_reads_them() {
         ),
         (
             trainjob_on("{mpi: {}}", &mpi, "  trainer: {resourcesPerNode: {limits: {nvidia.com/gpu: 4}}}\n"),
-            vec!["spec.trainer.resourcesPerNode asks for GPUs, which Trainer gives the launcher"],
+            vec!["the launcher asks for GPUs (spec.trainer.resourcesPerNode, which Trainer gives the launcher"],
         ),
         (
             trainjob_on("{torch: {}}", &format!("[{node}]"), "  runtimePatches: [{trainingRuntimeSpec: {template: {spec: {replicatedJobs: [{name: node, template: {spec: {template: {spec: {volumes: [{name: v, $patch: delete}]}}}}}]}}}}]\n"),

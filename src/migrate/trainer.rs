@@ -847,7 +847,7 @@ impl MlPolicy {
                     ));
                 }
             }
-            Kind::Mpi => self.mpi_keys(trainer, gpus, rt, keys, p),
+            Kind::Mpi => self.mpi_keys(trainer, members, gpus, rt, keys, p),
             Kind::Plain => {}
         }
     }
@@ -855,6 +855,7 @@ impl MlPolicy {
     fn mpi_keys(
         &self,
         trainer: &Trainer,
+        members: &[Member],
         gpus: u64,
         rt: &str,
         keys: &mut Keys,
@@ -875,14 +876,25 @@ impl MlPolicy {
         if let Some(path) = &self.ssh_path {
             keys.insert(c::SSH_PATH, path.clone());
         }
-        if self.launcher_as_node {
-            p.push(format!("{at}.runLauncherAsNode: dljob's hostfile lists a launcher only when it asks for GPUs, and its launcher runs no sshd; in a runtime of your own, set it false (numNodes then counts the nodes besides the launcher), and convert again"));
-        } else if trainer
-            .resources
-            .as_ref()
-            .is_some_and(|r| trainer_gpus(&Value::Object(r.clone())) > 0)
-        {
-            p.push("spec.trainer.resourcesPerNode asks for GPUs, which Trainer gives the launcher (the trainer step) and not the nodes, and dljob's hostfile would then list the launcher as a host: set the GPUs in the runtime's node template instead".into());
+        // dljob lists the launcher in its hostfile (by its own host name:
+        // mpirun runs its ranks there itself, no sshd) when it asks for
+        // GPUs, as dljob counts them.
+        let launcher_gpus = members
+            .iter()
+            .find(|m| m.role == LAUNCHER)
+            .and_then(|m| {
+                object::containers(&m.pod["spec"])
+                    .iter()
+                    .find(|c| object::name_of(c) == NODE)
+                    .and_then(object::gpu_count)
+            })
+            .unwrap_or(0);
+        match (self.launcher_as_node, launcher_gpus > 0) {
+            (true, false) => p.push(format!(
+                "{at}.runLauncherAsNode: the launcher runs ranks, and dljob's hostfile lists a launcher only when it asks for GPUs (this one asks for none): give spec.trainer.resourcesPerNode a node's GPUs (Trainer gives them to the launcher and the nodes alike), or set runLauncherAsNode false in a runtime of your own (numNodes then counts the nodes besides the launcher)"
+            )),
+            (false, true) => p.push("the launcher asks for GPUs (spec.trainer.resourcesPerNode, which Trainer gives the launcher, the trainer step, and not the nodes; or the runtime's launcher template), so dljob's hostfile would list it as a host, where Trainer's does not: set the GPUs in the runtime's node template instead".into()),
+            _ => {}
         }
         // The TrainJob's count, else the runtime's; Trainer gives a node of
         // several GPUs one process per GPU when the runtime says 1.
