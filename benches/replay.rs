@@ -540,6 +540,36 @@ async fn send(
         .map_err(|_| "timed out".to_owned())?
 }
 
+/// The reviews a scenario sends to the webhook: their uids, and those that
+/// failed.
+#[derive(Clone, Default)]
+struct Reviews {
+    uids: Arc<AtomicU64>,
+    failures: Arc<AtomicU64>,
+    first_failure: Arc<Mutex<Option<String>>>,
+}
+
+impl Reviews {
+    /// `name`'s mutating then validating review (`body(uid, validate)`),
+    /// each answer checked with [`review_ok`].
+    async fn both(&self, c: &mut Sender, name: &str, body: impl Fn(&str, bool) -> String) {
+        for (path, validate) in [
+            ("/mutate?timeout=10s", false),
+            ("/validate?timeout=10s", true),
+        ] {
+            let uid = uid_of(self.uids.fetch_add(1, Ordering::Relaxed) + 1);
+            let r = send(c, Method::POST, path, body(&uid, validate)).await;
+            if let Err(e) = review_ok(&r, &uid, !validate) {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                self.first_failure
+                    .lock()
+                    .unwrap()
+                    .get_or_insert(format!("{path} {name}: {e}"));
+            }
+        }
+    }
+}
+
 /// Checks one review's answer: 200, the uid echoed, allowed, and for the
 /// mutation a patch.
 fn review_ok(
@@ -816,9 +846,7 @@ async fn scenario_created(
         srv.put("", "pods", generator.running(i, &p.pending));
     }
     let (mut sc, live) = start_child("created", o, srv, dir, kubeconfig).await;
-    let failures = Arc::new(AtomicU64::new(0));
-    let first_failure = Arc::new(Mutex::new(None::<String>));
-    let uids = Arc::new(AtomicU64::new(1));
+    let reviews = Reviews::default();
 
     // The workloads first, each reviewed as the API server would send it
     // (their pods follow at the rate).
@@ -832,22 +860,11 @@ async fn scenario_created(
             break;
         };
         if let Some(c) = client.as_mut() {
-            for (path, validate) in [
-                ("/mutate?timeout=10s", false),
-                ("/validate?timeout=10s", true),
-            ] {
-                let uid = uid_of(uids.fetch_add(1, Ordering::Relaxed));
-                let review = generator.workload_review(&w, &uid, validate);
-                let r = send(c, Method::POST, path, review).await;
-                let patch = !validate;
-                if let Err(e) = review_ok(&r, &uid, patch) {
-                    failures.fetch_add(1, Ordering::Relaxed);
-                    first_failure
-                        .lock()
-                        .unwrap()
-                        .get_or_insert(format!("{path} {}: {e}", w.name));
-                }
-            }
+            reviews
+                .both(c, &w.name, |uid, validate| {
+                    generator.workload_review(&w, uid, validate)
+                })
+                .await;
         }
         srv.put(w.group, w.plural, w.stored);
     }
@@ -859,14 +876,8 @@ async fn scenario_created(
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
     let mut workers = Vec::new();
     for _ in 0..o.connections {
-        let (rx, srv, generator, failures, first_failure, uids) = (
-            rx.clone(),
-            srv.clone(),
-            generator.clone(),
-            failures.clone(),
-            first_failure.clone(),
-            uids.clone(),
-        );
+        let (rx, srv, generator, reviews) =
+            (rx.clone(), srv.clone(), generator.clone(), reviews.clone());
         let mut client = if o.webhook {
             Some(connect(live.server.addr, &live.server.ca_pem).await)
         } else {
@@ -881,25 +892,15 @@ async fn scenario_created(
                 };
                 let p = generator.pod(i, srv.uid());
                 if let Some(c) = client.as_mut() {
-                    for (path, review, patch) in [
-                        ("/mutate?timeout=10s", true, true),
-                        ("/validate?timeout=10s", false, false),
-                    ] {
-                        let uid = uid_of(uids.fetch_add(1, Ordering::Relaxed));
-                        let body = if review {
-                            generator.mutate_review(&p, &uid)
-                        } else {
-                            generator.validate_review(&p, &uid)
-                        };
-                        let r = send(c, Method::POST, path, body).await;
-                        if let Err(e) = review_ok(&r, &uid, patch) {
-                            failures.fetch_add(1, Ordering::Relaxed);
-                            first_failure
-                                .lock()
-                                .unwrap()
-                                .get_or_insert(format!("{path} {}: {e}", p.name));
-                        }
-                    }
+                    reviews
+                        .both(c, &p.name, |uid, validate| {
+                            if validate {
+                                generator.validate_review(&p, uid)
+                            } else {
+                                generator.mutate_review(&p, uid)
+                            }
+                        })
+                        .await;
                 }
                 srv.put("", "pods", p.pending.clone());
                 let (srv, generator) = (srv.clone(), generator.clone());
@@ -931,8 +932,8 @@ async fn scenario_created(
     let last_pod = last_pod_sent;
     sc.created_in = Some(created_at.elapsed());
     sc.rss_created = Some(memory(live.server.pid()).unwrap().0);
-    sc.review_failures = failures.load(Ordering::Relaxed);
-    sc.first_review_failure = first_failure.lock().unwrap().clone();
+    sc.review_failures = reviews.failures.load(Ordering::Relaxed);
+    sc.first_review_failure = reviews.first_failure.lock().unwrap().clone();
 
     wait_for("every DLJob and Service", o.wait_timeout, || {
         srv.len("dljob.dev", "dljobs") >= o.jobs && srv.len("", "services") >= o.jobs

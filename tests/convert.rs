@@ -470,7 +470,14 @@ fn validate_mutate_and_label_point_at_convert() {
 fn pod_env(fixture_name: &str) -> Vec<(String, Vec<(String, String)>)> {
     let run = convert(&fixture(fixture_name));
     assert!(run.success(), "{run:?}");
-    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&run.stdout));
+    pods_env(&run.stdout)
+}
+
+/// The env of each pod of `manifest` (converted) as `dljob mutate --pods`
+/// prints it: (host name, the first container's env, a `valueFrom` as
+/// `<from>`).
+fn pods_env(manifest: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(manifest));
     assert!(pods.success(), "{pods:?}");
     values(&pods.stdout)
         .iter()
@@ -489,6 +496,14 @@ fn pod_env(fixture_name: &str) -> Vec<(String, Vec<(String, String)>)> {
         .collect()
 }
 
+/// Every value `env` gives `name` (one, where the pod is right).
+fn env_value<'e>(env: &'e [(String, String)], name: &str) -> Vec<&'e str> {
+    env.iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
 /// Checks that each pod's env holds exactly the values the operator's
 /// source sets for that replica (read from training-operator v1.9.0
 /// `pkg/controller.v1/*/`, mpi-operator v0.8 `pkg/controller/`). Where the
@@ -502,12 +517,11 @@ fn assert_operator_env(fixture_name: &str, expected: &[(&str, &[(&str, &str)])])
     for ((host, env), (want_host, want)) in pods.iter().zip(expected) {
         assert_eq!(host, want_host);
         for (name, value) in *want {
-            let got: Vec<&str> = env
-                .iter()
-                .filter(|(n, _)| n == name)
-                .map(|(_, v)| v.as_str())
-                .collect();
-            assert_eq!(got, [*value], "{fixture_name}: {host}: {name}");
+            assert_eq!(
+                env_value(env, name),
+                [*value],
+                "{fixture_name}: {host}: {name}"
+            );
         }
     }
 }
@@ -1527,33 +1541,10 @@ fn runtime(name: &str) -> String {
     format!("{TRAINER}/runtimes/{name}.yaml")
 }
 
-/// The env of each pod of `manifest` (converted) as `dljob mutate --pods`
-/// prints it: (host name, the node container's env).
-fn pods_env(manifest: &str) -> Vec<(String, Vec<(String, String)>)> {
-    let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(manifest));
-    assert!(pods.success(), "{pods:?}");
-    values(&pods.stdout)
-        .iter()
-        .map(|pod| {
-            let env = pod["spec"]["containers"][0]["env"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|e| {
-                    let value = e.get("value").and_then(Value::as_str).unwrap_or("<from>");
-                    (e["name"].as_str().unwrap().to_owned(), value.to_owned())
-                })
-                .collect();
-            (pod["spec"]["hostname"].as_str().unwrap().to_owned(), env)
-        })
-        .collect()
-}
-
-fn env_value<'e>(env: &'e [(String, String)], name: &str) -> Vec<&'e str> {
-    env.iter()
-        .filter(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
-        .collect()
+/// `dljob convert` of `job` on standard input, its runtime read from the
+/// file `runtime` (`--runtime`).
+fn convert_on(runtime: &str, job: &str) -> common::Run {
+    dljob(&["convert", "-f", "-", "--runtime", runtime], Some(job))
 }
 
 #[test]
@@ -1702,10 +1693,7 @@ fn a_trainjobs_runtime_is_given_with_runtime_and_its_patches_are_laid_over() {
         wrong.stderr.contains("is not a Kubeflow Trainer runtime"),
         "{wrong:?}"
     );
-    let twice = dljob(
-        &["convert", "-f", "-", "--runtime", "-"],
-        Some("kind: List\nitems: []\n"),
-    );
+    let twice = convert_on("-", "kind: List\nitems: []\n");
     assert!(
         twice.stderr.contains("both read standard input"),
         "{twice:?}"
@@ -1751,16 +1739,7 @@ spec:
             persistentVolumeClaim:
               claimName: imagenet
 "#;
-    let run = dljob(
-        &[
-            "convert",
-            "-f",
-            "-",
-            "--runtime",
-            &runtime("torch_distributed"),
-        ],
-        Some(job),
-    );
+    let run = convert_on(&runtime("torch_distributed"), job);
     assert!(run.success(), "{run:?}");
     let out = values(&run.stdout);
     let w = &out[0];
@@ -1799,16 +1778,7 @@ fn trainjobs_on_the_jax_xgboost_and_mpi_runtimes_get_trainers_env() {
     };
     // Trainer's jax plugin: JAX_NUM_PROCESSES, JAX_PROCESS_ID the
     // completion index, JAX_COORDINATOR_ADDRESS node 0 on port 29500.
-    let run = dljob(
-        &[
-            "convert",
-            "-f",
-            "-",
-            "--runtime",
-            &runtime("jax_distributed"),
-        ],
-        Some(&job("j", "jax-distributed")),
-    );
+    let run = convert_on(&runtime("jax_distributed"), &job("j", "jax-distributed"));
     assert!(run.success(), "{run:?}");
     for (i, (_, env)) in pods_env(&run.stdout).iter().enumerate() {
         assert_eq!(env_value(env, "JAX_NUM_PROCESSES"), ["2"]);
@@ -1820,15 +1790,9 @@ fn trainjobs_on_the_jax_xgboost_and_mpi_runtimes_get_trainers_env() {
     }
     // Trainer's xgboost plugin: the tracker on node 0, port 29500, the
     // task id the completion index, one worker per node.
-    let run = dljob(
-        &[
-            "convert",
-            "-f",
-            "-",
-            "--runtime",
-            &runtime("xgboost_distributed"),
-        ],
-        Some(&job("x", "xgboost-distributed")),
+    let run = convert_on(
+        &runtime("xgboost_distributed"),
+        &job("x", "xgboost-distributed"),
     );
     assert!(run.success(), "{run:?}");
     for (i, (_, env)) in pods_env(&run.stdout).iter().enumerate() {
@@ -1848,7 +1812,7 @@ fn trainjobs_on_the_jax_xgboost_and_mpi_runtimes_get_trainers_env() {
         "    numNodes: 2\n",
         "    numNodes: 3\n    resourcesPerNode: {limits: {nvidia.com/gpu: 2}}\n",
     );
-    let run = dljob(&["convert", "-f", "-", "--runtime", &ds], Some(&gpu_job));
+    let run = convert_on(&ds, &gpu_job);
     assert!(run.success(), "{run:?}");
     let out = values(&run.stdout);
     let a = annotations(&out[0]);
@@ -1865,10 +1829,7 @@ fn trainjobs_on_the_jax_xgboost_and_mpi_runtimes_get_trainers_env() {
         launcher["metadata"]["annotations"]["dljob.dev/hostfile"],
         "g-launcher-0 slots=2\ng-worker-0.g.default.svc slots=2\ng-worker-1.g.default.svc slots=2\n"
     );
-    let run = dljob(
-        &["convert", "-f", "-", "--runtime", &ds],
-        Some(&job("d", "deepspeed-distributed")),
-    );
+    let run = convert_on(&ds, &job("d", "deepspeed-distributed"));
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(
         run.stderr.contains(
@@ -1885,10 +1846,7 @@ fn trainjobs_on_the_jax_xgboost_and_mpi_runtimes_get_trainers_env() {
     let dir = scratch_dir("convert-tests", "trainjob-mpi");
     let apart = dir.join("runtime.yaml");
     std::fs::write(&apart, text).unwrap();
-    let run = dljob(
-        &["convert", "-f", "-", "--runtime", apart.to_str().unwrap()],
-        Some(&job("d", "deepspeed-distributed")),
-    );
+    let run = convert_on(apart.to_str().unwrap(), &job("d", "deepspeed-distributed"));
     assert!(run.success(), "{run:?}");
     let out = values(&run.stdout);
     assert_eq!(
@@ -2114,10 +2072,7 @@ fn a_trainjobs_fields_are_read_as_trainers_controller_reads_them() {
     );
     let mixed = dir.join("mixed.yaml");
     std::fs::write(&mixed, "kind: List\napiVersion: v1\nitems: [{apiVersion: v1, kind: ConfigMap, metadata: {name: cm}}]\n").unwrap();
-    let run = dljob(
-        &["convert", "-f", "-", "--runtime", mixed.to_str().unwrap()],
-        Some(job),
-    );
+    let run = convert_on(mixed.to_str().unwrap(), job);
     assert!(
         run.stderr
             .contains("ConfigMap/cm is not a Kubeflow Trainer runtime"),

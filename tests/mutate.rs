@@ -1494,6 +1494,17 @@ fn a_1000_member_pytorch_worker_gets_less_than_4_kib() {
     assert!(injected_bytes(&p, &m.object) <= 4096);
 }
 
+/// The mutation of a pod CREATE in namespace `ml`, as `/mutate` answers it.
+fn pod_patch_in_ml(
+    pod: &Value,
+) -> Result<Option<dljob::mutate::Admission>, dljob::violation::Violations> {
+    mutate_patch(
+        Subject::new(Kind::Pod, pod, Some("ml")),
+        Operation::Create,
+        &Config::default(),
+    )
+}
+
 #[test]
 fn a_tf_config_too_long_for_linux_is_refused_at_admission() {
     let p = pod(
@@ -1503,12 +1514,7 @@ fn a_tf_config_too_long_for_linux_is_refused_at_admission() {
         "chief=1,worker=2400",
         json!({"dljob.dev/index": "5"}),
     );
-    let v = mutate_patch(
-        Subject::new(Kind::Pod, &p, Some("ml")),
-        Operation::Create,
-        &Config::default(),
-    )
-    .expect_err("refused");
+    let v = pod_patch_in_ml(&p).expect_err("refused");
     assert_eq!(
         v.messages(),
         vec!["TF_CONFIG would be 243890 bytes for worker 5; Linux refuses to start a process with an environment string over 131072 bytes, so the container could not start: use fewer replicas, or a shorter job name or namespace (every host is named resnet50-imagenet-hparam-sweep-trial7-<role>-<index>.resnet50-imagenet-hparam-sweep-trial7.ml.svc)"]
@@ -1521,12 +1527,7 @@ fn a_tf_config_too_long_for_linux_is_refused_at_admission() {
         "chief=1,worker=2400",
         json!({"dljob.dev/index": "5"}),
     );
-    assert!(mutate_patch(
-        Subject::new(Kind::Pod, &short, Some("ml")),
-        Operation::Create,
-        &Config::default()
-    )
-    .is_ok());
+    assert!(pod_patch_in_ml(&short).is_ok());
 }
 
 #[test]
@@ -1538,12 +1539,7 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         "launcher=1,worker=3000",
         json!({}),
     );
-    let v = mutate_patch(
-        Subject::new(Kind::Pod, &launcher, Some("ml")),
-        Operation::Create,
-        &Config::default(),
-    )
-    .expect_err("refused");
+    let v = pod_patch_in_ml(&launcher).expect_err("refused");
     assert_eq!(v.0.len(), 1, "{v}");
     assert!(
         v.0[0].message.starts_with("the dljob.dev/hostfile annotation (307890 bytes, one line per host) would bring the pod's annotations to 307970 bytes; the API server refuses more than 262144: "),
@@ -1560,12 +1556,7 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         "ps=1,worker=3000",
         json!({"dljob.dev/index": "0", "dljob.dev/compat": "volcano"}),
     );
-    let v = mutate_patch(
-        Subject::new(Kind::Pod, &volcano, Some("ml")),
-        Operation::Create,
-        &Config::default(),
-    )
-    .expect_err("refused");
+    let v = pod_patch_in_ml(&volcano).expect_err("refused");
     assert!(
         v.0.iter().any(|p| p
             .message
@@ -1580,12 +1571,7 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         tasks,
         json!({"dljob.dev/index": "0", "dljob.dev/compat": "volcano"}),
     );
-    let v = mutate_patch(
-        Subject::new(Kind::Pod, &many, Some("ml")),
-        Operation::Create,
-        &Config::default(),
-    )
-    .expect_err("refused");
+    let v = pod_patch_in_ml(&many).expect_err("refused");
     assert_eq!(v.0.len(), 1, "{v}");
     assert!(
         v.0[0].message.starts_with(
@@ -1605,11 +1591,7 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         "launcher=1,worker=2000",
         json!({"dljob.dev/compat": "volcano:launcher=mpimaster,worker=mpiworker"}),
     );
-    let m = mutate_patch(
-        Subject::new(Kind::Pod, &launcher, Some("ml")),
-        Operation::Create,
-        &Config::default(),
-    );
+    let m = pod_patch_in_ml(&launcher);
     assert!(m.is_ok(), "{:?}", m.err().map(|v| v.to_string()));
     // Workers carry no hostfile: they are not refused for it.
     let worker = pod(
@@ -1619,12 +1601,7 @@ fn a_hostfile_over_the_annotation_limit_is_refused_at_the_launcher() {
         "launcher=1,worker=3000",
         json!({"dljob.dev/index": "0"}),
     );
-    assert!(mutate_patch(
-        Subject::new(Kind::Pod, &worker, Some("ml")),
-        Operation::Create,
-        &Config::default()
-    )
-    .is_ok());
+    assert!(pod_patch_in_ml(&worker).is_ok());
 }
 
 #[test]

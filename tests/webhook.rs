@@ -97,6 +97,15 @@ async fn start_with(
     tweak: impl FnOnce(&mut Settings),
     config: tokio::sync::watch::Receiver<Config>,
 ) -> Server {
+    start_on(tweak, config, Arc::new(NoPeers)).await
+}
+
+/// [`start_with`] whose peer checks are `peers`'.
+async fn start_on(
+    tweak: impl FnOnce(&mut Settings),
+    config: tokio::sync::watch::Receiver<Config>,
+    peers: Arc<dyn PeerSource>,
+) -> Server {
     let dir = tempdir("ss");
     let mut settings = Settings::new(
         localhost(),
@@ -106,16 +115,9 @@ async fn start_with(
         },
     );
     tweak(&mut settings);
-    let running = webhook::run(
-        settings,
-        Inputs {
-            config,
-            peers: Arc::new(NoPeers),
-        },
-        Registry::default(),
-    )
-    .await
-    .unwrap();
+    let running = webhook::run(settings, Inputs { config, peers }, Registry::default())
+        .await
+        .unwrap();
     let ca = running.ca_pem().expect("self-signed").to_owned();
     Server {
         addr: running.local_addr(),
@@ -2837,27 +2839,9 @@ impl PeerSource for PanickingPeers {
 #[tokio::test]
 async fn a_review_that_panics_is_answered_500_and_the_server_goes_on() {
     bounded(async {
-        let dir = tempdir("panic");
-        let settings = Settings::new(
-            localhost(),
-            TlsSource::SelfSigned {
-                ca_out: dir.join("ca.pem"),
-                extra_sans: vec![],
-            },
-        );
         let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap();
-        let running = webhook::run(
-            settings,
-            Inputs {
-                config,
-                peers: Arc::new(PanickingPeers),
-            },
-            Registry::default(),
-        )
-        .await
-        .unwrap();
-        let ca = running.ca_pem().unwrap().to_owned();
-        let addr = running.local_addr();
+        let s = start_on(|_| {}, config, Arc::new(PanickingPeers)).await;
+        let (ca, addr) = (s.ca.clone(), s.addr);
         let review = captured("mutate-create-pod-resnet-chief.json");
         let mut big = review.clone();
         big["request"]["object"]["metadata"]["annotations"]["example.com/notes"] =
@@ -2885,7 +2869,6 @@ async fn a_review_that_panics_is_answered_500_and_the_server_goes_on() {
             ),
             4
         );
-        drop(TempDir(dir));
     })
     .await
 }

@@ -101,6 +101,19 @@ pub(crate) struct GenPod {
     pub pending: Value,
 }
 
+impl GenPod {
+    /// The pod as the API server stores it at creation: Pending.
+    fn pending(namespace: String, name: String, user: Value, mut pending: Value) -> Self {
+        pending["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+        Self {
+            namespace,
+            name,
+            user,
+            pending,
+        }
+    }
+}
+
 /// A small deterministic generator of hex strings.
 fn hex(seed: u64, len: usize) -> String {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -175,6 +188,18 @@ impl Generator {
         self.members
     }
 
+    /// `user` as the real mutation (the webhook's `/mutate`) admits it.
+    fn mutated(&self, kind: Kind, user: &Value, namespace: &str, name: &str) -> Value {
+        mutate::mutate(
+            Subject::new(kind, user, Some(namespace)),
+            Operation::Create,
+            &self.config,
+        )
+        .unwrap_or_else(|v| panic!("{name} refused by the mutation: {v:?}"))
+        .unwrap_or_else(|| panic!("{name} is not a member"))
+        .object
+    }
+
     /// Every member's `dljob.dev/replicas`.
     pub(crate) fn topology(&self) -> String {
         match (self.members, self.per_job) {
@@ -239,14 +264,7 @@ impl Generator {
         } else {
             Kind::Job
         };
-        let mut stored = mutate::mutate(
-            Subject::new(kind, &user, Some(&namespace)),
-            Operation::Create,
-            &self.config,
-        )
-        .unwrap_or_else(|v| panic!("{name} refused by the mutation: {v:?}"))
-        .unwrap_or_else(|| panic!("{name} is not a member"))
-        .object;
+        let mut stored = self.mutated(kind, &user, &namespace, &name);
         let meta = &mut stored["metadata"];
         meta["uid"] = json!(Self::workload_uid(job));
         meta["creationTimestamp"] = json!(self.stamp);
@@ -329,7 +347,7 @@ impl Generator {
         let job = i / self.per_job;
         let (role, index) = self.member(i);
         if self.members != Members::Pod {
-            return self.workload_pod(i, job, index, uid);
+            return self.workload_pod(job, index, uid);
         }
         let job_name = Self::job_name(job);
         let namespace = self.namespace(job);
@@ -376,15 +394,7 @@ impl Generator {
                 .push(mount);
         }
 
-        let mutated = mutate::mutate(
-            Subject::new(Kind::Pod, &user, Some(&namespace)),
-            Operation::Create,
-            &self.config,
-        )
-        .unwrap_or_else(|v| panic!("{name} refused by the mutation: {v:?}"))
-        .unwrap_or_else(|| panic!("{name} is not a member"))
-        .object;
-        let mut pending = mutated;
+        let mut pending = self.mutated(Kind::Pod, &user, &namespace, &name);
         let meta = &mut pending["metadata"];
         meta["uid"] = json!(uid);
         meta["creationTimestamp"] = json!(self.stamp);
@@ -406,28 +416,15 @@ impl Generator {
             }
         });
         pending["metadata"]["managedFields"][0]["fieldsV1"] = fields_v1(&owned);
-        pending["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
-        GenPod {
-            namespace,
-            name,
-            user,
-            pending,
-        }
+        GenPod::pending(namespace, name, user, pending)
     }
 
-    /// Pod `i`, the `index`th of job `job`'s workload, as its controller
+    /// The `index`th pod of job `job`'s workload, as its controller
     /// makes it and admission mutates it, with a uid.
-    fn workload_pod(&self, i: usize, job: usize, index: usize, uid: String) -> GenPod {
+    fn workload_pod(&self, job: usize, index: usize, uid: String) -> GenPod {
         let (name, user) = self.controlled_pod(job, index);
         let namespace = self.namespace(job);
-        let mut pending = mutate::mutate(
-            Subject::new(Kind::Pod, &user, Some(&namespace)),
-            Operation::Create,
-            &self.config,
-        )
-        .unwrap_or_else(|v| panic!("{name} refused by the mutation: {v:?}"))
-        .unwrap_or_else(|| panic!("{name} is not a member"))
-        .object;
+        let mut pending = self.mutated(Kind::Pod, &user, &namespace, &name);
         let meta = &mut pending["metadata"];
         meta["uid"] = json!(uid);
         meta["creationTimestamp"] = json!(self.stamp);
@@ -440,14 +437,7 @@ impl Generator {
             &json!({"metadata": pending["metadata"].clone(), "spec": pending["spec"].clone()}),
         );
         set_managed(&mut pending, manager, "Update", "v1", None, fields);
-        pending["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
-        let _ = i;
-        GenPod {
-            namespace,
-            name,
-            user,
-            pending,
-        }
+        GenPod::pending(namespace, name, user, pending)
     }
 
     /// The workload's review, compact: the user's object for the

@@ -140,21 +140,16 @@ pub(super) fn mark_finished(
     left_to_complete: &[String],
     actions: &mut Vec<Action>,
 ) {
-    let deleted: Vec<&str> = actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::DeletePod { uid, .. } => Some(uid.as_str()),
-            _ => None,
-        })
-        .collect();
+    // The uids the actions already delete (pods) and suspend (Jobs).
+    let (mut deleted, mut suspended) = (Vec::new(), Vec::new());
+    for a in actions.iter() {
+        match a {
+            Action::DeletePod { uid, .. } => deleted.push(uid.as_str()),
+            Action::SuspendJob { uid, .. } => suspended.push(uid.as_str()),
+            _ => {}
+        }
+    }
     let stopping = policy != CleanPodPolicy::None;
-    let suspended: Vec<&str> = actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::SuspendJob { uid, .. } => Some(uid.as_str()),
-            _ => None,
-        })
-        .collect();
     let mut marks = Vec::new();
     for p in pods {
         // Jobs are suspended under every policy (a Job left to complete

@@ -88,6 +88,16 @@ fn save_all(status: &mut DLJobStatus) -> Vec<SavedPod> {
         .collect()
 }
 
+/// A bare pod whose framework container exited 0 in run `run`.
+fn completed(role: &str, index: u32, run: &str) -> ObservedPod {
+    pod(
+        role,
+        index,
+        PodOwner::None,
+        ContainerState::Terminated(exit(0, "Completed", run)),
+    )
+}
+
 fn running(role: &str, index: u32) -> ObservedPod {
     pod(role, index, PodOwner::None, ContainerState::Running)
 }
@@ -461,18 +471,8 @@ fn all_replicas_running_is_running_and_a_second_pass_changes_nothing() {
 fn coordinator_exit_0_succeeds_and_stops_running_bare_pods() {
     let p = plan("pytorch", "master=1,worker=2");
     let obs = observed(vec![
-        pod(
-            "master",
-            0,
-            PodOwner::None,
-            ContainerState::Terminated(exit(0, "Completed", "c1")),
-        ),
-        pod(
-            "worker",
-            0,
-            PodOwner::None,
-            ContainerState::Terminated(exit(0, "Completed", "c2")),
-        ),
+        completed("master", 0, "c1"),
+        completed("worker", 0, "c2"),
         running("worker", 1),
     ]);
     let prev = next(
@@ -542,12 +542,7 @@ fn non_coordinator_exit_0_is_only_counted() {
     let p = plan("pytorch", "master=1,worker=2");
     let obs = observed(vec![
         running("master", 0),
-        pod(
-            "worker",
-            0,
-            PodOwner::None,
-            ContainerState::Terminated(exit(0, "Completed", "c")),
-        ),
+        completed("worker", 0, "c"),
         running("worker", 1),
     ]);
     let out = next(&p, &obs, None, None, t(0));
@@ -1091,12 +1086,7 @@ fn a_jobs_suspension_waits_for_a_finished_pod_to_settle() {
         saved: vec![],
         owned: Default::default(),
         pods: vec![
-            pod(
-                "master",
-                0,
-                PodOwner::None,
-                ContainerState::Terminated(exit(0, "Completed", "m")),
-            ),
+            completed("master", 0, "m"),
             worker0,
             pod("worker", 1, PodOwner::Job, ContainerState::Running),
         ],
@@ -1196,15 +1186,7 @@ fn a_finished_jobs_coordinator_outlives_its_pod() {
 #[test]
 fn clean_pod_policy_all_removes_finished_pods_and_none_leaves_everything() {
     let mut p = plan("pytorch", "master=1,worker=1");
-    let obs = observed(vec![
-        pod(
-            "master",
-            0,
-            PodOwner::None,
-            ContainerState::Terminated(exit(0, "Completed", "c")),
-        ),
-        running("worker", 0),
-    ]);
+    let obs = observed(vec![completed("master", 0, "c"), running("worker", 0)]);
     p.policies.clean_pod = CleanPodPolicy::All;
     assert_eq!(
         next(&p, &obs, None, None, t(0)).actions,
@@ -1248,12 +1230,7 @@ fn a_finished_run_marks_the_workloads_it_leaves_running() {
     };
     let obs = Observed {
         pods: vec![
-            pod(
-                "chief",
-                0,
-                PodOwner::None,
-                ContainerState::Terminated(exit(0, "Completed", "c")),
-            ),
+            completed("chief", 0, "c"),
             pod("ps", 0, PodOwner::StatefulSet, ContainerState::Running),
         ],
         workloads: vec![sts("ps", 1), sts("old-ps", 0)],
@@ -1294,12 +1271,7 @@ fn a_finished_run_marks_the_workloads_it_leaves_running() {
 fn ttl_after_finished_deletes_the_dljob() {
     let mut p = plan("pytorch", "master=1");
     p.policies.ttl_seconds_after_finished = Some(100);
-    let obs = observed(vec![pod(
-        "master",
-        0,
-        PodOwner::None,
-        ContainerState::Terminated(exit(0, "Completed", "c")),
-    )]);
+    let obs = observed(vec![completed("master", 0, "c")]);
     let done = next(&p, &obs, None, None, t(0));
     assert_eq!(done.requeue_after, Some(Duration::from_secs(100)));
     assert_eq!(done.actions, vec![mark("master-0")]);
@@ -1439,18 +1411,8 @@ fn a_job_that_finished_before_it_was_seen_running_is_recorded_as_run() {
     assert_eq!(prev.phase, Phase::Pending);
     assert!(!prev.conditions.iter().any(|c| c.type_ == "Running"));
     let done = observed(vec![
-        pod(
-            "master",
-            0,
-            PodOwner::None,
-            ContainerState::Terminated(exit(0, "Completed", "c1")),
-        ),
-        pod(
-            "worker",
-            0,
-            PodOwner::None,
-            ContainerState::Terminated(exit(0, "Completed", "c2")),
-        ),
+        completed("master", 0, "c1"),
+        completed("worker", 0, "c2"),
     ]);
     let s = next(&p, &done, Some(&prev), Some(1), t(2)).status;
     assert_eq!(s.phase, Phase::Succeeded);
