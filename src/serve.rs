@@ -48,12 +48,21 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(path = %path.display(), "config loaded; re-read when it changes");
     }
     let mut registry = Registry::default();
+    let on_reconciler = reconciler_runtime(args)?;
 
     let client = if args.no_reconciler {
         tracing::info!("--no-reconciler: serving the webhook alone");
         None
     } else {
-        match connect(CLUSTER_PROBE_TIMEOUT, &crate::args::ClusterArgs::default()).await {
+        // The client is made on the runtime that uses it: its connections'
+        // tasks run there.
+        let probe = on_reconciler
+            .spawn(async {
+                connect(CLUSTER_PROBE_TIMEOUT, &crate::args::ClusterArgs::default()).await
+            })
+            .await
+            .context("probing the cluster")?;
+        match probe {
             Ok(client) => Some(client),
             Err(why) if !args.no_webhook => {
                 tracing::warn!(reason = %why, "no cluster reachable: serving the webhook alone, without the reconciler");
@@ -66,9 +75,16 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let (peers, reconciler): (Arc<dyn PeerSource>, _) = match client {
         Some(client) => {
-            let (peers, running) = crate::reconciler::start(client, &mut registry, config.clone())
+            let config = config.clone();
+            let (started, back) = on_reconciler
+                .spawn(async move {
+                    let started = crate::reconciler::start(client, &mut registry, config).await;
+                    (started, registry)
+                })
                 .await
                 .context("starting the reconciler")?;
+            registry = back;
+            let (peers, running) = started.context("starting the reconciler")?;
             tracing::info!("reconciler started");
             (peers, Some(running))
         }
@@ -198,6 +214,31 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     outcome?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the reconciler runs. Beside the webhook it gets a runtime of its
+/// own, on one thread: a resync of thousands of jobs then queues behind
+/// itself, not in front of admission reviews, which keep the main
+/// runtime's workers (a review waiting behind reconciles made its p99 3-8x
+/// the idle one: BENCHMARKS.md). Alone (`--no-webhook`) it uses the main
+/// runtime.
+fn reconciler_runtime(args: &ServeArgs) -> anyhow::Result<tokio::runtime::Handle> {
+    if args.no_webhook || args.no_reconciler {
+        return Ok(tokio::runtime::Handle::current());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the reconciler's tokio runtime")?;
+    let handle = runtime.handle().clone();
+    // The thread drives the runtime's tasks for as long as the process
+    // lives; the runtime is never dropped (dropping it from async code
+    // would panic).
+    std::thread::Builder::new()
+        .name("dljob-reconciler".into())
+        .spawn(move || runtime.block_on(std::future::pending::<()>()))
+        .context("starting the reconciler's thread")?;
+    Ok(handle)
 }
 
 /// Waits for SIGTERM/SIGINT (or for the reconciler to end, which is an
