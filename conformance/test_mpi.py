@@ -65,19 +65,27 @@ SSH_ARGS_VAR = {"openmpi4": "OMPI_MCA_plm_rsh_args", "openmpi5": "PRTE_MCA_plm_s
 DAEMON = {"openmpi4": "orted", "openmpi5": "prted"}
 
 # A rank: MPI_Init and an Allreduce of the ranks (so every rank really joined
-# one job over the network), then where it ran. argv[1] is the libmpi to use.
+# one job over the network), then where it ran. argv[1] is the libmpi to use,
+# argv[2] its ABI: OpenMPI's handles are symbols of the library, MPICH's
+# (Intel MPI's too) fixed integers of mpi.h; the rank the launcher gave the
+# process is OMPI_COMM_WORLD_RANK, or PMI_RANK under Hydra.
 RANK_PROGRAM = r"""
 import ctypes, json, os, socket, sys
 lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
-h = lambda sym: ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, sym)))
-comm, mpi_int, op_sum = h("ompi_mpi_comm_world"), h("ompi_mpi_int"), h("ompi_mpi_op_sum")
+if sys.argv[2:] == ["mpich"]:
+    comm, mpi_int, op_sum = ctypes.c_int(0x44000000), ctypes.c_int(0x4c000405), ctypes.c_int(0x58000003)
+    given = os.environ.get("PMI_RANK")
+else:
+    h = lambda sym: ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, sym)))
+    comm, mpi_int, op_sum = h("ompi_mpi_comm_world"), h("ompi_mpi_int"), h("ompi_mpi_op_sum")
+    given = os.environ.get("OMPI_COMM_WORLD_RANK")
 assert lib.MPI_Init(None, None) == 0
 rank, size, total = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
 lib.MPI_Comm_rank(comm, ctypes.byref(rank))
 lib.MPI_Comm_size(comm, ctypes.byref(size))
 assert lib.MPI_Allreduce(ctypes.byref(rank), ctypes.byref(total), 1, mpi_int, op_sum, comm) == 0
 print("DLJOB-RANK " + json.dumps({"rank": rank.value, "size": size.value, "sum": total.value,
-      "host": socket.gethostname(), "env_rank": os.environ.get("OMPI_COMM_WORLD_RANK")}), flush=True)
+      "host": socket.gethostname(), "env_rank": given}), flush=True)
 lib.MPI_Finalize()
 """
 

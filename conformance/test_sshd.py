@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -284,15 +285,29 @@ class Cluster:
         proc, _ = self.launch(pod, self.enter(pod, image=image) + self.as_user(pod) + argv)
         return proc
 
+    def pod_interface(self, pod: podsim.Pod) -> None:
+        """The pod's network interface as a container runtime names it,
+        eth0, holding the pod's address (which loopback holds too: the
+        pods share one namespace)."""
+        ns = ["nsenter", f"--net={self.netns}", "ip"]
+        subprocess.run(ns + ["link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer"], check=True)
+        subprocess.run(ns + ["addr", "add", f"{pod.ip}/32", "dev", "eth0"], check=True)
+        for dev in ("eth0", "eth0-peer"):
+            subprocess.run(ns + ["link", "set", dev, "up"], check=True)
+
     def sshd_logs(self) -> str:
         return "\n".join(f"--- sshd of {p.name}\n{log.read_text()}" for p, _, log in self.sshd)
 
     def mpirun(self, launcher: podsim.Pod, mounts: list[dict] | None = None, image: str = "",
-               shell_vars: dict[str, str] | None = None) -> Run:
+               shell_vars: dict[str, str] | None = None, mpi: Mpi | None = None,
+               extra: dict[str, str | None] | None = None, timeout: float = RUN_TIMEOUT) -> Run:
         """The launcher's own mpirun command line (its program replaced by
-        the rank stand-in) with the real ssh, as the launcher's user.
-        `shell_vars`: what the command's own script set before it, over the
-        pod's env."""
+        the rank stand-in) with the real ssh, as the launcher's user, run
+        by `mpi` (OpenMPI 4 unless given). `shell_vars`: what the command's
+        own script set before it, over the pod's env; `extra`: env over
+        everything (None: unset). A run that outlives `timeout` is killed and returned
+        with exit code None."""
+        mpi = mpi or OPENMPI4
         # The shell the command ran in would expand the launcher's env
         # (Volcano's `--host ${MPI_HOST}`).
         launcher_env = launcher.env() | (shell_vars or {})
@@ -302,25 +317,48 @@ class Cluster:
         # The program: a python's, else the last word (a binary's).
         prog = next((i for i, w in enumerate(words) if i > 0 and Path(w).name.startswith("python")),
                     len(words) - 1)
-        mpirun = INSTALLS["openmpi4"]
-        argv = [str(mpirun), *words[1:prog], sys.executable, "-c", RANK_PROGRAM, str(libmpi("openmpi4"))]
+        argv = [str(mpi.mpirun), *words[1:prog], sys.executable, "-c", RANK_PROGRAM,
+                str(mpi.lib or libmpi("openmpi4")), mpi.abi]
         uid, _ = self.security(launcher)
         home = "/home/mpiuser" if uid else "/root"
         path = ":".join(p for p in self.job.base_env()["PATH"].split(":") if "conformance" not in p)
         env = self.job.base_env() | launcher.env() | {
-            "PATH": path, "HOME": home, "TMPDIR": "/tmp", "OMPI_MCA_btl_tcp_if_include": "lo",
-        }
+            "PATH": path, "HOME": home, "TMPDIR": "/tmp",
+        } | mpi.env
+        for k, v in (extra or {}).items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
         start = time.monotonic()
         proc = subprocess.Popen(self.enter(launcher, mounts, image=image) + self.as_user(launcher) + argv,
                                 env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
         try:
-            out, _ = proc.communicate(timeout=RUN_TIMEOUT)
+            out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
-            pytest.fail(f"mpirun did not finish within {RUN_TIMEOUT}s\n{out}\n{self.sshd_logs()}")
+            if timeout == RUN_TIMEOUT:
+                pytest.fail(f"mpirun did not finish within {timeout}s\n{out}\n{self.sshd_logs()}")
+            return Run(None, out + "\n" + self.sshd_logs(), [], time.monotonic() - start)
         return Run(proc.returncode, out + "\n" + self.sshd_logs(), [], time.monotonic() - start)
+
+
+@dataclass(frozen=True)
+class Mpi:
+    """An MPI install: its launcher, the libmpi its ranks load and that
+    library's ABI (RANK_PROGRAM's argv[2]), and what the test environment
+    adds to the launcher's env (never what dljob injects)."""
+    mpirun: Path
+    lib: Path | None  # None: OpenMPI 4's, found at run time
+    abi: str
+    env: dict[str, str]
+
+
+# The TCP BTL excludes 127.0.0.0/8 by default, and every simulated pod
+# talks over loopback.
+OPENMPI4 = Mpi(INSTALLS["openmpi4"], None, "ompi", {"OMPI_MCA_btl_tcp_if_include": "lo"})
 
 
 @pytest.fixture

@@ -429,10 +429,10 @@ pub struct LabelArgs {
     #[arg(long = "role", value_name = "KIND/NAME=ROLE")]
     pub roles: Vec<String>,
     /// A job-wide policy for every member, the key with or without the
-    /// dljob.dev/ prefix: port, slots, elastic, restart-policy,
-    /// backoff-limit, clean-pod-policy, ttl-seconds-after-finished,
-    /// active-deadline-seconds, ssh-path, gang, queue, topology,
-    /// restart-scope, tensorboard, compat. Repeatable.
+    /// dljob.dev/ prefix: port, slots, mpi-implementation, elastic,
+    /// restart-policy, backoff-limit, clean-pod-policy,
+    /// ttl-seconds-after-finished, active-deadline-seconds, ssh-path, gang,
+    /// queue, topology, restart-scope, tensorboard, compat. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// Rewrite the file (each file of a directory) instead of printing;

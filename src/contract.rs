@@ -27,6 +27,9 @@ pub(crate) const PORT: &str = "dljob.dev/port";
 pub(crate) const CONTAINER: &str = "dljob.dev/container";
 /// Annotation (mpi/chainer): slots per worker host in the hostfile.
 pub(crate) const SLOTS: &str = "dljob.dev/slots";
+/// Annotation (mpi/chainer): the MPI implementation the launcher runs
+/// (`OpenMPI`, `Intel`, `MPICH`: the MPI operator's spelling).
+pub(crate) const MPI_IMPLEMENTATION: &str = "dljob.dev/mpi-implementation";
 /// Annotation (pytorch): elastic range `min:max`.
 pub(crate) const ELASTIC: &str = "dljob.dev/elastic";
 /// Annotation (StatefulSet): keep the API server's `OrderedReady` start.
@@ -161,6 +164,7 @@ pub(crate) const JOB_WIDE_ANNOTATIONS: &[&str] = &[
     REPLICAS,
     PORT,
     SLOTS,
+    MPI_IMPLEMENTATION,
     ELASTIC,
     RESTART_POLICY,
     BACKOFF_LIMIT,
@@ -435,6 +439,49 @@ pub enum RestartPolicy {
     ExitCode,
     /// Never retry: any non-zero exit fails the job.
     Never,
+}
+
+/// The MPI implementation whose launcher (`mpirun`, `mpiexec`) reads the
+/// hostfile and env dljob writes (`dljob.dev/mpi-implementation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MpiImplementation {
+    /// OpenMPI 4 (ORTE) and 5 (PRRTE): `host slots=N`, `OMPI_MCA_*` and
+    /// `PRTE_MCA_*` (default).
+    #[default]
+    OpenMpi,
+    /// Intel MPI's Hydra: `host:N`, `I_MPI_HYDRA_*`.
+    Intel,
+    /// MPICH's Hydra: `host:N`, `HYDRA_*`.
+    Mpich,
+}
+
+impl MpiImplementation {
+    pub(crate) const VALUES: &'static str = "OpenMPI, Intel, MPICH";
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        match s {
+            "OpenMPI" => Some(Self::OpenMpi),
+            "Intel" => Some(Self::Intel),
+            "MPICH" => Some(Self::Mpich),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenMpi => "OpenMPI",
+            Self::Intel => "Intel",
+            Self::Mpich => "MPICH",
+        }
+    }
+    /// Whether its launcher is Hydra's `mpiexec` (hostfile lines `host:N`).
+    pub(crate) fn is_hydra(self) -> bool {
+        self != Self::OpenMpi
+    }
+}
+
+impl fmt::Display for MpiImplementation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What a retryable failure restarts (`dljob.dev/restart-scope`).
@@ -946,6 +993,11 @@ as_annotation_text!(
     RestartScope,
     |s| RestartScope::parse(s).ok_or_else(|| format!("unknown restart scope {s:?}")),
     schemars::json_schema!({"type": "string", "enum": ["Pod", "Job"]})
+);
+as_annotation_text!(
+    MpiImplementation,
+    |s| MpiImplementation::parse(s).ok_or_else(|| format!("unknown MPI implementation {s:?}")),
+    schemars::json_schema!({"type": "string", "enum": ["OpenMPI", "Intel", "MPICH"]})
 );
 as_annotation_text!(
     CleanPodPolicy,

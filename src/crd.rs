@@ -14,7 +14,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::{Elastic, Placement, Policies, Slots, TensorBoard, Topology};
+use crate::contract::{
+    Elastic, MpiImplementation, Placement, Policies, Slots, TensorBoard, Topology,
+};
 use crate::frameworks::{self, Framework};
 use crate::gang;
 
@@ -54,6 +56,10 @@ pub struct JobSpec {
     /// mpi/chainer: hostfile slots per host (`dljob.dev/slots`).
     #[serde(default)]
     pub slots: Slots,
+    /// mpi/chainer: the MPI implementation the launcher runs
+    /// (`dljob.dev/mpi-implementation`); absent: OpenMPI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpi_implementation: Option<MpiImplementation>,
     /// pytorch: the elastic range (`dljob.dev/elastic`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elastic: Option<Elastic>,
@@ -117,6 +123,7 @@ impl JobSpec {
             replicas,
             port,
             slots: Slots::default(),
+            mpi_implementation: None,
             elastic: None,
             policies: Policies::default(),
             ssh_path: None,
@@ -531,6 +538,7 @@ mod tests {
         s.tensorboard = Some(TensorBoard::parse("logs:runs").unwrap());
         s.topology = Some(Placement::parse("example.com/rack").unwrap());
         s.compat = Some("kubeflow".into());
+        s.mpi_implementation = Some(MpiImplementation::Intel);
         let Value::Object(fields) = serde_json::to_value(&s).unwrap() else {
             unreachable!()
         };

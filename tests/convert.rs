@@ -218,6 +218,53 @@ fn elastic_and_mpi_policies_map_to_dljob_keys() {
 }
 
 #[test]
+fn the_mpi_operators_intel_and_mpich_jobs_come_across_as_hydra_jobs() {
+    for (file, implementation, hostfile_var) in [
+        ("mpijob-pi-intel.yaml", "Intel", "I_MPI_HYDRA_HOST_FILE"),
+        ("mpijob-pi-mpich.yaml", "MPICH", "HYDRA_HOST_FILE"),
+    ] {
+        let (run, out) = converted(file);
+        for workload in &out {
+            let a = annotations(workload);
+            assert_eq!(a["dljob.dev/mpi-implementation"], implementation, "{file}");
+            assert_eq!(a["dljob.dev/compat"], "mpi-operator", "{file}");
+        }
+        // The launcher's pod: Hydra's hostfile, at the operator's path too,
+        // and Hydra's own names for it.
+        let text = run.stdout;
+        let pods = dljob(&["mutate", "--pods", "-f", "-"], Some(&text));
+        assert!(pods.success(), "{pods:?}");
+        assert_each_pod_validates(&pods.stdout);
+        let pods = values(&pods.stdout);
+        let launcher = &pods[0];
+        assert_eq!(
+            launcher["metadata"]["annotations"]["dljob.dev/hostfile"],
+            "pi-worker-0.pi.default.svc:1\npi-worker-1.pi.default.svc:1\n",
+            "{file}"
+        );
+        let env = &pods_env(&text)[0].1;
+        assert_eq!(
+            env_value(env, hostfile_var),
+            ["/etc/dljob/hostfile"],
+            "{file}"
+        );
+        assert!(
+            env_value(env, "OMPI_MCA_orte_default_hostfile").is_empty(),
+            "{file}"
+        );
+        let mounts = launcher["spec"]["containers"][0]["volumeMounts"].to_string();
+        assert!(mounts.contains("\"/etc/mpi\""), "{file}: {mounts}");
+    }
+    let refused = std::fs::read_to_string(fixture("mpijob-pi-mpich.yaml"))
+        .unwrap()
+        .replace("mpiImplementation: MPICH", "mpiImplementation: MVAPICH");
+    assert_refused(
+        &refused,
+        &["MPIJob/pi: spec.mpiImplementation \"MVAPICH\" is not an MPI implementation dljob wires: OpenMPI, Intel, MPICH"],
+    );
+}
+
+#[test]
 fn the_converted_pods_get_the_framework_wiring() {
     let run = convert(&fixture("xgboostjob.yaml"));
     assert!(run.success(), "{run:?}");

@@ -437,7 +437,7 @@ fn set_refuses_unknown_keys_listing_the_known_ones_and_bad_values_as_validate_do
     assert_eq!(run.code, Some(1), "{run:?}");
     assert_eq!(
         run.stderr,
-        "--set dljob.dev/retries: not a key dljob label sets; known keys are port, slots, elastic, restart-policy, backoff-limit, clean-pod-policy, ttl-seconds-after-finished, active-deadline-seconds, ssh-path, gang, queue, topology, restart-scope, tensorboard, compat (with or without the dljob.dev/ prefix)\n\
+        "--set dljob.dev/retries: not a key dljob label sets; known keys are port, slots, mpi-implementation, elastic, restart-policy, backoff-limit, clean-pod-policy, ttl-seconds-after-finished, active-deadline-seconds, ssh-path, gang, queue, topology, restart-scope, tensorboard, compat (with or without the dljob.dev/ prefix)\n\
          error: 1 problem; nothing was printed\n"
     );
     let run = label_tf("-", &["--set", "restart-policy=Always"], Some(TF_STRIPPED));

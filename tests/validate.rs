@@ -335,6 +335,31 @@ fn policy_values_are_checked() {
 }
 
 #[test]
+fn the_mpi_implementation_is_one_hydra_or_openmpi_knows_and_mpis_only() {
+    let mpi = |implementation: &str| {
+        pod(
+            json!({"dljob.dev/job": "pi", "dljob.dev/role": "launcher"}),
+            json!({"dljob.dev/framework": "mpi", "dljob.dev/replicas": "launcher=1,worker=2",
+                   "dljob.dev/index": "0", "dljob.dev/mpi-implementation": implementation}),
+        )
+    };
+    for good in ["OpenMPI", "Intel", "MPICH"] {
+        accepted(Kind::Pod, &mpi(good));
+    }
+    assert_eq!(
+        problems(Kind::Pod, &mpi("mpich")),
+        vec!["dljob.dev/mpi-implementation \"mpich\" is not an MPI implementation dljob wires; use one of OpenMPI, Intel, MPICH (the MPI operator's spelling)"]
+    );
+    assert_eq!(
+        problems(
+            Kind::Pod,
+            &tf_pod("chief", json!({"dljob.dev/mpi-implementation": "MPICH"}))
+        ),
+        vec!["annotation dljob.dev/mpi-implementation is only for mpi and chainer jobs (framework tensorflow runs no mpirun): remove it"]
+    );
+}
+
+#[test]
 fn elastic_is_pytorch_only_and_must_cover_the_topology() {
     let torch = |elastic: &str| {
         pod(

@@ -68,6 +68,7 @@ mod tests {
             elastic: None,
             backoff_limit: 3,
             compat: None,
+            mpi: Default::default(),
         };
         let hf = by_name("chainer").unwrap().hostfile(
             &job,

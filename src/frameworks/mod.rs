@@ -103,6 +103,9 @@ pub struct JobView<'a> {
     pub backoff_limit: u32,
     /// `dljob.dev/compat`: the operator whose images the pods run.
     pub compat: Option<&'a str>,
+    /// `dljob.dev/mpi-implementation` (mpi, chainer): the hostfile's form
+    /// and the launcher's env.
+    pub mpi: crate::contract::MpiImplementation,
 }
 
 /// The member being wired, as the frameworks see it.
@@ -415,10 +418,9 @@ impl JobView<'_> {
     }
 }
 
-/// Appends `host slots=N` lines for every replica of `role`.
-/// Appends `host slots=N` lines for every replica of `role`: a worker's
-/// slots are its index's in `dljob.dev/slots`, any other host's the count
-/// for every other host. Returns the slots listed.
+/// Appends a hostfile line for every replica of `role`: a worker's slots
+/// are its index's in `dljob.dev/slots`, any other host's the count for
+/// every other host. Returns the slots listed.
 pub(crate) fn push_hostfile_lines(out: &mut String, job: &JobView<'_>, role: &str) -> u32 {
     let n = job.topology.count_or_zero(role);
     out.reserve(n as usize * (job.host_len_hint(role) + 10));
@@ -426,12 +428,18 @@ pub(crate) fn push_hostfile_lines(out: &mut String, job: &JobView<'_>, role: &st
     for i in 0..n {
         let slots = job.slots_of(role, i);
         job.push_host(out, role, i);
-        out.push_str(" slots=");
-        push_u32(out, slots);
-        out.push('\n');
+        push_slots(out, job, slots);
         total = total.saturating_add(slots);
     }
     total
+}
+
+/// Ends a hostfile line with its slots, as the job's MPI reads them:
+/// OpenMPI's ` slots=N`, Hydra's `:N`.
+fn push_slots(out: &mut String, job: &JobView<'_>, slots: u32) {
+    out.push_str(if job.mpi.is_hydra() { ":" } else { " slots=" });
+    push_u32(out, slots);
+    out.push('\n');
 }
 
 /// The hostfile line of the pod that reads the hostfile (an MPI launcher
@@ -456,9 +464,7 @@ pub(crate) fn push_own_hostfile_line(
     } else {
         out.push_str(&crate::contract::pod_hostname(job.name, role, 0));
     }
-    out.push_str(" slots=");
-    push_u32(out, slots);
-    out.push('\n');
+    push_slots(out, job, slots);
     slots
 }
 
@@ -605,6 +611,7 @@ pub(crate) mod test_support {
             elastic: None,
             backoff_limit: 3,
             compat: None,
+            mpi: Default::default(),
         }
     }
 
@@ -681,6 +688,7 @@ pub(crate) mod test_support {
             elastic,
             backoff_limit: 3,
             compat,
+            mpi: Default::default(),
         };
         let mut env = Env::new();
         f.env(&job, &member, &mut env);
@@ -733,6 +741,7 @@ mod tests {
             elastic: None,
             backoff_limit: 3,
             compat: None,
+            mpi: Default::default(),
         };
         let mut env = Env::new();
         generic_env(

@@ -198,6 +198,7 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
     ssh_user_warnings(&member, object, &mut warnings);
     sshd_command_warning(&member, object, &mut warnings);
     env_from_warning(&member, object, &mut warnings);
+    intel_slots_warning(&member, object, &mut warnings);
     volcano_dns_warning(&member, object, &mut warnings);
     Ok(Some(Parsed { member, warnings }))
 }
@@ -475,6 +476,40 @@ pub(crate) fn pinned_node(kind: Kind, object: &Value) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
+/// An Intel MPI launcher of a job whose hosts have different slot counts:
+/// Intel's mpiexec reads per-host counts only from a `-machinefile`; from
+/// the hostfile dljob points it at (`I_MPI_HYDRA_HOST_FILE`, as `-f`) it
+/// takes the hosts and places `I_MPI_PERHOST` ranks on each, which dljob
+/// can set only for one count (conformance/test_hydra.py shows both).
+fn intel_slots_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<String>) {
+    if m.spec.mpi_implementation != Some(c::MpiImplementation::Intel)
+        || m.spec.slots.is_uniform()
+        || m.framework.ssh_client_role() != Some(m.role.as_str())
+    {
+        return;
+    }
+    let Some((_, container)) = written_framework_container(m, object) else {
+        return;
+    };
+    let words = ["command", "args"]
+        .iter()
+        .filter_map(|k| container[*k].as_array())
+        .flatten()
+        .filter_map(Value::as_str);
+    if words
+        .flat_map(str::split_whitespace)
+        .any(|w| w == "-machinefile" || w == "-machine")
+    {
+        return;
+    }
+    warnings.push(format!(
+        "{} \"{}\" gives hosts different slot counts, which Intel MPI's mpiexec reads only from a machine file: run `mpiexec -machinefile {} -n $DLJOB_MPI_NP …`; from the hostfile alone it places the same number of ranks on every host",
+        c::SLOTS,
+        c::quoted(&m.spec.slots.to_string()),
+        c::HOSTFILE_PATH
+    ));
+}
+
 /// A member of the role dljob holds back until the other members run (the
 /// mpi launcher) that names its node: the API server refuses a pod with
 /// both `spec.nodeName` and a scheduling gate, so dljob adds no gate to it
@@ -571,6 +606,7 @@ impl MemberSpec {
             elastic: self.spec.elastic,
             backoff_limit: self.spec.policies.backoff_limit,
             compat: self.spec.compat.as_deref(),
+            mpi: self.spec.mpi_implementation.unwrap_or_default(),
         }
     }
 

@@ -37,6 +37,7 @@ pub(super) fn job_spec(
     let port =
         parse_number(meta, c::PORT, 1, 65535, "a port number (1-65535)", v).map(|p| p as u16);
     let slots = slots(meta, topology, v);
+    let mpi_implementation = mpi_implementation(meta, framework, v);
     let elastic = elastic(meta, framework, topology, v);
     let ssh_path = ssh_path(meta, v);
     let gang = gang(meta, config, v);
@@ -57,6 +58,7 @@ pub(super) fn job_spec(
         replicas: frameworks::in_rank_order(framework, topology),
         port: port.unwrap_or_else(|| config.port_for(framework.name(), framework.default_port())),
         slots,
+        mpi_implementation,
         elastic,
         policies,
         ssh_path: framework.uses_ssh().then_some(ssh_path),
@@ -66,6 +68,44 @@ pub(super) fn job_spec(
         tensorboard,
         compat,
     })
+}
+
+/// `dljob.dev/mpi-implementation`, for the frameworks that write an MPI
+/// hostfile (mpi, chainer); elsewhere it would change nothing, so it is
+/// refused. OpenMPI, the default, is kept as `None`: a job that names it
+/// and one that does not are the same job.
+pub(super) fn mpi_implementation(
+    meta: &Meta<'_>,
+    framework: Option<&'static dyn Framework>,
+    v: &mut Violations,
+) -> Option<c::MpiImplementation> {
+    let text = meta.annotation(c::MPI_IMPLEMENTATION)?;
+    let Some(implementation) = c::MpiImplementation::parse(text) else {
+        v.push(
+            Rule::InvalidValue,
+            format!(
+                "{} \"{}\" is not an MPI implementation dljob wires; use one of {} (the MPI operator's spelling)",
+                c::MPI_IMPLEMENTATION,
+                c::quoted(text),
+                c::MpiImplementation::VALUES
+            ),
+        );
+        return None;
+    };
+    match framework {
+        Some(f) if !f.uses_slots() => {
+            v.push(
+                Rule::InvalidValue,
+                format!(
+                    "annotation {} is only for mpi and chainer jobs (framework {} runs no mpirun): remove it",
+                    c::MPI_IMPLEMENTATION,
+                    f.name()
+                ),
+            );
+            None
+        }
+        _ => (implementation != c::MpiImplementation::OpenMpi).then_some(implementation),
+    }
 }
 
 /// `dljob.dev/compat`: one of the operators whose images admission knows.

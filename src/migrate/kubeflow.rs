@@ -955,12 +955,7 @@ fn mpi(
         keys.insert(c::SSH_PATH, p.to_owned());
     }
     if let Some(i) = spec.get("mpiImplementation").and_then(Value::as_str) {
-        if i != "OpenMPI" {
-            problems.push(format!(
-                "spec.mpiImplementation \"{}\": dljob writes an OpenMPI hostfile and OpenMPI's env; Intel MPI and MPICH read other formats. Run OpenMPI, or remove it to convert as OpenMPI",
-                c::quoted(i)
-            ));
-        }
+        mpi_implementation(i, "spec.mpiImplementation", keys, problems);
     }
     if spec.get("runLauncherAsWorker").and_then(Value::as_bool) == Some(true) {
         problems.push("spec.runLauncherAsWorker: dljob's hostfile lists the workers only; remove it (and add a worker) to run ranks on the launcher's node too".into());
@@ -972,6 +967,27 @@ fn mpi(
     }
     if let Some(name) = spec.get("mainContainer").and_then(Value::as_str) {
         keys.insert(c::CONTAINER, name.to_owned());
+    }
+}
+
+/// An MPI implementation the operator names (`at`), as
+/// `dljob.dev/mpi-implementation` (OpenMPI, the default, as nothing).
+pub(crate) fn mpi_implementation(
+    text: &str,
+    at: &str,
+    keys: &mut Keys,
+    problems: &mut Vec<String>,
+) {
+    match c::MpiImplementation::parse(text) {
+        Some(c::MpiImplementation::OpenMpi) => {}
+        Some(other) => {
+            keys.insert(c::MPI_IMPLEMENTATION, other.as_str().to_owned());
+        }
+        None => problems.push(format!(
+            "{at} \"{}\" is not an MPI implementation dljob wires: {}",
+            c::quoted(text),
+            c::MpiImplementation::VALUES
+        )),
     }
 }
 

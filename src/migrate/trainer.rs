@@ -863,15 +863,8 @@ impl MlPolicy {
     ) {
         let at = format!("{rt}: spec.mlPolicy.mpi");
         keys.insert(c::COMPAT, c::COMPAT_MPI_OPERATOR.into());
-        if let Some(i) = self
-            .mpi_implementation
-            .as_deref()
-            .filter(|i| *i != "OpenMPI")
-        {
-            p.push(format!(
-                "{at}.mpiImplementation \"{}\": dljob writes an OpenMPI hostfile and OpenMPI's env; Intel MPI and MPICH read other formats. Run OpenMPI",
-                c::quoted(i)
-            ));
+        if let Some(i) = self.mpi_implementation.as_deref() {
+            kubeflow::mpi_implementation(i, &format!("{at}.mpiImplementation"), keys, p);
         }
         if let Some(path) = &self.ssh_path {
             keys.insert(c::SSH_PATH, path.clone());

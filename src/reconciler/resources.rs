@@ -280,6 +280,7 @@ fn view<'j>(job: &'j DLJob, cluster_domain: &'j str) -> Option<frameworks::JobVi
         elastic: job.spec.elastic,
         backoff_limit: job.spec.policies.backoff_limit,
         compat: job.spec.compat.as_deref(),
+        mpi: job.spec.mpi_implementation.unwrap_or_default(),
     })
 }
 
