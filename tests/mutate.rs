@@ -1078,6 +1078,36 @@ fn launchers_get_the_workers_ready_gate_and_workers_do_not() {
     );
 }
 
+/// An Intel MPI launcher whose hosts have different slot counts is told
+/// that Intel's mpiexec reads them only from a machine file, unless its
+/// command passes one; MPICH reads them from the hostfile: no word.
+#[test]
+fn an_intel_launcher_with_counts_per_host_is_told_to_pass_a_machine_file() {
+    let launcher = |implementation: &str, command: Value| {
+        let mut p = pod(
+            "cmn",
+            "launcher",
+            "mpi",
+            "launcher=1,worker=2",
+            json!({"dljob.dev/mpi-implementation": implementation, "dljob.dev/slots": "1,0=4"}),
+        );
+        p["spec"]["containers"][0]["command"] = command;
+        create(Kind::Pod, &p, &Config::default()).warnings
+    };
+    let plain = json!(["mpiexec", "-n", "5", "python3", "train.py"]);
+    assert_eq!(
+        launcher("Intel", plain.clone()),
+        vec!["dljob.dev/slots gives hosts different slot counts, which Intel MPI's mpiexec reads only from a machine file: run `mpiexec -machinefile /etc/dljob/hostfile -n $DLJOB_MPI_NP …`; from the hostfile alone it places the same number of ranks on every host"]
+    );
+    let in_script = json!([
+        "sh",
+        "-c",
+        "mpiexec -machinefile /etc/dljob/hostfile -n 5 python3 train.py"
+    ]);
+    assert_eq!(launcher("Intel", in_script), Vec::<String>::new());
+    assert_eq!(launcher("MPICH", plain), Vec::<String>::new());
+}
+
 /// A launcher bound to its node (`spec.nodeName`, as a user pinning it
 /// writes): the API server refuses a pod with both nodeName and a
 /// scheduling gate ("spec.nodeName: Forbidden: cannot be set until all

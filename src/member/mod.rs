@@ -503,9 +503,8 @@ fn intel_slots_warning(m: &MemberSpec, object: &Value, warnings: &mut Vec<String
         return;
     }
     warnings.push(format!(
-        "{} \"{}\" gives hosts different slot counts, which Intel MPI's mpiexec reads only from a machine file: run `mpiexec -machinefile {} -n $DLJOB_MPI_NP …`; from the hostfile alone it places the same number of ranks on every host",
+        "{} gives hosts different slot counts, which Intel MPI's mpiexec reads only from a machine file: run `mpiexec -machinefile {} -n $DLJOB_MPI_NP …`; from the hostfile alone it places the same number of ranks on every host",
         c::SLOTS,
-        c::quoted(&m.spec.slots.to_string()),
         c::HOSTFILE_PATH
     ));
 }
