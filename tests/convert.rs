@@ -1915,6 +1915,36 @@ fn trainjobs_on_the_jax_xgboost_and_mpi_runtimes_get_trainers_env() {
         out[0]["spec"]["template"]["spec"]["containers"][0]["command"],
         json!(["/usr/sbin/sshd"])
     );
+    assert_eq!(
+        a.get("dljob.dev/mpi-implementation"),
+        None,
+        "OpenMPI: the default"
+    );
+    // Its mpiImplementation as Intel: Hydra's names and hostfile.
+    let intel = dir.join("runtime-intel.yaml");
+    std::fs::write(
+        &intel,
+        std::fs::read_to_string(&apart)
+            .unwrap()
+            .replace("mpiImplementation: OpenMPI", "mpiImplementation: Intel"),
+    )
+    .unwrap();
+    let run = convert_on(intel.to_str().unwrap(), &job("d", "deepspeed-distributed"));
+    assert!(run.success(), "{run:?}");
+    for workload in values(&run.stdout) {
+        assert_eq!(
+            annotations(&workload)["dljob.dev/mpi-implementation"],
+            "Intel"
+        );
+    }
+    let launcher = pods_env(&run.stdout)
+        .into_iter()
+        .find(|(host, _)| host == "d-launcher-0")
+        .unwrap();
+    assert_eq!(
+        env_value(&launcher.1, "I_MPI_HYDRA_HOST_FILE"),
+        ["/etc/dljob/hostfile"]
+    );
 }
 
 #[test]
