@@ -493,7 +493,8 @@ fn plan_size_violations(m: &MemberSpec, pod: &Value, plan: &PodPlan) -> Vec<Stri
     problems
 }
 
-/// The pod's edits as a patch (the pod is not copied).
+/// The pod's edits as a patch (the pod is not copied): one named step per
+/// source of the pod's wiring.
 fn pod_patch(
     m: &MemberSpec,
     pod: &Value,
@@ -507,16 +508,46 @@ fn pod_patch(
         warnings.push("the pod has no containers; dljob injected nothing".to_owned());
         return edits.into_patch();
     };
+    let (index, fc) = (plan.index, plan.container);
+    set_identity(m, pod, plan.hostname, &mut edits, warnings);
+    write_defaults(m, pod, &mut edits);
+    // The hostfile annotation where a launcher reads it, projected by a
+    // downwardAPI volume; the SSH Secret where members use SSH.
+    let has_hostfile = plan.hostfile.is_some();
+    if let Some(hostfile) = plan.hostfile {
+        edits.set_annotation(c::HOSTFILE, hostfile);
+    }
+    wire_framework_container(m, pod, fc, plan.field_env, &plan.env, &mut edits, warnings);
+    let mut wanted = mount_dljob_volumes(
+        fc,
+        dljob_volumes(m, has_hostfile, plan.volcano),
+        pod,
+        &mut edits,
+        warnings,
+    );
+    wire_accelerators(pod, config, &mut wanted, &mut edits, warnings);
+    add_volumes(wanted, &mut edits, warnings);
+    gang_marks(m, &mut edits, config, warnings);
+    gate_launcher(m, pod, config, &mut edits);
+    wait_for_names(m, pod, (index, fc), config, &mut edits, warnings);
+    edits.into_patch()
+}
 
-    // Identity. Controllers set these for their pods; a user's values on a
-    // plain pod are replaced with a word.
-    let spec = &pod["spec"];
+/// Identity: the pod's host name and subdomain. Controllers set these for
+/// their pods; a user's values on a plain pod are replaced with a word.
+fn set_identity(
+    m: &MemberSpec,
+    pod: &Value,
+    hostname: String,
+    edits: &mut PodEdits<'_>,
+    warnings: &mut Vec<String>,
+) {
     if m.owner == PodOwner::None {
         for (field, ours) in [
-            ("hostname", plan.hostname.as_str()),
+            ("hostname", hostname.as_str()),
             ("subdomain", m.job.as_str()),
         ] {
-            if let Some(old) = spec.get(field).and_then(Value::as_str) {
+            if let Some(old) = pod["spec"].get(field).and_then(Value::as_str) {
                 if old != ours {
                     warnings.push(format!(
                         "spec.{field} \"{old}\" replaced by \"{ours}\": member pods are named by the job's topology"
@@ -525,54 +556,80 @@ fn pod_patch(
             }
         }
     }
-    let index = plan.index;
-    edits.set_spec("hostname", Value::String(plan.hostname));
+    edits.set_spec("hostname", Value::String(hostname));
     edits.set_spec("subdomain", Value::String(m.job.clone()));
+}
 
-    write_defaults(m, pod, &mut edits);
-
-    // The hostfile annotation where a launcher reads it, projected by a
-    // downwardAPI volume; the SSH Secret where members use SSH.
-    let has_hostfile = plan.hostfile.is_some();
-    if let Some(hostfile) = plan.hostfile {
-        edits.set_annotation(c::HOSTFILE, hostfile);
-    }
-    let volumes = dljob_volumes(m, has_hostfile, plan.volcano);
-
-    let containers = object::containers(spec);
-    let fc = plan.container;
-    let fc_name = object::name_of(&containers[fc]);
-    merge_field_env(&mut edits, fc, fc_name, plan.field_env, warnings);
+/// The framework container (`fc`): its framework's env (downward-API vars
+/// first), its port, and the MPI operator's worker with no command, which
+/// runs sshd.
+fn wire_framework_container<'a>(
+    m: &MemberSpec,
+    pod: &Value,
+    fc: usize,
+    field_env: &'static [(&'static str, &'static str)],
+    env: &'a Env,
+    edits: &mut PodEdits<'a>,
+    warnings: &mut Vec<String>,
+) {
+    let container = &object::containers(&pod["spec"])[fc];
+    let name = object::name_of(container);
+    merge_field_env(edits, fc, name, field_env, warnings);
     merge_env(
-        &mut edits,
+        edits,
         fc,
-        fc_name,
-        plan.env.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+        name,
+        env.iter().map(|(n, v)| (n.as_str(), v.as_str())),
         warnings,
     );
-    merge_port(&mut edits, fc, fc_name, m.spec.port, warnings);
-    // The MPI operator's worker with no command runs sshd.
+    merge_port(edits, fc, name, m.spec.port, warnings);
     let ssh_served = m
         .framework
         .ssh_client_role()
         .is_some_and(|client| client != m.role);
     let bare = ["command", "args"]
         .iter()
-        .all(|k| containers[fc].get(*k).is_none_or(Value::is_null));
+        .all(|k| container.get(*k).is_none_or(Value::is_null));
     if ssh_served && bare && m.spec.compat.as_deref() == Some(c::COMPAT_MPI_OPERATOR) {
         edits.set_container(fc, "command", json!(["/usr/sbin/sshd", "-De"]));
     }
+}
+
+/// dljob's volumes' mounts in the framework container; returns the
+/// volumes something mounts.
+fn mount_dljob_volumes(
+    fc: usize,
+    volumes: Vec<(Value, Vec<Value>)>,
+    pod: &Value,
+    edits: &mut PodEdits<'_>,
+    warnings: &mut Vec<String>,
+) -> Vec<Value> {
+    let name = object::name_of(&object::containers(&pod["spec"])[fc]);
     let mut wanted: Vec<Value> = Vec::with_capacity(4);
     for (volume, mounts) in volumes {
         let mut mounted = false;
         for mount in mounts {
-            mounted |= merge_mount(&mut edits, fc, fc_name, mount, warnings);
+            mounted |= merge_mount(edits, fc, name, mount, warnings);
         }
         if mounted {
             wanted.push(volume);
         }
     }
-    // Accelerators: every container requesting a configured resource.
+    wanted
+}
+
+/// Accelerators: every container requesting a resource the config names
+/// gets its env and host mounts (the volumes join `wanted`). An image's
+/// own var replaced is said once per pod, when dljob injects it (not where
+/// the user set the var, nor again on a re-invocation).
+fn wire_accelerators<'a>(
+    pod: &Value,
+    config: &'a Config,
+    wanted: &mut Vec<Value>,
+    edits: &mut PodEdits<'a>,
+    warnings: &mut Vec<String>,
+) {
+    let containers = object::containers(&pod["spec"]);
     let mut replaced_image_env: Vec<&str> = Vec::new();
     for (i, container) in containers.iter().enumerate() {
         let name = object::name_of(container);
@@ -587,14 +644,14 @@ fn pod_patch(
                 }
             }
             merge_env(
-                &mut edits,
+                edits,
                 i,
                 name,
                 acc.env.iter().map(|e| (e.name.as_str(), e.value.as_str())),
                 warnings,
             );
             for hv in &acc.volumes {
-                if merge_mount(&mut edits, i, name, host_mount(hv), warnings)
+                if merge_mount(edits, i, name, host_mount(hv), warnings)
                     && !wanted.iter().any(|v| object::name_of(v) == hv.name)
                 {
                     wanted.push(host_volume(hv));
@@ -602,8 +659,6 @@ fn pod_patch(
             }
         }
     }
-    // Said once per pod, when dljob injects it (not where the user set the
-    // var, nor again on a re-invocation).
     for env in replaced_image_env {
         let injected = (0..containers.len()).any(|i| {
             edits
@@ -617,7 +672,11 @@ fn pod_patch(
             ));
         }
     }
-    // Said when dljob adds them, not again on a re-invocation.
+}
+
+/// The volumes the mounts need, and a word on the node's paths among them
+/// (said when dljob adds them, not again on a re-invocation).
+fn add_volumes(wanted: Vec<Value>, edits: &mut PodEdits<'_>, warnings: &mut Vec<String>) {
     let host_paths: Vec<&str> = wanted
         .iter()
         .filter(|v| {
@@ -634,11 +693,14 @@ fn pod_patch(
         ));
     }
     for volume in wanted {
-        merge_volume(&mut edits, volume, warnings);
+        merge_volume(edits, volume, warnings);
     }
-    gang_marks(m, &mut edits, config, warnings);
-    // Not on a pod bound to its node: the API server refuses a gate there
-    // (member::parse warns).
+}
+
+/// The launcher's scheduling gate, until its workers run. Not on a pod
+/// bound to its node: the API server refuses a gate there
+/// (member::parse warns).
+fn gate_launcher(m: &MemberSpec, pod: &Value, config: &Config, edits: &mut PodEdits<'_>) {
     if config.launcher_gate()
         && m.framework.gated_role() == Some(m.role.as_str())
         && member::pinned_node(Kind::Pod, pod).is_none()
@@ -651,8 +713,6 @@ fn pod_patch(
             Item::Json(json!({"name": c::WORKERS_READY_GATE})),
         );
     }
-    wait_for_names(m, pod, (index, fc), config, &mut edits, warnings);
-    edits.into_patch()
 }
 
 /// The script of [`c::WAIT_FOR_NAMES_CONTAINER`], run by the image's `sh`:
