@@ -10,7 +10,7 @@
 //! Nor is a JSON tree built for what is only sent: the items dljob appends
 //! most (env vars, the port) are typed and borrowed ([`Item`]), and each
 //! operation's value is serialised once, when the patch is made
-//! ([`Operation::value`] is the JSON text).
+//! ([`PatchOperation::value`] is the JSON text).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -26,12 +26,12 @@ use crate::object;
 /// A JSON Patch (RFC 6902), each operation's value already JSON text.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct Patch(pub Vec<Operation>);
+pub struct Patch(pub Vec<PatchOperation>);
 
 /// One RFC 6902 operation, its fields in the order json-patch writes
 /// them (`op`, `from` of a move or copy, `path`, `value`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Operation {
+pub struct PatchOperation {
     pub op: Op,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
@@ -52,7 +52,7 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::
     Box::<RawValue>::deserialize(d).map(Some)
 }
 
-impl PartialEq for Operation {
+impl PartialEq for PatchOperation {
     fn eq(&self, other: &Self) -> bool {
         (self.op, &self.path, &self.from) == (other.op, &other.path, &other.from)
             && self.value.as_ref().map(|v| v.get()) == other.value.as_ref().map(|v| v.get())
@@ -85,8 +85,8 @@ impl From<json_patch::Patch> for Patch {
     }
 }
 
-fn operation(op: Op, path: String, value: &impl Serialize) -> Operation {
-    Operation {
+fn operation(op: Op, path: String, value: &impl Serialize) -> PatchOperation {
+    PatchOperation {
         op,
         path,
         from: None,
@@ -406,7 +406,7 @@ impl<'a> PodEdits<'a> {
         let original = meta.and_then(|m| m.get("annotations"));
         for key in self.removed_annotations {
             if original.and_then(|a| a.get(key)).is_some() {
-                ops.push(Operation {
+                ops.push(PatchOperation {
                     op: Op::Remove,
                     path: pointer("/metadata/annotations", key),
                     from: None,
@@ -467,7 +467,7 @@ impl<'a> PodEdits<'a> {
 /// keys sorted, the last value of a key set twice, as a JSON tree has
 /// them), else one add/replace per key that differs.
 fn set_keys<K: AsRef<str> + Ord + Serialize, V: Serialize + PartialEq<Value>>(
-    ops: &mut Vec<Operation>,
+    ops: &mut Vec<PatchOperation>,
     path: &str,
     existing: Option<&Value>,
     keys: Vec<(K, V)>,

@@ -8,7 +8,7 @@
 
 use serde_json::{json, Value};
 
-use super::kubeflow::{self, Converted, Keys, Replica, ReplicaSpec, TemplateEdits};
+use super::kubeflow::{self, ConvertedJob, Keys, Replica, ReplicaSpec, TemplateEdits};
 use crate::contract as c;
 use crate::object;
 
@@ -18,7 +18,7 @@ const CONTAINER: &str = "chainer";
 const WORKER_SET_LABEL: &str = "chainerjob.kubeflow.org/workersetname";
 
 /// Converts one ChainerJob: every problem found, not the first.
-pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
+pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
     let name = kubeflow::job_name(job, &mut problems)?;
@@ -173,9 +173,9 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
     }
     let meta = job.get("metadata").and_then(Value::as_object);
     let edits = TemplateEdits::default();
-    let mut out = Converted {
+    let mut out = ConvertedJob {
         warnings,
-        ..Converted::default()
+        ..ConvertedJob::default()
     };
     let master_spec = ReplicaSpec {
         type_name: "master".into(),

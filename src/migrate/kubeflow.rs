@@ -287,7 +287,7 @@ pub(crate) struct Replica {
 /// What a job converts to: one workload per replica type, in the
 /// framework's role order, and what the reader should know.
 #[derive(Debug, Default)]
-pub(crate) struct Converted {
+pub(crate) struct ConvertedJob {
     pub(crate) replicas: Vec<Replica>,
     pub(crate) warnings: Vec<String>,
 }
@@ -300,7 +300,7 @@ pub(crate) type Keys = BTreeMap<&'static str, String>;
 const NOT_COPIED: &[&str] = &["kubectl.kubernetes.io/last-applied-configuration"];
 
 /// Converts one job of `op`'s kind; every problem found, not the first.
-pub(crate) fn convert(op: &Operator, job: &Value) -> Result<Converted, Vec<String>> {
+pub(crate) fn convert(op: &Operator, job: &Value) -> Result<ConvertedJob, Vec<String>> {
     convert_with_port(op, job, None)
 }
 
@@ -310,9 +310,9 @@ pub(crate) fn convert_with_port(
     op: &Operator,
     job: &Value,
     port: Option<u16>,
-) -> Result<Converted, Vec<String>> {
+) -> Result<ConvertedJob, Vec<String>> {
     let mut problems = Vec::new();
-    let mut out = Converted::default();
+    let mut out = ConvertedJob::default();
     let name = job_name(job, &mut problems)?;
     let Some(spec) = job.get("spec").and_then(Value::as_object) else {
         return Err(vec!["spec is missing or not a mapping".into()]);

@@ -96,7 +96,7 @@ pub(crate) const MXJOB_FIORAVANZO: Form = Form {
 };
 
 /// Converts one job of `form`: every problem found, not the first.
-pub(crate) fn convert(form: &Form, job: &Value) -> Result<kubeflow::Converted, Vec<String>> {
+pub(crate) fn convert(form: &Form, job: &Value) -> Result<kubeflow::ConvertedJob, Vec<String>> {
     let mut problems = Vec::new();
     let Some(spec) = job.get("spec").and_then(Value::as_object) else {
         return Err(vec!["spec is missing or not a mapping".into()]);

@@ -180,7 +180,7 @@ fn convert_one(
     source: Source,
     value: &Value,
     ctx: &Context<'_>,
-) -> Result<kubeflow::Converted, Vec<String>> {
+) -> Result<kubeflow::ConvertedJob, Vec<String>> {
     let op = match (source.api_version, source.kind) {
         ("kubeflow.org/v1", "PyTorchJob") => Some(&kubeflow::PYTORCH),
         ("kubeflow.org/v1", "TFJob") => Some(&kubeflow::TENSORFLOW),

@@ -15,7 +15,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::kubeflow::{self, Converted, Keys, Replica, ReplicaSpec, TemplateEdits};
+use super::kubeflow::{self, ConvertedJob, Keys, Replica, ReplicaSpec, TemplateEdits};
 use crate::contract as c;
 use crate::object;
 
@@ -136,7 +136,7 @@ pub(crate) fn convert(
     job: &Value,
     namespace: &str,
     runtimes: &[&Value],
-) -> Result<Converted, Vec<String>> {
+) -> Result<ConvertedJob, Vec<String>> {
     let mut p = Vec::new();
     let name = kubeflow::job_name(job, &mut p)?;
     let Some(spec) = job.get("spec").and_then(Value::as_object) else {
@@ -176,7 +176,7 @@ pub(crate) fn convert(
         }
     }
     let policy = MlPolicy::read(rspec.get("mlPolicy"), &rt, &mut p);
-    let mut out = Converted::default();
+    let mut out = ConvertedJob::default();
     let mut keys = Keys::new();
     keys.insert(c::FRAMEWORK, policy.framework().to_owned());
     keys.insert(c::CONTAINER, NODE.to_owned());

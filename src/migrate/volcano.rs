@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::kubeflow::{self, Converted, Keys, Replica, ReplicaSpec, TemplateEdits};
+use super::kubeflow::{self, ConvertedJob, Keys, Replica, ReplicaSpec, TemplateEdits};
 use crate::contract as c;
 use crate::object;
 
@@ -72,7 +72,7 @@ const OTHER_PLUGINS: &[&str] = &["env", "svc", "ssh"];
     clippy::too_many_lines,
     reason = "one pass over the Volcano Job's fields; issue 46 item 1 makes it named steps"
 )]
-pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
+pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
     let name = kubeflow::job_name(job, &mut problems)?;
@@ -361,9 +361,9 @@ pub(crate) fn convert(job: &Value) -> Result<Converted, Vec<String>> {
         return Err(problems);
     }
     let meta = job.get("metadata").and_then(Value::as_object);
-    let mut out = Converted {
+    let mut out = ConvertedJob {
         warnings,
-        ..Converted::default()
+        ..ConvertedJob::default()
     };
     for (r, i) in indexed {
         out.replicas.push(Replica {

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::wire::API_VERSION;
 use super::wire::{self, RequestView, ReviewView};
 use crate::config::Config;
-use crate::mutate::{self, Operation as MutateOperation};
+use crate::mutate::{self, Operation};
 use crate::object::Subject;
 use crate::object::{self, Kind};
 use crate::validate::{self, PeerSource};
@@ -318,8 +318,8 @@ fn decide(
         .unwrap_or_default();
 
     let operation = match req.operation.as_str() {
-        "CREATE" => MutateOperation::Create,
-        "UPDATE" => MutateOperation::Update,
+        "CREATE" => Operation::Create,
+        "UPDATE" => Operation::Update,
         "DELETE" | "CONNECT" => return Decision::allow(),
         other => {
             return Decision::deny(Denial::bad_request(format!(
@@ -372,7 +372,7 @@ fn decide(
         }
         Endpoint::Validate => {
             let old = match (operation, req_old_object) {
-                (MutateOperation::Update, Some(o @ Value::Object(_))) => Some(o),
+                (Operation::Update, Some(o @ Value::Object(_))) => Some(o),
                 _ => None,
             };
             let peers = validate::FromSource(peers);
