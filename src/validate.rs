@@ -21,7 +21,7 @@ use crate::violation::{Rule, Violations};
 /// scale subresource let through) does not block an update that leaves it
 /// as it was — an annotation added, the reconciler scaling it to 0 — while
 /// an update that brings a problem of its own is refused for it.
-pub fn validate<P: Peers + ?Sized>(
+pub fn validate<P: PeerSource + ?Sized>(
     subject: Subject<'_>,
     config: &Config,
     peers: &P,
@@ -50,13 +50,13 @@ pub fn validate<P: Peers + ?Sized>(
             asked.push(&p.member);
         }
     }
-    let mut answers = peers.relevant_to_each(&asked).into_iter();
+    let mut answers = peers.relevant_peers_to_each(&asked).into_iter();
     let mut peers_of = |parsed: &member::Parsing| match parsed {
         Ok(Some(_)) => answers.next().unwrap_or_default(),
         _ => Vec::new(),
     };
     let (new_peers, old_peers) = (peers_of(&new), was.as_ref().map(&mut peers_of));
-    let named = peers.named();
+    let named = peers.names_peers();
     let (found, warnings) = judge(new, object, config, (&new_peers, named), operation);
     let before = match (old, was, old_peers) {
         (Some(old), Some(was), Some(old_peers)) if !found.is_empty() => {
@@ -77,7 +77,7 @@ pub fn validate<P: Peers + ?Sized>(
 
 /// Everything [`validate`] checks of one object but what an UPDATE
 /// changed: its problems, and its warnings, against `peers` ([`relevant`]
-/// to it; named in messages or not, [`Peers::named`]).
+/// to it; named in messages or not, [`PeerSource::names_peers`]).
 fn judge(
     parsed: member::Parsing,
     object: &Value,
@@ -476,51 +476,35 @@ pub fn relevant<'p>(
     out
 }
 
-/// A job's other members, as [`validate`] reads them.
-pub trait Peers {
-    /// Those of `m`'s peers its checks concern ([`relevant`]).
-    fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec>;
-    /// [`Peers::relevant`] to each of `ms`, from one reading of the peers.
-    fn relevant_to_each(&self, ms: &[&MemberSpec]) -> Vec<Vec<MemberSpec>> {
-        ms.iter().map(|m| self.relevant(m)).collect()
+/// A manifest's members as the peers of one another (offline: `dljob
+/// validate`, the tests).
+impl PeerSource for [MemberSpec] {
+    fn peers(&self, namespace: &str, job: &str) -> Vec<MemberSpec> {
+        self.iter()
+            .filter(|p| p.namespace == namespace && p.job == job)
+            .cloned()
+            .collect()
     }
-    /// Whether messages may name the peers and their values: not to a
-    /// client dljob did not authenticate ([`PeerSource::names_peers`]).
-    fn named(&self) -> bool {
-        true
-    }
-}
-
-impl Peers for [MemberSpec] {
-    fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec> {
+    fn relevant_peers(&self, m: &MemberSpec) -> Vec<MemberSpec> {
         relevant(m, self).into_iter().cloned().collect()
     }
 }
 
-impl Peers for Vec<MemberSpec> {
-    fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec> {
-        self.as_slice().relevant(m)
+impl PeerSource for Vec<MemberSpec> {
+    fn peers(&self, namespace: &str, job: &str) -> Vec<MemberSpec> {
+        self.as_slice().peers(namespace, job)
+    }
+    fn relevant_peers(&self, m: &MemberSpec) -> Vec<MemberSpec> {
+        self.as_slice().relevant_peers(m)
     }
 }
 
-impl<const N: usize> Peers for [MemberSpec; N] {
-    fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec> {
-        self.as_slice().relevant(m)
+impl<const N: usize> PeerSource for [MemberSpec; N] {
+    fn peers(&self, namespace: &str, job: &str) -> Vec<MemberSpec> {
+        self.as_slice().peers(namespace, job)
     }
-}
-
-/// The peers a [`PeerSource`] knows of.
-pub struct FromSource<'a>(pub &'a dyn PeerSource);
-
-impl Peers for FromSource<'_> {
-    fn relevant(&self, m: &MemberSpec) -> Vec<MemberSpec> {
-        self.0.relevant_peers(m)
-    }
-    fn relevant_to_each(&self, ms: &[&MemberSpec]) -> Vec<Vec<MemberSpec>> {
-        self.0.relevant_peers_to_each(ms)
-    }
-    fn named(&self) -> bool {
-        self.0.names_peers()
+    fn relevant_peers(&self, m: &MemberSpec) -> Vec<MemberSpec> {
+        self.as_slice().relevant_peers(m)
     }
 }
 
@@ -548,7 +532,10 @@ pub trait PeerSource: Send + Sync {
     /// ([`relevant`]). What the webhook asks for on every review: a source
     /// holding many members answers it without going through them all.
     fn relevant_peers(&self, m: &MemberSpec) -> Vec<MemberSpec> {
-        self.peers(&m.namespace, &m.job).relevant(m)
+        relevant(m, &self.peers(&m.namespace, &m.job))
+            .into_iter()
+            .cloned()
+            .collect()
     }
     /// [`PeerSource::relevant_peers`] to each of `ms` (an UPDATE's new and
     /// old object), from one view of the members: a member that comes or

@@ -1430,7 +1430,7 @@ fn the_annotations_dljob_projects_into_a_running_pod_cannot_change() {
 /// object already had look new).
 #[test]
 fn an_update_reads_its_peers_once_for_both_objects() {
-    use dljob::validate::{FromSource, PeerSource};
+    use dljob::validate::PeerSource;
     use std::sync::Mutex;
 
     struct Recorded {
@@ -1469,7 +1469,7 @@ fn an_update_reads_its_peers_once_for_both_objects() {
     let answer = validate(
         Subject::new(Kind::Pod, &new, Some("ml")).with_old(Some(&old)),
         &config,
-        &FromSource(&source),
+        &source,
     );
     assert!(answer.is_ok(), "{answer:?}");
     assert_eq!(
@@ -1478,11 +1478,7 @@ fn an_update_reads_its_peers_once_for_both_objects() {
     );
     // A CREATE asks for the one object.
     source.calls.lock().unwrap().clear();
-    let refused = validate(
-        Subject::new(Kind::Pod, &new, Some("ml")),
-        &config,
-        &FromSource(&source),
-    );
+    let refused = validate(Subject::new(Kind::Pod, &new, Some("ml")), &config, &source);
     assert!(refused.is_err());
     assert_eq!(
         *source.calls.lock().unwrap(),
@@ -1669,7 +1665,7 @@ fn no_source_of_a_pods_index_changes_it() {
 /// wrong with the object and how to list the members.
 #[test]
 fn peers_are_named_only_to_an_authenticated_client() {
-    use dljob::validate::{FromSource, PeerSource, Withheld};
+    use dljob::validate::{PeerSource, Withheld};
 
     struct Fixed(Vec<MemberSpec>);
     impl PeerSource for Fixed {
@@ -1692,11 +1688,7 @@ fn peers_are_named_only_to_an_authenticated_client() {
     let denial = |named: bool| -> Vec<String> {
         let withheld = Withheld(source.clone());
         let peers: &dyn PeerSource = if named { source.as_ref() } else { &withheld };
-        match validate(
-            Subject::new(Kind::Pod, &pod, Some("ml")),
-            &config,
-            &FromSource(peers),
-        ) {
+        match validate(Subject::new(Kind::Pod, &pod, Some("ml")), &config, peers) {
             Err(v) => v.0.iter().map(|v| v.message.clone()).collect(),
             Ok(w) => panic!("admitted: {w:?}"),
         }

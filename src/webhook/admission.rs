@@ -375,11 +375,10 @@ fn decide(
                 (Operation::Update, Some(o @ Value::Object(_))) => Some(o),
                 _ => None,
             };
-            let peers = validate::FromSource(peers);
             match validate::validate(
                 Subject::new(kind, object, namespace).with_old(old),
                 config,
-                &peers,
+                peers,
             ) {
                 Ok(warnings) => Decision {
                     warnings,
