@@ -251,10 +251,7 @@ impl ServerProcess {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let ca = dir.join("ca.pem");
-        // A free port on 127.0.0.1 (closed again just before the server binds).
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap();
+        let addr = child::free_addr();
         let log_path = o.log.clone().unwrap_or_else(|| dir.join("server.log"));
         let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(&o.server)
@@ -281,25 +278,14 @@ impl ServerProcess {
             ca_pem: String::new(),
             dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = server.child.try_wait().unwrap() {
-                panic!(
-                    "the server exited ({status}); its log: {}",
-                    std::fs::read_to_string(&log_path).unwrap_or_default()
-                );
-            }
-            let pem = std::fs::read_to_string(&ca).unwrap_or_default();
-            if pem.contains("END CERTIFICATE") && std::net::TcpStream::connect(addr).is_ok() {
-                server.ca_pem = pem;
-                return server;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not start in 15 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        server.ca_pem = child::wait_listening(
+            &mut server.child,
+            &ca,
+            addr,
+            Duration::from_secs(15),
+            || std::fs::read_to_string(&log_path).unwrap_or_default(),
+        );
+        server
     }
 
     fn pid(&self) -> u32 {
@@ -308,32 +294,14 @@ impl ServerProcess {
 
     /// (VmRSS, VmHWM) in KiB.
     fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
-            .expect("/proc/PID/status (Linux only)");
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                .unwrap_or(0)
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        child::memory(self.pid()).expect("/proc/PID/status (Linux only)")
     }
 
     /// User + system CPU time the server has used.
     fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
-        // Fields after the parenthesised command name; utime and stime are
-        // fields 14 and 15 (1-based), i.e. 11 and 12 after the ")".
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let f: Vec<u64> = rest
-            .split(' ')
-            .skip(11)
-            .take(2)
-            .map(|x| x.parse().unwrap())
-            .collect();
-        let ticks = 100; // USER_HZ on Linux
-        Duration::from_millis((f[0] + f[1]) * 1000 / ticks)
+        Duration::from_secs_f64(
+            child::cpu_seconds(self.pid()).expect("/proc/PID/stat (Linux only)"),
+        )
     }
 }
 
@@ -927,6 +895,8 @@ async fn idle_run(o: &Options, n: usize, run: usize) {
 
 #[path = "common/attacks.rs"]
 mod attacks;
+#[path = "common/child.rs"]
+mod child;
 
 /// How many connections the server allows (its default
 /// `--max-connections`): the attacker takes every one the ordinary

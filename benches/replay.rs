@@ -74,6 +74,9 @@
 
 #[path = "replay/apiserver.rs"]
 mod apiserver;
+#[path = "common/child.rs"]
+mod child;
+use child::{cpu_seconds, free_addr, memory, wait_listening};
 #[path = "replay/objects.rs"]
 mod objects;
 
@@ -272,19 +275,6 @@ struct ServerProcess {
     log_path: PathBuf,
 }
 
-/// CPU seconds (user + system) a process has used.
-#[allow(unsafe_code, reason = "sysconf is a C function")]
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command's ")": state is field 3, utime 14, stime 15.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf reads a constant of the system; no memory is passed.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    Some(ticks as f64 / per_second.max(1) as f64)
-}
-
 /// `dljob_reconciles_total` from the child's `/metrics`.
 async fn reconciles(client: &mut Sender) -> Option<u64> {
     let (status, body) = send(client, Method::GET, "/metrics", String::new())
@@ -300,16 +290,11 @@ async fn reconciles(client: &mut Sender) -> Option<u64> {
         .map(|v| v as u64)
 }
 
-/// (VmRSS, VmHWM) in KiB of a process.
-fn memory(pid: u32) -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
+/// The last 40 lines of a log file.
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 impl ServerProcess {
@@ -320,9 +305,7 @@ impl ServerProcess {
             o.binary.display()
         );
         let ca = dir.join("ca.pem");
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap();
+        let addr = free_addr();
         let log_path = dir.join("server.log");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -374,23 +357,15 @@ impl ServerProcess {
             ca_pem: String::new(),
             log_path,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = server.child.try_wait().unwrap() {
-                panic!("the server exited ({status}); its log:\n{}", server.log());
-            }
-            let pem = std::fs::read_to_string(&ca).unwrap_or_default();
-            if pem.contains("END CERTIFICATE") && std::net::TcpStream::connect(addr).is_ok() {
-                server.ca_pem = pem;
-                return server;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not listen in 30 s; its log:\n{}",
-                server.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let log_path = server.log_path.clone();
+        server.ca_pem = wait_listening(
+            &mut server.child,
+            &ca,
+            addr,
+            Duration::from_secs(30),
+            || tail(&log_path),
+        );
+        server
     }
 
     fn pid(&self) -> u32 {
@@ -398,9 +373,7 @@ impl ServerProcess {
     }
 
     fn log(&self) -> String {
-        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        tail(&self.log_path)
     }
 
     /// SIGTERM, then wait up to `grace` (a dhat build writes its profile
