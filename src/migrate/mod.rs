@@ -181,48 +181,41 @@ fn convert_one(
     value: &Value,
     ctx: &Context<'_>,
 ) -> Result<kubeflow::ConvertedJob, Vec<String>> {
-    let op = match (source.api_version, source.kind) {
-        ("kubeflow.org/v1", "PyTorchJob") => Some(&kubeflow::PYTORCH),
-        ("kubeflow.org/v1", "TFJob") => Some(&kubeflow::TENSORFLOW),
-        ("kubeflow.org/v1", "XGBoostJob") => Some(&kubeflow::XGBOOST),
-        ("kubeflow.org/v1", "PaddleJob") => Some(&kubeflow::PADDLE),
-        ("kubeflow.org/v1", "JAXJob") => Some(&kubeflow::JAX),
-        ("kubeflow.org/v1", "MXJob") => Some(kubeflow::mxnet_v1(value)),
-        ("kubeflow.org/v1beta1", "MXJob") => Some(&kubeflow::MXNET_V1BETA1),
-        ("kubeflow.org/v1", "MPIJob") => Some(&kubeflow::MPI_V1),
-        ("kubeflow.org/v2beta1", "MPIJob") => Some(&kubeflow::MPI),
-        _ => None,
+    use crate::operators::Converter as C;
+    let Some(converter) = source.converter else {
+        return Err(vec![
+            if source.kind == crate::operators::UNKNOWN_KUBEFLOW_JOB {
+                format!(
+                "{} ({}) is no kind of job dljob convert knows; it converts {}: docs/migration.md says how to write another job as dljob members",
+                c::quoted(object::str_at(value, &["kind"]).unwrap_or("")),
+                c::quoted(object::str_at(value, &["apiVersion"]).unwrap_or("")),
+                crate::operators::convertible_kinds()
+            )
+            } else {
+                format!(
+                "dljob convert does not read {} yet: docs/migration.md says how to write it as dljob members",
+                source.display()
+            )
+            },
+        ]);
     };
-    let form = match (source.api_version, source.kind) {
-        ("mlkube.io/v1beta1", "TfJob") => Some(&legacy::TFJOB_MLKUBE),
-        ("kubeflow.org/v1alpha1", "TFJob") => Some(&legacy::TFJOB_V1ALPHA1),
-        ("kubeflow.org/v1alpha1", "MXJob") => Some(&legacy::MXJOB_V1ALPHA1),
-        ("fioravanzo.org/v1alpha1", "MXJob") => Some(&legacy::MXJOB_FIORAVANZO),
-        _ => None,
-    };
-    if let (Some(form), true) = (form, source.convertible) {
-        return legacy::convert(form, value);
-    }
-    match (source.api_version, source.kind) {
-        ("batch.volcano.sh/v1alpha1", "Job") => return volcano::convert(value),
-        ("kubeflow.org/v1alpha1", "ChainerJob") => return chainer::convert(value),
-        ("trainer.kubeflow.org/v1alpha1", "TrainJob") => {
-            return trainer::convert(value, ctx.namespace, ctx.runtimes)
-        }
-        _ => {}
-    }
-    match op {
-        Some(op) if source.convertible => kubeflow::convert(op, value),
-        _ if source.kind == crate::operators::UNKNOWN_KUBEFLOW_JOB => Err(vec![format!(
-            "{} ({}) is no kind of job dljob convert knows; it converts {}: docs/migration.md says how to write another job as dljob members",
-            c::quoted(object::str_at(value, &["kind"]).unwrap_or("")),
-            c::quoted(object::str_at(value, &["apiVersion"]).unwrap_or("")),
-            crate::operators::convertible_kinds()
-        )]),
-        _ => Err(vec![format!(
-            "dljob convert does not read {} yet: docs/migration.md says how to write it as dljob members",
-            source.display()
-        )]),
+    match converter {
+        C::PyTorch => kubeflow::convert(&kubeflow::PYTORCH, value),
+        C::TensorFlow => kubeflow::convert(&kubeflow::TENSORFLOW, value),
+        C::XGBoost => kubeflow::convert(&kubeflow::XGBOOST, value),
+        C::Paddle => kubeflow::convert(&kubeflow::PADDLE, value),
+        C::Jax => kubeflow::convert(&kubeflow::JAX, value),
+        C::MxNet => kubeflow::convert(kubeflow::mxnet_v1(value), value),
+        C::MxNetV1Beta1 => kubeflow::convert(&kubeflow::MXNET_V1BETA1, value),
+        C::MpiV1 => kubeflow::convert(&kubeflow::MPI_V1, value),
+        C::Mpi => kubeflow::convert(&kubeflow::MPI, value),
+        C::ChainerJob => chainer::convert(value),
+        C::MxJobV1Alpha1 => legacy::convert(&legacy::MXJOB_V1ALPHA1, value),
+        C::MxJobFioravanzo => legacy::convert(&legacy::MXJOB_FIORAVANZO, value),
+        C::TfJobV1Alpha1 => legacy::convert(&legacy::TFJOB_V1ALPHA1, value),
+        C::TfJobMlkube => legacy::convert(&legacy::TFJOB_MLKUBE, value),
+        C::Volcano => volcano::convert(value),
+        C::TrainJob => trainer::convert(value, ctx.namespace, ctx.runtimes),
     }
 }
 

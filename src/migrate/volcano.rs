@@ -195,10 +195,11 @@ pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
         if task_name != role {
             renamed.push((role.clone(), task_name.to_owned()));
         }
-        if task_name.len() > 58 {
+        if task_name.len() > c::MAX_VOLCANO_TASK {
             problems.push(format!(
-                "{at}.name is {} characters: Volcano's host file of a task is named after it, which dljob keeps in an annotation of at most 58 characters before .host; shorten it",
-                task_name.len()
+                "{at}.name is {} characters: Volcano's host file of a task is named after it, which dljob keeps in an annotation of at most {} characters before .host; shorten it",
+                task_name.len(),
+                c::MAX_VOLCANO_TASK
             ));
         }
         let count = match task.get("replicas") {
