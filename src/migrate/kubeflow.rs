@@ -52,6 +52,27 @@ pub(crate) struct Operator {
     /// Spec fields the operator itself does not read, with why: dropped
     /// with a warning.
     ignored_fields: &'static [(&'static str, &'static str)],
+    /// What its framework's own spec fields become.
+    spec_fields: SpecFields,
+}
+
+/// The framework's own spec fields of a kind, each mapped or refused by
+/// its step of [`convert`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SpecFields {
+    /// None beyond the common ones.
+    None,
+    /// PyTorchJob's elastic policy and nprocPerNode.
+    PyTorch,
+    /// PaddleJob's.
+    Paddle,
+    /// TFJob's successPolicy and its dynamic workers.
+    TensorFlow,
+    /// MXJob's jobMode; `success_policy`: the v1beta1 MXJob's successPolicy
+    /// too (the v1 controllers do not read it).
+    MxNet { success_policy: bool },
+    /// MPIJob's slots, SSH path, implementation and launcher policies.
+    Mpi,
 }
 
 impl Operator {
@@ -68,6 +89,7 @@ const KUBEFLOW: &str = c::COMPAT_KUBEFLOW;
 const KUBEFLOW_V1: Operator = Operator {
     kind: "",
     framework: "",
+    spec_fields: SpecFields::None,
     specs: "",
     types: &[],
     unsupported_types: &[],
@@ -87,6 +109,7 @@ const KUBEFLOW_V1: Operator = Operator {
 pub(crate) const PYTORCH: Operator = Operator {
     kind: "PyTorchJob",
     framework: "pytorch",
+    spec_fields: SpecFields::PyTorch,
     specs: "pytorchReplicaSpecs",
     types: &[("Master", "master"), ("Worker", "worker")],
     container: Some("pytorch"),
@@ -99,6 +122,7 @@ pub(crate) const PYTORCH: Operator = Operator {
 pub(crate) const TENSORFLOW: Operator = Operator {
     kind: "TFJob",
     framework: "tensorflow",
+    spec_fields: SpecFields::TensorFlow,
     specs: "tfReplicaSpecs",
     types: &[
         ("Chief", "chief"),
@@ -127,6 +151,7 @@ pub(crate) const XGBOOST: Operator = Operator {
 pub(crate) const PADDLE: Operator = Operator {
     kind: "PaddleJob",
     framework: "paddle",
+    spec_fields: SpecFields::Paddle,
     specs: "paddleReplicaSpecs",
     types: &[("Master", "master"), ("Worker", "worker")],
     container: Some("paddle"),
@@ -150,6 +175,9 @@ pub(crate) const JAX: Operator = Operator {
 pub(crate) const MXNET: Operator = Operator {
     kind: "MXJob",
     framework: "mxnet",
+    spec_fields: SpecFields::MxNet {
+        success_policy: false,
+    },
     specs: "mxReplicaSpecs",
     types: &[
         ("Scheduler", "scheduler"),
@@ -183,6 +211,9 @@ pub(crate) const MXNET_V1BETA1: Operator = Operator {
     top_level_policies: &["cleanPodPolicy", "ttlSecondsAfterFinished"],
     run_policy: false,
     default_clean: "All",
+    spec_fields: SpecFields::MxNet {
+        success_policy: true,
+    },
     ..MXNET
 };
 
@@ -255,6 +286,7 @@ pub(crate) const MPI: Operator = Operator {
 pub(crate) const MPI_V1: Operator = Operator {
     kind: "MPIJob",
     framework: "mpi",
+    spec_fields: SpecFields::Mpi,
     specs: "mpiReplicaSpecs",
     types: &[("Launcher", "launcher"), ("Worker", "worker")],
     extra_fields: &[
@@ -369,26 +401,24 @@ pub(crate) fn convert_with_port(
         };
         run_policy_keys(rp, op.default_clean, &at, &mut keys, &mut problems);
     }
-    match op.framework {
-        "pytorch" => pytorch(
+    match op.spec_fields {
+        SpecFields::PyTorch => pytorch(
             spec,
             &replicas,
             &mut keys,
             &mut template_edits,
             &mut problems,
         ),
-        "paddle" => paddle(spec, &mut problems),
-        "tensorflow" => tensorflow(spec, &mut problems),
-        "mxnet" => {
+        SpecFields::Paddle => paddle(spec, &mut problems),
+        SpecFields::TensorFlow => tensorflow(spec, &mut problems),
+        SpecFields::MxNet { success_policy } => {
             mxnet(spec, &mut problems);
-            // successPolicy is a field of the v1beta1 MXJob only (the v1
-            // controllers do not read it).
-            if op.extra_fields.contains(&"successPolicy") {
+            if success_policy {
                 tensorflow(spec, &mut problems);
             }
         }
-        "mpi" => mpi(spec, &mut keys, &mut problems, &mut out.warnings),
-        _ => {}
+        SpecFields::Mpi => mpi(spec, &mut keys, &mut problems, &mut out.warnings),
+        SpecFields::None => {}
     }
     retries_said(op, &replicas, &keys, &mut out.warnings);
     gang(
