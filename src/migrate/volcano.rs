@@ -68,10 +68,6 @@ const PLUGINS: &[Plugin] = &[
 const OTHER_PLUGINS: &[&str] = &["env", "svc", "ssh"];
 
 /// Converts one Volcano Job: every problem found, not the first.
-#[expect(
-    clippy::too_many_lines,
-    reason = "one pass over the Volcano Job's fields; issue 46 item 1 makes it named steps"
-)]
 pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
@@ -142,123 +138,25 @@ pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
     // A task left out above: the job's count of replicas is not known.
     let mut unmapped = false;
     for (i, task) in tasks.iter().enumerate() {
-        let at = format!("spec.tasks[{i}]");
-        let Some(task) = task.as_object() else {
-            problems.push(format!("{at} is not a mapping"));
-            continue;
+        let read = Reading {
+            plugin: framework_plugin.map(|(p, _)| p),
+            names: &names,
+            job_retry,
         };
-        for key in task.keys() {
-            if !TASK_FIELDS.contains(&key.as_str()) {
-                problems.push(format!(
-                    "{at}.{key} is not a task field dljob convert knows: remove it"
-                ));
-            }
-        }
-        let Some(task_name) = task.get("name").and_then(Value::as_str) else {
-            problems.push(format!(
-                "{at}.name is missing: dljob names the task's role by it"
-            ));
-            continue;
-        };
-        let role = match framework_plugin {
-            None if c::is_dns_label(task_name) => task_name.to_owned(),
-            None => {
-                problems.push(format!(
-                    "{at}.name \"{}\" cannot be a role: a role is a DNS label",
-                    c::quoted(task_name)
-                ));
-                continue;
-            }
-            Some((plugin, _)) => match names.iter().find(|(t, _)| t == task_name) {
-                Some((_, role)) => (*role).to_owned(),
-                None => {
-                    // The flag whose default name the task's ends with
-                    // (mpimaster: --master), else the last (the workers').
-                    let flag = plugin
-                        .roles
-                        .iter()
-                        .find(|(f, _)| task_name.ends_with(f))
-                        .or(plugin.roles.last())
-                        .map_or("worker", |(f, _)| *f);
-                    problems.push(format!(
-                        "{at}: task \"{}\" is none of the {} plugin's ({}): name it as the plugin does, or pass the plugin its name (e.g. --{flag}={})",
-                        c::quoted(task_name),
-                        plugin.framework,
-                        names.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", "),
-                        c::quoted(task_name)
-                    ));
-                    unmapped = true;
-                    continue;
+        match read.task(i, task, &mut keys, &mut problems) {
+            Task::Replica { replica, completes } => {
+                if replica.type_name != replica.role {
+                    renamed.push((replica.role.clone(), replica.type_name.clone()));
                 }
-            },
-        };
-        if task_name != role {
-            renamed.push((role.clone(), task_name.to_owned()));
-        }
-        if task_name.len() > c::MAX_VOLCANO_TASK {
-            problems.push(format!(
-                "{at}.name is {} characters: Volcano's host file of a task is named after it, which dljob keeps in an annotation of at most {} characters before .host; shorten it",
-                task_name.len(),
-                c::MAX_VOLCANO_TASK
-            ));
-        }
-        let count = match task.get("replicas") {
-            None | Some(Value::Null) => 1,
-            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                Some(n) if n > 0 => n,
-                _ => {
-                    problems.push(format!(
-                        "{at}.replicas is {v}: a role has at least one replica"
-                    ));
-                    continue;
+                if completes {
+                    completing.push(replica.role.clone());
                 }
-            },
-        };
-        if let Some(min) = task.get("minAvailable").and_then(Value::as_u64) {
-            if min != u64::from(count) {
-                problems.push(format!(
-                    "{at}.minAvailable is {min} of {count}: a dljob gang is the whole job; remove it"
-                ));
+                replicas.push(replica);
+                places.push(i);
             }
+            Task::Unmapped => unmapped = true,
+            Task::Refused => {}
         }
-        if let Some(retry) = task.get("maxRetry").and_then(Value::as_u64) {
-            if retry != job_retry {
-                problems.push(format!(
-                    "{at}.maxRetry is {retry} and the job's {job_retry}: dljob's retry limit is one for the job (dljob.dev/backoff-limit); make them equal or remove the task's"
-                ));
-            }
-        }
-        if let Some(policies) = task.get("policies") {
-            let at = format!("{at}.policies");
-            if policies_keys(&at, policies, Some(&role), &mut keys, &mut problems) {
-                completing.push(role.clone());
-            }
-        }
-        let Some(template) = task.get("template").filter(|t| t.is_object()) else {
-            problems.push(format!("{at}.template is missing"));
-            continue;
-        };
-        // Volcano creates the task's pods as the template says; Kubernetes'
-        // default is Always.
-        let restart = match object::str_at(template, &["spec", "restartPolicy"]) {
-            None => "Always",
-            Some(p @ ("Always" | "OnFailure" | "Never")) => p,
-            Some(other) => {
-                problems.push(format!(
-                    "{at}.template.spec.restartPolicy \"{}\" is not a pod's",
-                    c::quoted(other)
-                ));
-                continue;
-            }
-        };
-        replicas.push(ReplicaSpec {
-            type_name: task_name.to_owned(),
-            role,
-            count,
-            restart,
-            template,
-        });
-        places.push(i);
     }
     if let Some(policies) = spec.get("policies") {
         policies_keys("spec.policies", policies, None, &mut keys, &mut problems);
@@ -379,6 +277,167 @@ pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
         });
     }
     Ok(out)
+}
+
+/// One task read: its replica (and whether a policy makes its completion
+/// the job's), a task of a name the framework plugin does not map, or one
+/// refused for a problem said.
+enum Task<'v> {
+    Replica {
+        replica: ReplicaSpec<'v>,
+        completes: bool,
+    },
+    Unmapped,
+    Refused,
+}
+
+/// What reading a task needs from its job.
+struct Reading<'a> {
+    /// The framework plugin, if any.
+    plugin: Option<&'a Plugin>,
+    /// Its task names and their roles.
+    names: &'a [(String, &'static str)],
+    /// The job's retry limit (`spec.maxRetry`).
+    job_retry: u64,
+}
+
+impl Reading<'_> {
+    /// Reads `spec.tasks[i]`: its fields, its role, count, gang and retry
+    /// settings, policies (into `keys`) and template.
+    fn task<'v>(
+        &self,
+        i: usize,
+        task: &'v Value,
+        keys: &mut Keys,
+        problems: &mut Vec<String>,
+    ) -> Task<'v> {
+        let at = format!("spec.tasks[{i}]");
+        let Some(task) = task.as_object() else {
+            problems.push(format!("{at} is not a mapping"));
+            return Task::Refused;
+        };
+        for key in task.keys() {
+            if !TASK_FIELDS.contains(&key.as_str()) {
+                problems.push(format!(
+                    "{at}.{key} is not a task field dljob convert knows: remove it"
+                ));
+            }
+        }
+        let Some(task_name) = task.get("name").and_then(Value::as_str) else {
+            problems.push(format!(
+                "{at}.name is missing: dljob names the task's role by it"
+            ));
+            return Task::Refused;
+        };
+        let role = match self.role(&at, task_name, problems) {
+            Ok(role) => role,
+            Err(task) => return task,
+        };
+        if task_name.len() > c::MAX_VOLCANO_TASK {
+            problems.push(format!(
+                "{at}.name is {} characters: Volcano's host file of a task is named after it, which dljob keeps in an annotation of at most {} characters before .host; shorten it",
+                task_name.len(),
+                c::MAX_VOLCANO_TASK
+            ));
+        }
+        let count = match task.get("replicas") {
+            None | Some(Value::Null) => 1,
+            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) if n > 0 => n,
+                _ => {
+                    problems.push(format!(
+                        "{at}.replicas is {v}: a role has at least one replica"
+                    ));
+                    return Task::Refused;
+                }
+            },
+        };
+        if let Some(min) = task.get("minAvailable").and_then(Value::as_u64) {
+            if min != u64::from(count) {
+                problems.push(format!(
+                    "{at}.minAvailable is {min} of {count}: a dljob gang is the whole job; remove it"
+                ));
+            }
+        }
+        if let Some(retry) = task.get("maxRetry").and_then(Value::as_u64) {
+            if retry != self.job_retry {
+                problems.push(format!(
+                    "{at}.maxRetry is {retry} and the job's {}: dljob's retry limit is one for the job (dljob.dev/backoff-limit); make them equal or remove the task's",
+                    self.job_retry
+                ));
+            }
+        }
+        let completes = task.get("policies").is_some_and(|policies| {
+            let at = format!("{at}.policies");
+            policies_keys(&at, policies, Some(&role), keys, problems)
+        });
+        let Some(template) = task.get("template").filter(|t| t.is_object()) else {
+            problems.push(format!("{at}.template is missing"));
+            return Task::Refused;
+        };
+        // Volcano creates the task's pods as the template says; Kubernetes'
+        // default is Always.
+        let restart = match object::str_at(template, &["spec", "restartPolicy"]) {
+            None => "Always",
+            Some(p @ ("Always" | "OnFailure" | "Never")) => p,
+            Some(other) => {
+                problems.push(format!(
+                    "{at}.template.spec.restartPolicy \"{}\" is not a pod's",
+                    c::quoted(other)
+                ));
+                return Task::Refused;
+            }
+        };
+        Task::Replica {
+            replica: ReplicaSpec {
+                type_name: task_name.to_owned(),
+                role,
+                count,
+                restart,
+                template,
+            },
+            completes,
+        }
+    }
+
+    /// The role of task `task_name`: the framework plugin's for it, or
+    /// (no framework plugin) the task's own name.
+    fn role(
+        &self,
+        at: &str,
+        task_name: &str,
+        problems: &mut Vec<String>,
+    ) -> Result<String, Task<'static>> {
+        let Some(plugin) = self.plugin else {
+            if c::is_dns_label(task_name) {
+                return Ok(task_name.to_owned());
+            }
+            problems.push(format!(
+                "{at}.name \"{}\" cannot be a role: a role is a DNS label",
+                c::quoted(task_name)
+            ));
+            return Err(Task::Refused);
+        };
+        if let Some((_, role)) = self.names.iter().find(|(t, _)| t == task_name) {
+            return Ok((*role).to_owned());
+        }
+        // The flag whose default name the task's ends with (mpimaster:
+        // --master), else the last (the workers').
+        let flag = plugin
+            .roles
+            .iter()
+            .find(|(f, _)| task_name.ends_with(f))
+            .or(plugin.roles.last())
+            .map_or("worker", |(f, _)| *f);
+        problems.push(format!(
+            "{at}: task \"{}\" is none of the {} plugin's ({}): name it as the plugin does, or pass the plugin its name (e.g. --{flag}={})",
+            c::quoted(task_name),
+            plugin.framework,
+            self.names.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", "),
+            c::quoted(task_name)
+        ));
+        Err(Task::Unmapped)
+    }
 }
 
 /// For a job with the ssh plugin and no framework plugin (Volcano's MPI
