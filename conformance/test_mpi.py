@@ -132,7 +132,7 @@ def mpirun_command(pod: podsim.Pod) -> list[str]:
     """The mpirun/mpiexec invocation of the pod's command, as a list (a
     `sh -c` script is split at && and ;)."""
     container = pod.framework_container
-    argv = list(container.get("command", [])) + list(container.get("args", []))
+    argv = list(container.get("command") or []) + list(container.get("args") or [])
     if argv and Path(argv[0]).name in ("sh", "bash") and "-c" in argv:
         # A backslash-newline continues the line, as sh reads it.
         script = argv[argv.index("-c") + 1].replace("\\\n", "")

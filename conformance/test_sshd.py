@@ -281,7 +281,7 @@ class Cluster:
         d = self.tmp / pod.hostname
         d.mkdir(parents=True, exist_ok=True)
         container = pod.framework_container
-        argv = list(container.get("command", [])) + list(container.get("args", []))
+        argv = list(container.get("command") or []) + list(container.get("args") or [])
         proc, _ = self.launch(pod, self.enter(pod, image=image) + self.as_user(pod) + argv)
         return proc
 

@@ -40,20 +40,19 @@ pub(crate) enum Converter {
     TrainJob,
 }
 
-const fn source(api_version: &'static str, kind: &'static str, converter: Converter) -> Source {
-    Source {
-        api_version,
-        kind,
-        converter: Some(converter),
-    }
-}
-
 /// A kind recognised as an operator's job that `dljob convert` does not read.
 const fn not_yet(api_version: &'static str, kind: &'static str) -> Source {
     Source {
         api_version,
         kind,
         converter: None,
+    }
+}
+
+const fn source(api_version: &'static str, kind: &'static str, converter: Converter) -> Source {
+    Source {
+        converter: Some(converter),
+        ..not_yet(api_version, kind)
     }
 }
 

@@ -263,37 +263,22 @@ mod tests {
     /// DLJOB_MPI_NP every slot of the hostfile.
     #[test]
     fn heterogeneous_sets_get_their_own_slots() {
-        let t = Topology::parse("launcher=1,worker=5").unwrap();
-        let slots = crate::contract::Slots::parse("2,0-1=8,2-4=4").unwrap();
-        let job = JobView {
-            name: "cmn",
-            namespace: "ml",
-            cluster_domain: "",
-            topology: &t,
-            port: 22,
-            slots: &slots,
-            elastic: None,
-            backoff_limit: 3,
-            compat: None,
-            mpi: Default::default(),
-        };
-        let launcher = Member {
-            role: "launcher",
-            index: 0,
-            gpus: Some(2),
-            host_network: false,
-        };
-        assert_eq!(
-            by_name("mpi").unwrap().hostfile(&job, &launcher).unwrap(),
-            "cmn-launcher-0 slots=2\n\
-             cmn-worker-0.cmn.ml.svc slots=8\n\
-             cmn-worker-1.cmn.ml.svc slots=8\n\
-             cmn-worker-2.cmn.ml.svc slots=4\n\
-             cmn-worker-3.cmn.ml.svc slots=4\n\
-             cmn-worker-4.cmn.ml.svc slots=4\n"
+        let (hostfile, env) = launcher_of(
+            "launcher=1,worker=5",
+            "2,0-1=8,2-4=4",
+            MpiImplementation::OpenMpi,
+            Some(2),
+            false,
         );
-        let mut env = Vec::new();
-        by_name("mpi").unwrap().env(&job, &launcher, &mut env);
+        assert_eq!(
+            hostfile,
+            "pi-launcher-0 slots=2\n\
+             pi-worker-0.pi.ml.svc slots=8\n\
+             pi-worker-1.pi.ml.svc slots=8\n\
+             pi-worker-2.pi.ml.svc slots=4\n\
+             pi-worker-3.pi.ml.svc slots=4\n\
+             pi-worker-4.pi.ml.svc slots=4\n"
+        );
         assert_eq!(get(&env, "DLJOB_MPI_NP"), Some("30"));
     }
 
@@ -320,14 +305,15 @@ mod tests {
         );
     }
 
-    /// The launcher of `launcher=1,worker=2` under `mpi`, with `slots`.
-    fn hydra_launcher(
-        mpi: MpiImplementation,
+    /// The hostfile and env of the launcher of job `pi` in namespace `ml`.
+    fn launcher_of(
+        topology: &str,
         slots: &str,
+        mpi: MpiImplementation,
         gpus: Option<u32>,
         host_network: bool,
     ) -> (String, Vec<(String, String)>) {
-        let t = Topology::parse("launcher=1,worker=2").unwrap();
+        let t = Topology::parse(topology).unwrap();
         let slots = crate::contract::Slots::parse(slots).unwrap();
         let job = JobView {
             name: "pi",
@@ -351,6 +337,16 @@ mod tests {
         let mut env = Vec::new();
         f.env(&job, &launcher, &mut env);
         (f.hostfile(&job, &launcher).unwrap(), env)
+    }
+
+    /// The launcher of `launcher=1,worker=2` under `mpi`, with `slots`.
+    fn hydra_launcher(
+        mpi: MpiImplementation,
+        slots: &str,
+        gpus: Option<u32>,
+        host_network: bool,
+    ) -> (String, Vec<(String, String)>) {
+        launcher_of("launcher=1,worker=2", slots, mpi, gpus, host_network)
     }
 
     fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
