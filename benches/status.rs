@@ -103,6 +103,7 @@ fn pod(
         }),
         gated: false,
         marked: false,
+        name_wait: None,
         name,
     }
 }

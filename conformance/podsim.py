@@ -59,8 +59,10 @@ CLUSTER_DOMAIN = "cluster.local"
 # Seconds from a job's first pod start to its names resolving (seen on a
 # real cluster: pods created at :54, started at :55, the Service at :56).
 NAMES_AFTER = 2.0
-# The init container dljob adds to wait for the job's names.
+# The init container dljob adds to wait for the job's names, and the image
+# it runs from (dljob's own; its tag is the release's).
 WAIT_FOR_NAMES = "dljob-wait-for-names"
+DLJOB_IMAGE_REPO = "ghcr.io/dljob/dljob:"
 # The in-sandbox setup: private /etc overlay, hosts file, hostfile, hostname.
 # Arguments: hostname pod-dir hostsfile projections-dir-or-empty (a tree of
 # files to put under /, all in /etc), then argv. Every
@@ -229,13 +231,16 @@ class Job:
     """The pods of one manifest, run as sandboxed local processes."""
 
     def __init__(self, pods: list[dict], first_ip: int = 2,
-                 config_maps: dict[str, dict] | None = None):
+                 config_maps: dict[str, dict] | None = None,
+                 names_after: float | None = NAMES_AFTER):
         self.pods = [Pod(p, f"127.0.0.{first_ip + i}") for i, p in enumerate(pods)]
         # What the reconciler keeps for the job that its pods mount.
         self.config_maps = config_maps or {}
         self.tmp = Path(tempfile.mkdtemp(prefix="dljob-podsim-"))
         self.procs: list[subprocess.Popen] = []
         self.published = False
+        # None: the names are never published (no Service, no reconciler).
+        self.names_after = names_after
         self._lock = threading.RLock()
         self._timer: threading.Timer | None = None
         self._write_state()
@@ -283,9 +288,9 @@ class Job:
 
     def _publish_later(self) -> None:
         with self._lock:
-            if self._timer is not None or self.published:
+            if self._timer is not None or self.published or self.names_after is None:
                 return
-            self._timer = threading.Timer(NAMES_AFTER, self.publish_names)
+            self._timer = threading.Timer(self.names_after, self.publish_names)
             self._timer.daemon = True
             self._timer.start()
 
@@ -372,14 +377,24 @@ class Job:
         return proc
 
     def init_argv(self, pod: Pod) -> list[str]:
-        """argv prefix that runs dljob's init container (its command as
-        written, in the pod's sandbox) and then the pod's program, as the
-        kubelet starts a pod's containers once its init containers exited 0."""
+        """argv prefix that runs dljob's init container and then the pod's
+        program, as the kubelet starts a pod's containers once its init
+        containers exited 0.
+
+        The init container runs from dljob's image, whose one file is
+        `/dljob` (the binary under test), with none of the framework
+        container's env and no PATH: nothing of the framework's image (no
+        `sh`, no `getent`) is there for it to use. A container of that name
+        from any other image is not simulated."""
         inits = [c for c in pod.obj["spec"].get("initContainers", []) if c["name"] == WAIT_FOR_NAMES]
         if not inits:
             return []
+        init = inits[0]
+        argv = list(init.get("command", [])) + list(init.get("args", []))
+        if not init["image"].startswith(DLJOB_IMAGE_REPO) or argv[:1] != ["/dljob"]:
+            raise ValueError(f"pod {pod.name}: {WAIT_FOR_NAMES} runs {argv[:1]} from {init['image']}, not dljob's /dljob")
         script = self._pod_dir(pod) / "init.sh"
-        script.write_text(shlex.join(list(inits[0].get("command", [])) + list(inits[0].get("args", []))) + "\n")
+        script.write_text(shlex.join(["env", "-i", f"HOSTNAME={pod.hostname}", str(DLJOB), *argv[1:]]) + "\n")
         return ["sh", "-c", 'sh "$0" || exit $?; exec "$@"', str(script)]
 
     def stop(self) -> None:

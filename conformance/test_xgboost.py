@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import podsim
 import re
+import shutil
+import time
 
 from harness import EXAMPLES, example_program, job_of_pods, new_job, PYTHON, manifest, program, result, run
 
@@ -56,7 +58,7 @@ spec:
 """
 
 
-def check_training(job: podsim.Job, timeout: float) -> None:
+def check_training(job: podsim.Job, timeout: float, argv=None) -> None:
     world = len(job.pods)
     master = job.pod("master")
     for pod in job.pods:
@@ -65,7 +67,7 @@ def check_training(job: podsim.Job, timeout: float) -> None:
         assert env["MASTER_PORT"] == env["DMLC_TRACKER_PORT"] == "9999"
         assert env["WORLD_SIZE"] == env["DMLC_NUM_WORKER"] == str(world)
         assert int(env["DMLC_TASK_ID"]) == int(env["RANK"]) == int(env["DLJOB_RANK"])
-    out = run(job, lambda p: [PYTHON, program("xgb_train.py")], timeout=timeout)
+    out = run(job, lambda p: (argv or [PYTHON]) + [program("xgb_train.py")], timeout=timeout)
     models = set()
     for pod in job.pods:
         # dljob's init container waited until the master's name resolved.
@@ -81,6 +83,49 @@ def check_training(job: podsim.Job, timeout: float) -> None:
 def test_example_tracker_and_workers_train_one_model():
     with new_job(XGB) as job:
         check_training(job, timeout=120)
+
+
+def test_the_name_wait_needs_nothing_of_the_image(tmp_path):
+    """An image with no shell tools (distroless; busybox and Alpine have no
+    getent): dljob's init container runs dljob's own binary from dljob's
+    image, with an empty environment, and the framework container's PATH
+    holds nothing at all; XGBoost's tracker, which resolves its names once
+    at start, trains as written once they are published."""
+    # The image's PATH: nothing on it (its python is named by its path).
+    image_bin = tmp_path / "image-bin"
+    image_bin.mkdir()
+    for tool in ["sh", "getent"]:
+        assert shutil.which(tool, path=str(image_bin)) is None
+    with new_job(XGB) as job:
+        for pod in job.pods:
+            [init] = pod.obj["spec"]["initContainers"]
+            assert init["image"].startswith(podsim.DLJOB_IMAGE_REPO), init
+            assert init["command"][:2] == ["/dljob", "wait-for-names"], init
+            assert init["name"] == podsim.WAIT_FOR_NAMES
+        check_training(job, timeout=120, argv=["env", f"PATH={image_bin}", PYTHON])
+
+
+def test_a_wait_that_gives_up_says_why_and_the_framework_starts(tmp_path):
+    """No Service ever publishes the names (no reconciler): the wait gives
+    up at the config's bound, says which name and what to check, and exits
+    0, so the framework starts as it would without the step."""
+    config = tmp_path / "config.yaml"
+    config.write_text("waitForNamesSeconds: 3\n")
+    pods = podsim.mutate_pods_with(XGB, ["--config", str(config)])
+    job = job_of_pods(pods)
+    job.names_after = None
+    with job:
+        worker = job.pod("worker", 0)
+        started = time.monotonic()
+        out = run(job, lambda p: ["env", "-i", "/bin/echo", "framework started"], timeout=60, pods=[worker])
+        took = time.monotonic() - started
+        said = out[worker.hostname]
+        # The bound is the whole wait's: it gives up on the first name, the
+        # pod's own.
+        assert f"dljob: gave up after 3s: {worker.svc_host} does not resolve (" in said, said
+        assert f"(kubectl get service -n {worker.namespace} {worker.subdomain})" in said, said
+        assert said.rstrip().endswith("framework started"), said
+        assert 3 <= took < 30, took
 
 
 def test_the_examples_own_program_trains_as_written(tmp_path):

@@ -133,7 +133,8 @@ pub enum Command {
     /// dljob.dev/job=JOB (the container admission wired:
     /// dljob.dev/container, else kubectl.kubernetes.io/default-container,
     /// else the one named after the framework, else the only one requesting
-    /// an accelerator, else the first). Without -f, each pod's log is printed
+    /// an accelerator, else the first), or with -c the container or init
+    /// container named (dljob-wait-for-names). Without -f, each pod's log is printed
     /// whole, pods in role order (the topology's) then index, up to
     /// --max-streams read at a time. With -f, lines are printed as they
     /// arrive, and pods that start later, are recreated (same role-index,
@@ -164,12 +165,31 @@ pub enum Command {
     /// when the cluster or the job is not there.
     #[command(after_help = DESCRIBE_EXAMPLES)]
     Describe(DescribeArgs),
+    /// Wait until each NAME resolves, then exit 0: what the init container
+    /// dljob-wait-for-names of a member pod runs, from dljob's own image,
+    /// before the framework starts (docs/lifecycle.md).
+    ///
+    /// Looks each name up as the framework will (getaddrinfo: /etc/hosts,
+    /// then DNS with the pod's search path), again after 1 s, 2 s, ... up
+    /// to every 5 s, and says in its log when each resolves and every 30 s
+    /// while one does not. After --timeout seconds in all it gives up: it
+    /// says why on standard error and in the termination message (where the
+    /// reconciler reads it for the DLJob's NameWaitFailed condition) and
+    /// exits 0 all the same, so that the framework starts as it would
+    /// without the step.
+    #[command(after_help = WAIT_FOR_NAMES_EXAMPLES)]
+    WaitForNames(WaitForNamesArgs),
 }
+
+const WAIT_FOR_NAMES_EXAMPLES: &str = "Example (as admission writes it):
+  dljob wait-for-names --timeout 600 --namespace ml --service xg -- \\
+    xg-worker-0.xg.ml.svc xg-master-0.xg.ml.svc";
 
 const LOGS_EXAMPLES: &str = "Examples:
   dljob logs mnist                      every replica's log, replica by replica
   dljob logs mnist -f --tail 20         the last 20 lines of each, then follow
   dljob logs mnist --role worker --since 10m
+  dljob logs mnist -c dljob-wait-for-names   each pod's wait for its names
   dljob logs mnist -o json | jq 'select(.index == 0)'";
 
 const CONVERT_EXAMPLES: &str = "Examples:
@@ -213,6 +233,12 @@ pub struct LogsArgs {
     /// Only the pods of this role (dljob.dev/role), e.g. worker.
     #[arg(long)]
     pub role: Option<String>,
+    /// Read this container of every pod instead of its framework
+    /// container: another container, or an init container, e.g.
+    /// dljob-wait-for-names (how long each pod waited for its names, or
+    /// why it gave up).
+    #[arg(short = 'c', long, value_name = "NAME")]
+    pub container: Option<String>,
     /// Only lines written in this last while, e.g. 10s, 5m, 2h, 1h30m.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub since: Option<std::time::Duration>,
@@ -238,6 +264,29 @@ pub struct DescribeArgs {
     pub namespace: Option<String>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
+}
+
+/// `dljob wait-for-names`'s arguments (its help is on
+/// [`Command::WaitForNames`]).
+#[derive(Debug, Clone, Args)]
+pub struct WaitForNamesArgs {
+    /// The names, in the order they are waited for.
+    #[arg(required = true, value_name = "NAME")]
+    pub names: Vec<String>,
+    /// Seconds to wait in all before giving up (the config's
+    /// waitForNamesSeconds).
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub timeout: u32,
+    /// The job's namespace, for the message of a wait that gave up.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// The job's headless Service, for the message of a wait that gave up.
+    #[arg(long)]
+    pub service: Option<String>,
+    /// Where a wait that gave up writes its termination message; written
+    /// only if the file exists (the kubelet mounts it in a container).
+    #[arg(long, value_name = "FILE", default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
 }
 
 /// Which cluster a command reads, as kubectl's flags choose it.
@@ -367,6 +416,14 @@ pub struct ServeArgs {
     /// are); the others at DEBUG (RUST_LOG=debug).
     #[arg(long, env = "DLJOB_LOG_REVIEWS")]
     pub log_reviews: bool,
+    /// The image of the init container dljob-wait-for-names that member
+    /// pods get (dljob's own image, whose /dljob this binary is). Unset:
+    /// the image of this pod's container named dljob, read from the API
+    /// server at start (POD_NAME and POD_NAMESPACE from the downward API, as
+    /// deploy/ sets them), else this release's image. The config's
+    /// waitForNamesImage wins over both.
+    #[arg(long, value_name = "IMAGE", env = "DLJOB_WAIT_FOR_NAMES_IMAGE")]
+    pub wait_for_names_image: Option<String>,
     /// Run only the reconciler (development against a cluster).
     #[arg(long, conflicts_with = "no_reconciler", env = "DLJOB_NO_WEBHOOK")]
     pub no_webhook: bool,

@@ -45,11 +45,21 @@ pub struct Config {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<String>,
     /// Seconds a member pod waits, before its framework starts, for its own
-    /// name and its coordinator's to resolve (an init container from the
-    /// framework container's image; see `mutate::wait_for_names`). Default
-    /// 600; 0 adds no such step.
+    /// name and its coordinator's to resolve (an init container running
+    /// `dljob wait-for-names`; see `mutate::wait_for_names`). Default 600; 0
+    /// adds no such step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_names_seconds: Option<u32>,
+    /// The image that init container runs from: dljob's own (any image
+    /// whose `/dljob` is this release's binary, e.g. a mirror of it).
+    /// Default: the image the serving pod runs (see
+    /// [`Config::wait_for_names_image`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_names_image: Option<String>,
+    /// The image `dljob serve` found itself running from (or was told with
+    /// `--wait-for-names-image`): the default of `waitForNamesImage`.
+    #[serde(skip)]
+    serving_image: Option<String>,
     /// What reading the file changed, said by [`Config::warnings`].
     #[serde(skip)]
     read_as: Vec<String>,
@@ -190,6 +200,25 @@ impl Config {
             .unwrap_or(DEFAULT_WAIT_FOR_NAMES_SECONDS)
     }
 
+    /// The image of the init container `dljob-wait-for-names`: the
+    /// config's `waitForNamesImage`, else the image `dljob serve` runs from
+    /// ([`Config::with_serving_image`]), else this release's
+    /// ([`crate::contract::DEFAULT_IMAGE`]).
+    pub(crate) fn wait_for_names_image(&self) -> &str {
+        self.wait_for_names_image
+            .as_deref()
+            .or(self.serving_image.as_deref())
+            .unwrap_or(crate::contract::DEFAULT_IMAGE)
+    }
+
+    /// The config with `image`, the image dljob itself runs from, as the
+    /// default of `waitForNamesImage`.
+    #[must_use]
+    pub fn with_serving_image(mut self, image: Option<String>) -> Self {
+        self.serving_image = image;
+        self
+    }
+
     /// Parses and checks a config document. An empty document is the default.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
         if text.trim().is_empty() {
@@ -256,6 +285,15 @@ impl Config {
                 "tensorboard.image is empty: name an image with the tensorboard command, or leave the key out for the default"
                     .to_owned(),
             ));
+        }
+        if let Some(image) = &self.wait_for_names_image {
+            if image.is_empty() || image.contains(char::is_whitespace) {
+                return Err(ConfigError::Invalid(format!(
+                    "waitForNamesImage \"{}\" is not an image reference: name dljob's image (e.g. {}, or your mirror of it), or leave the key out for the image dljob runs from",
+                    image.escape_debug(),
+                    crate::contract::DEFAULT_IMAGE
+                )));
+            }
         }
         for ns in &self.namespaces {
             if !crate::contract::is_dns_label(ns) {

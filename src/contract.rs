@@ -35,10 +35,16 @@ pub(crate) const ELASTIC: &str = "dljob.dev/elastic";
 /// Annotation (StatefulSet): keep the API server's `OrderedReady` start.
 pub(crate) const ORDERED_START: &str = "dljob.dev/ordered-start";
 /// Annotation: `"false"` keeps dljob's wait for the job's names out of the
-/// member's pods (an image without `sh`).
+/// member's pods.
 pub(crate) const WAIT_FOR_NAMES: &str = "dljob.dev/wait-for-names";
 /// The init container that waits for a member's names to resolve.
 pub const WAIT_FOR_NAMES_CONTAINER: &str = "dljob-wait-for-names";
+/// How the termination message of a [`WAIT_FOR_NAMES_CONTAINER`] that gave
+/// up begins (`dljob wait-for-names` writes it; the reconciler reads it).
+pub const NAME_WAIT_GAVE_UP: &str = "dljob: gave up";
+/// The image `dljob-wait-for-names` runs from when neither the config
+/// (`waitForNamesImage`) nor the serving pod says another: this release's.
+pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/dljob/dljob:", env!("CARGO_PKG_VERSION"));
 /// Annotation (mpi/chainer): where the SSH Secret is mounted.
 pub(crate) const SSH_PATH: &str = "dljob.dev/ssh-path";
 /// The scheduling gate dljob puts on a launcher pod at admission and the

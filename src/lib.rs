@@ -31,4 +31,5 @@ pub mod telemetry;
 pub mod tensorboard;
 pub mod validate;
 pub mod violation;
+pub mod wait_names;
 pub mod webhook;

@@ -80,6 +80,7 @@ fn main() -> ExitCode {
         Command::Rbac(args) => dljob::install::rbac(args),
         Command::Logs(args) => dljob::inspect::logs(args),
         Command::Describe(args) => dljob::inspect::describe::run(args),
+        Command::WaitForNames(args) => dljob::wait_names::run(args),
     };
     // Errors print their cause chain, never a backtrace: they are meant for
     // the user, whatever RUST_BACKTRACE says.

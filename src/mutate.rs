@@ -715,52 +715,30 @@ fn gate_launcher(m: &MemberSpec, pod: &Value, config: &Config, edits: &mut PodEd
     }
 }
 
-/// The script of [`c::WAIT_FOR_NAMES_CONTAINER`], run by the image's `sh`:
-/// `$1` the seconds to wait at most, `$2` and `$3` the job's namespace and
-/// Service, then the names. `getent hosts`
-/// resolves as the framework's own lookups do (the pod's /etc/hosts, then
-/// the cluster's DNS).
-const WAIT_FOR_NAMES_SCRIPT: &str = r#"limit=$1 namespace=$2 service=$3; shift 3
-if ! command -v getent >/dev/null 2>&1; then
-  echo "dljob: this image has no getent, so its pod does not wait for $*; set dljob.dev/wait-for-names: \"false\" to drop this step" >&2
-  exit 0
-fi
-start=$(date +%s 2>/dev/null || echo 0)
-waited=0
-pause=1
-for name in "$@"; do
-  until getent hosts "$name" >/dev/null 2>&1; do
-    now=$(date +%s 2>/dev/null || echo 0)
-    if [ "$start" -gt 0 ] && [ "$now" -gt 0 ]; then waited=$((now - start)); fi
-    if [ "$waited" -ge "$limit" ]; then
-      echo "dljob: $name does not resolve after ${waited}s; the framework starts anyway and may fail to reach it. The job's headless Service publishes the name once that pod has an address: is the Service there (kubectl get service -n $namespace $service), is dljob's reconciler running, is that pod scheduled?" >&2
-      exit 0
-    fi
-    sleep "$pause"
-    if [ "$start" -eq 0 ] || [ "$now" -eq 0 ]; then waited=$((waited + pause)); fi
-    if [ "$pause" -lt 5 ]; then pause=$((pause + 1)); fi
-  done
-  now=$(date +%s 2>/dev/null || echo 0)
-  if [ "$start" -gt 0 ] && [ "$now" -gt 0 ]; then waited=$((now - start)); fi
-  echo "dljob: $name resolves (waited ${waited}s)"
-done
-"#;
+/// How [`c::WAIT_FOR_NAMES_CONTAINER`] starts: the binary at the root of
+/// dljob's image (the Dockerfile's), and its subcommand.
+pub const WAIT_FOR_NAMES_COMMAND: [&str; 2] = ["/dljob", "wait-for-names"];
 
-/// Members start only once their names resolve: an init container, from
-/// the framework container's own image (already pulled, no registry of
-/// dljob's), waits until the pod's own name and its coordinator's resolve.
-/// The job's headless Service, which publishes them, is made by the
-/// reconciler when it first sees the job's pods, and a name resolves only
-/// once its pod has an address: a framework that resolves its peers once at
-/// start (XGBoost's tracker) would otherwise fail at once, permanently.
+/// Members start only once their names resolve: an init container running
+/// `dljob wait-for-names` from dljob's own image (`waitForNamesImage`, by
+/// default the one dljob runs from) waits until the pod's own name and its
+/// coordinator's resolve. The job's headless Service, which publishes them,
+/// is made by the reconciler when it first sees the job's pods, and a name
+/// resolves only once its pod has an address: a framework that resolves its
+/// peers once at start (XGBoost's tracker) would otherwise fail at once,
+/// permanently. dljob's image, not the framework's, so that it runs the same
+/// on every image (one without a shell or `getent`, distroless, busybox).
 ///
 /// Not for frameworks that reach their workers over SSH (the launcher waits
 /// for its workers behind a scheduling gate; sshd resolves nothing), nor
-/// with `dljob.dev/wait-for-names: "false"` or `waitForNamesSeconds: 0`.
+/// with `dljob.dev/wait-for-names: "false"` or `waitForNamesSeconds: 0`, nor
+/// on Windows nodes (the image is Linux's).
 /// The init container takes the framework container's CPU and memory and
 /// its securityContext, so that quotas, LimitRanges and Pod Security judge
 /// it as they judge that container; a pod's requests are the larger of its
-/// init containers' and the sum of its containers', so this adds none.
+/// init containers' and the sum of its containers', so this adds none. A
+/// wait that gave up leaves its reason in the termination message, which
+/// the reconciler reports (`NameWaitFailed`).
 fn wait_for_names(
     m: &MemberSpec,
     pod: &Value,
@@ -782,30 +760,25 @@ fn wait_for_names(
         }
     }
     let framework = &object::containers(&pod["spec"])[fc];
-    let Some(image) = framework.get("image").and_then(Value::as_str) else {
-        return;
-    };
     let mut command = vec![
-        "sh".to_owned(),
-        "-c".to_owned(),
-        WAIT_FOR_NAMES_SCRIPT.to_owned(),
-        c::WAIT_FOR_NAMES_CONTAINER.to_owned(),
-        seconds.to_string(),
-        m.namespace.clone(),
-        m.job.clone(),
+        WAIT_FOR_NAMES_COMMAND[0].to_owned(),
+        WAIT_FOR_NAMES_COMMAND[1].to_owned(),
+        format!("--timeout={seconds}"),
+        format!("--namespace={}", m.namespace),
+        format!("--service={}", m.job),
+        "--".to_owned(),
     ];
     command.extend(names);
     let mut container = json!({
         "name": c::WAIT_FOR_NAMES_CONTAINER,
-        "image": image,
+        "image": config.wait_for_names_image(),
+        // Pulled once per node, like the install's own pods (a `:latest`
+        // tag would otherwise be pulled for every member pod).
+        "imagePullPolicy": "IfNotPresent",
         "command": command,
     });
-    // The framework container's image, pulled as it is (a `:latest` image
-    // loaded into the node with `Never` is not pulled for this one).
-    for key in ["securityContext", "imagePullPolicy"] {
-        if let Some(v) = framework.get(key) {
-            container[key] = v.clone();
-        }
+    if let Some(v) = framework.get("securityContext") {
+        container["securityContext"] = v.clone();
     }
     // Every resource but devices (extended resources): a LimitRange that
     // bounds one (ephemeral-storage, hugepages) judges this container too.
@@ -831,10 +804,19 @@ fn wait_for_names(
         .items(List::InitContainers)
         .find(|c| c.name() == c::WAIT_FOR_NAMES_CONTAINER)
         .map(|c| c.to_value());
-    // dljob's own from an earlier invocation is known by its script's
-    // name ($0), even where another webhook changed its resources since.
+    // dljob's own from an earlier invocation is known by its command, even
+    // where another webhook changed its resources or image since; an
+    // earlier release's ran a script from the framework's image, named
+    // after the container ($0).
     let ours = |c: &Value| {
-        c["command"].get(3).and_then(Value::as_str) == Some(c::WAIT_FOR_NAMES_CONTAINER)
+        let command = c["command"].as_array();
+        command.is_some_and(|cmd| {
+            cmd.iter()
+                .take(2)
+                .map(Value::as_str)
+                .eq(WAIT_FOR_NAMES_COMMAND.map(Some))
+                || cmd.get(3).and_then(Value::as_str) == Some(c::WAIT_FOR_NAMES_CONTAINER)
+        })
     };
     // Before the user's own init containers that run to completion (one
     // may reach the coordinator), after the sidecars before them (which

@@ -43,10 +43,6 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     // second one that comes while the drain starts is not lost between two
     // listeners.
     let mut signals = Signals::new();
-    let (config, config_task) = reload::watch_config(args.config.clone(), RELOAD_INTERVAL)?;
-    if let Some(path) = &args.config {
-        tracing::info!(path = %path.display(), "config loaded; re-read when it changes");
-    }
     let mut registry = Registry::default();
     let on_reconciler = reconciler_runtime(args)?;
 
@@ -73,6 +69,30 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
+    let serving_image = match (&args.wait_for_names_image, &client) {
+        (Some(image), _) => Some(image.clone()),
+        (None, Some(client)) => match (std::env::var("POD_NAME"), std::env::var("POD_NAMESPACE")) {
+            (Ok(name), Ok(namespace)) => {
+                let client = client.clone();
+                on_reconciler
+                    .spawn(async move { own_image(&client, &name, &namespace).await })
+                    .await
+                    .context("reading the serving pod's image")?
+            }
+            _ => None,
+        },
+        (None, None) => None,
+    };
+    let (config, config_task) =
+        reload::watch_config(args.config.clone(), RELOAD_INTERVAL, serving_image)?;
+    if let Some(path) = &args.config {
+        tracing::info!(path = %path.display(), "config loaded; re-read when it changes");
+    }
+    tracing::info!(
+        image = config.borrow().wait_for_names_image(),
+        "member pods wait for their names in this image (init container {})",
+        crate::contract::WAIT_FOR_NAMES_CONTAINER
+    );
     let (peers, reconciler): (Arc<dyn PeerSource>, _) = match client {
         Some(client) => {
             let config = config.clone();
@@ -214,6 +234,42 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     outcome?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The container dljob runs as in deploy/'s Deployment.
+const SERVING_CONTAINER: &str = "dljob";
+
+/// The image this process runs from, as its pod's spec names it: the
+/// default image of the init container `dljob-wait-for-names`, so that
+/// member pods pull what the install already pulls (a mirror, a pinned
+/// digest, an overlay's `images:`). `name` and `namespace` are the pod's
+/// (POD_NAME and POD_NAMESPACE, from the downward API). None when the pod
+/// cannot be read or has no such container, said in the log.
+async fn own_image(client: &kube::Client, name: &str, namespace: &str) -> Option<String> {
+    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), namespace);
+    let fallback = crate::contract::DEFAULT_IMAGE;
+    let pod = match tokio::time::timeout(CLUSTER_PROBE_TIMEOUT, pods.get(name)).await {
+        Ok(Ok(pod)) => pod,
+        Ok(Err(e)) => {
+            tracing::warn!(pod = %name, namespace = %namespace, error = %Chain(&e), "cannot read this pod for its image; member pods' dljob-wait-for-names runs {fallback} (set waitForNamesImage in the config, or --wait-for-names-image)");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!(pod = %name, namespace = %namespace, "the API server did not answer for this pod's image within {CLUSTER_PROBE_TIMEOUT:?}; member pods' dljob-wait-for-names runs {fallback} (set waitForNamesImage in the config, or --wait-for-names-image)");
+            return None;
+        }
+    };
+    let containers = pod.spec.map(|s| s.containers).unwrap_or_default();
+    let chosen = match containers.iter().find(|c| c.name == SERVING_CONTAINER) {
+        Some(c) => Some(c),
+        None if containers.len() == 1 => containers.first(),
+        None => None,
+    };
+    let image = chosen.and_then(|c| c.image.clone());
+    if image.is_none() {
+        tracing::warn!(pod = %name, "this pod has no container named {SERVING_CONTAINER} with an image; member pods' dljob-wait-for-names runs {fallback} (set waitForNamesImage in the config, or --wait-for-names-image)");
+    }
+    image
 }
 
 /// Where the reconciler runs. Beside the webhook it gets a runtime of its
@@ -373,4 +429,73 @@ async fn cluster_config(cluster: &crate::args::ClusterArgs) -> Result<kube::Conf
     kube::Config::from_custom_kubeconfig(file, &options)
         .await
         .map_err(|e| format!("{source}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Request, Response};
+    use kube::client::Body;
+    use serde_json::{json, Value};
+    use tower_test::mock;
+
+    /// Answers one GET of the pod `dljob-7d9f-x2k` with `pod` (404 when
+    /// None) and returns what `own_image` found.
+    async fn image_of(pod: Option<Value>) -> Option<String> {
+        let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(service, "default");
+        let server = tokio::spawn(async move {
+            let (request, send) = handle.next_request().await.expect("one request");
+            assert_eq!(request.method(), "GET");
+            assert_eq!(
+                request.uri().path(),
+                "/api/v1/namespaces/dljob-system/pods/dljob-7d9f-x2k"
+            );
+            let (status, body) = match pod {
+                Some(pod) => (200, pod),
+                None => (
+                    404,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "pods \"dljob-7d9f-x2k\" not found"}),
+                ),
+            };
+            send.send_response(
+                Response::builder()
+                    .status(status)
+                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap(),
+            );
+        });
+        let image = own_image(&client, "dljob-7d9f-x2k", "dljob-system").await;
+        server.await.unwrap();
+        image
+    }
+
+    fn pod(containers: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dljob-7d9f-x2k", "namespace": "dljob-system"}, "spec": {"containers": containers}})
+    }
+
+    #[tokio::test]
+    async fn the_serving_image_is_the_dljob_containers_as_its_pod_names_it() {
+        // A mesh's sidecar first; the digest an overlay pinned, kept.
+        let digest = "registry.example/mirror/dljob@sha256:4f1c0e6d9a7b";
+        let both = pod(json!([
+            {"name": "istio-proxy", "image": "istio/proxyv2:1.24"},
+            {"name": "dljob", "image": digest}
+        ]));
+        assert_eq!(image_of(Some(both)).await.as_deref(), Some(digest));
+        // A renamed container, alone in its pod: still the one.
+        let alone = pod(json!([{"name": "webhook", "image": "ghcr.io/dljob/dljob:0.1.0"}]));
+        assert_eq!(
+            image_of(Some(alone)).await.as_deref(),
+            Some("ghcr.io/dljob/dljob:0.1.0")
+        );
+        // Several, none named dljob: not a guess.
+        let neither = pod(json!([
+            {"name": "a", "image": "a:1"},
+            {"name": "b", "image": "b:1"}
+        ]));
+        assert_eq!(image_of(Some(neither)).await, None);
+        // The pod cannot be read (RBAC, gone): the default, said in the log.
+        assert_eq!(image_of(None).await, None);
+    }
 }

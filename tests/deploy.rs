@@ -289,7 +289,9 @@ fn install_renders_exactly_the_expected_objects() {
         ("PodDisruptionBudget", "dljob-system", "dljob"),
         ("PriorityClass", "", "dljob-webhook"),
         ("Role", "dljob-system", "dljob-leader-election"),
+        ("Role", "dljob-system", "dljob-own-pod"),
         ("RoleBinding", "dljob-system", "dljob-leader-election"),
+        ("RoleBinding", "dljob-system", "dljob-own-pod"),
         ("Secret", "dljob-system", "dljob-tls"),
         ("Service", "dljob-system", "dljob"),
         ("ServiceAccount", "dljob-system", "dljob"),
@@ -617,11 +619,25 @@ fn cluster_role_grants_exact_verbs_and_no_wildcards() {
         ])
     );
 
+    // Its own pod, read once at start for its image, in its own namespace.
+    let own: Role = get(docs, "dljob-own-pod");
+    assert_eq!(own.metadata.namespace.as_deref(), Some("dljob-system"));
+    assert_eq!(
+        serde_json::to_value(own.rules.unwrap()).unwrap(),
+        serde_json::json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}])
+    );
+
     let crb: ClusterRoleBinding = get(docs, "dljob");
     let rb: RoleBinding = get(docs, "dljob-leader-election");
+    let own_rb: RoleBinding = get(docs, "dljob-own-pod");
     assert_eq!(crb.role_ref.name, "dljob");
     assert_eq!(rb.role_ref.name, "dljob-leader-election");
-    for subjects in [crb.subjects.unwrap(), rb.subjects.unwrap()] {
+    assert_eq!(own_rb.role_ref.name, "dljob-own-pod");
+    for subjects in [
+        crb.subjects.unwrap(),
+        rb.subjects.unwrap(),
+        own_rb.subjects.unwrap(),
+    ] {
         assert_eq!(
             serde_json::to_value(subjects).unwrap(),
             serde_json::json!([{"kind": "ServiceAccount", "name": "dljob", "namespace": "dljob-system"}])

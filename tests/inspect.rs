@@ -246,6 +246,7 @@ fn args(extra: impl FnOnce(&mut LogsArgs)) -> LogsArgs {
         tail: None,
         output: LogsOutput::Text,
         max_streams: 50,
+        container: None,
     };
     extra(&mut a);
     a
@@ -363,6 +364,69 @@ worker-1 | worker 1 ready
         "ps-0: pod tf-ps-ps-0 is Pending (not scheduled yet); no logs yet\n"
     );
     assert_eq!(code, ExitCode::SUCCESS);
+}
+
+/// `-c dljob-wait-for-names`: the init container of each pod that has
+/// run it, in replica order; a pod without it is said, not read.
+#[tokio::test]
+async fn logs_reads_an_init_container_by_name() {
+    const WAIT: &str = "dljob-wait-for-names";
+    let with_wait = |mut pod: Value| {
+        pod["spec"]["initContainers"] =
+            json!([{"name": WAIT, "image": "ghcr.io/dljob/dljob:0.1.0"}]);
+        pod["status"]["initContainerStatuses"] = json!([{"name": WAIT, "image": "x", "imageID": "x",
+            "ready": true, "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]);
+        pod
+    };
+    let routes = vec![
+        get(
+            format!("{PODS}?&{SELECTOR}"),
+            Answer::Json(
+                200,
+                pod_list(vec![with_wait(worker(1)), chief(), with_wait(worker(0))]),
+            ),
+        ),
+        get(
+            log_uri("tf-ps-worker-0", &format!("&container={WAIT}")),
+            Answer::Text("dljob: tf-ps-worker-0.tf-ps.capture-397557.svc resolves (waited 2s)\n"),
+        ),
+        get(
+            log_uri("tf-ps-worker-1", &format!("&container={WAIT}")),
+            Answer::Text("dljob: tf-ps-worker-1.tf-ps.capture-397557.svc resolves (waited 0s)\n"),
+        ),
+    ];
+    let a = args(|a| {
+        a.container = Some(WAIT.into());
+        a.max_streams = 1;
+    });
+    let (code, out, err, seen) = fetch(&a, routes).await;
+    assert_eq!(
+        seen,
+        [
+            format!("GET {PODS}?&{SELECTOR}"),
+            format!(
+                "GET {}",
+                log_uri("tf-ps-worker-0", &format!("&container={WAIT}"))
+            ),
+            format!(
+                "GET {}",
+                log_uri("tf-ps-worker-1", &format!("&container={WAIT}"))
+            ),
+        ]
+    );
+    assert_eq!(
+        out,
+        "\
+worker-0 | dljob: tf-ps-worker-0.tf-ps.capture-397557.svc resolves (waited 2s)
+worker-1 | dljob: tf-ps-worker-1.tf-ps.capture-397557.svc resolves (waited 0s)
+"
+    );
+    assert_eq!(
+        err,
+        "chief-0: pod tf-ps-chief has no container or init container dljob-wait-for-names\n"
+    );
+    // A pod that could not be read is an exit status of 1, as for any log.
+    assert_eq!(code, ExitCode::from(1));
 }
 
 #[tokio::test]
@@ -899,6 +963,49 @@ Pods:
   ps     0      tf-ps-ps-0   <none>  Pending    -         -
 
 Events:       cannot list them: events is forbidden: User \"ada\" cannot list resource \"events\" in API group \"\" in the namespace \"capture-397557\"
+"
+    );
+}
+
+/// Pods whose wait for their names gave up or cannot run are listed under
+/// the pods, with what their init container's status says; the others are
+/// not.
+#[tokio::test]
+async fn describe_lists_the_name_waits_that_failed() {
+    let mut gave_up = worker(0);
+    gave_up["status"]["initContainerStatuses"] = json!([
+        {"name": "dljob-wait-for-names", "image": "ghcr.io/dljob/dljob:0.1.0", "imageID": "x", "ready": true, "restartCount": 0,
+         "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+            "message": "dljob: gave up after 600s: tf-ps-chief-0.tf-ps.capture-397557.svc does not resolve (Name or service not known); the framework starts anyway and may fail to reach it."}}}
+    ]);
+    let mut cannot_run = pending_ps();
+    cannot_run["status"]["initContainerStatuses"] = json!([
+        {"name": "dljob-wait-for-names", "image": "ghcr.io/dljob/dljob:0.1.0", "imageID": "", "ready": false, "restartCount": 0,
+         "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"ghcr.io/dljob/dljob:0.1.0\""}}}
+    ]);
+    let mut found = worker(1);
+    found["status"]["initContainerStatuses"] = json!([
+        {"name": "dljob-wait-for-names", "image": "ghcr.io/dljob/dljob:0.1.0", "imageID": "x", "ready": true, "restartCount": 0,
+         "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+    ]);
+    let (text, _) = describe_with(describe_routes(
+        not_found("dljobs.dljob.dev \"tf-ps\""),
+        vec![cannot_run, gave_up, found],
+        Answer::Json(
+            200,
+            json!({"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": []}),
+        ),
+    ))
+    .await;
+    let text = text.unwrap();
+    let at = text.find("Name waits").expect(&text);
+    assert_eq!(
+        &text[at..text.find("\nEvents:").unwrap()],
+        "\
+Name waits that failed (kubectl logs POD -c dljob-wait-for-names):
+  POD             WAIT
+  tf-ps-worker-0  gave up after 600s: tf-ps-chief-0.tf-ps.capture-397557.svc does not resolve (Name or service not known)
+  tf-ps-ps-0      cannot run: ImagePullBackOff (Back-off pulling image \"ghcr.io/dljob/dljob:0.1.0\")
 "
     );
 }

@@ -1244,30 +1244,27 @@ fn members_wait_for_their_names_in_an_init_container() {
     assert_eq!(inits, ["proxy", "dljob-wait-for-names", "fetch", "log"]);
     let wait = &m.object["spec"]["initContainers"][1];
     assert_eq!(wait["name"], "dljob-wait-for-names");
-    assert_eq!(wait["image"], "img");
-    assert_eq!(wait["imagePullPolicy"], "Never");
-    let command: Vec<&str> = wait["command"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
-    assert_eq!(command[..2], ["sh", "-c"]);
-    assert!(
-        command[2].contains("getent hosts \"$name\""),
-        "{}",
-        command[2]
-    );
+    // dljob's own image (this release's without a config or a serving pod
+    // that says another), pulled once per node, whatever the framework's
+    // image and its pull policy.
+    assert_eq!(wait["image"], dljob::contract::DEFAULT_IMAGE);
     assert_eq!(
-        command[3..],
-        [
-            "dljob-wait-for-names",
-            "600",
-            "ml",
-            "xg",
+        dljob::contract::DEFAULT_IMAGE,
+        format!("ghcr.io/dljob/dljob:{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(wait["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(
+        wait["command"],
+        json!([
+            "/dljob",
+            "wait-for-names",
+            "--timeout=600",
+            "--namespace=ml",
+            "--service=xg",
+            "--",
             "xg-worker-1.xg.ml.svc",
             "xg-master-0.xg.ml.svc"
-        ]
+        ])
     );
     assert_eq!(
         wait["resources"],
@@ -1275,27 +1272,73 @@ fn members_wait_for_their_names_in_an_init_container() {
     );
     assert_eq!(wait["securityContext"], json!({"runAsUser": 1000}));
     assert_idempotent(Kind::Pod, &m.object, &Config::default());
-    // Another webhook changed dljob's init container since: still dljob's.
+    // Another webhook changed dljob's init container since (its resources,
+    // a mirror's image): still dljob's.
     let mut changed = m.object.clone();
     changed["spec"]["initContainers"][1]["resources"] = json!({"requests": {"cpu": "100m"}});
-    assert!(create(Kind::Pod, &changed, &Config::default())
-        .warnings
-        .is_empty());
+    changed["spec"]["initContainers"][1]["image"] = json!("mirror.example/dljob:0.1.0");
+    let again = create(Kind::Pod, &changed, &Config::default());
+    assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+    assert_eq!(again.object, changed);
+    // An earlier release's (a script from the framework's image, named
+    // after the container) is dljob's too: not a second one, no warning.
+    let mut earlier = m.object.clone();
+    earlier["spec"]["initContainers"][1]["command"] = json!([
+        "sh",
+        "-c",
+        "script",
+        "dljob-wait-for-names",
+        "600",
+        "ml",
+        "xg",
+        "n"
+    ]);
+    let again = create(Kind::Pod, &earlier, &Config::default());
+    assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+    assert_eq!(again.object, earlier);
+    // The user's own container of that name is kept, with a warning.
+    let mut theirs = m.object.clone();
+    theirs["spec"]["initContainers"][1]["command"] = json!(["/bin/wait"]);
+    let again = create(Kind::Pod, &theirs, &Config::default());
+    assert_eq!(again.object, theirs);
+    assert_eq!(again.warnings.len(), 1, "{:?}", again.warnings);
+    assert!(
+        again.warnings[0].contains("is the user's and kept"),
+        "{:?}",
+        again.warnings
+    );
 
-    // The coordinator waits for its own name only; the config sets the bound.
+    // The coordinator waits for its own name only; the config sets the
+    // bound and the image, which wins over the one dljob runs from.
     let master = pod("xg", "master", "xgboost", T, json!({}));
-    let cfg = Config::from_yaml("waitForNamesSeconds: 30\n").unwrap();
+    let cfg = Config::from_yaml(
+        "waitForNamesSeconds: 30\nwaitForNamesImage: mirror.example/dljob:0.1.0\n",
+    )
+    .unwrap()
+    .with_serving_image(Some("ghcr.io/dljob/dljob@sha256:00".to_owned()));
     let m = create(Kind::Pod, &master, &cfg);
+    let wait = &m.object["spec"]["initContainers"][0];
     assert_eq!(
-        m.object["spec"]["initContainers"][0]["command"]
-            .as_array()
-            .unwrap()[4..],
+        wait["command"].as_array().unwrap()[2..],
         [
-            json!("30"),
-            json!("ml"),
-            json!("xg"),
+            json!("--timeout=30"),
+            json!("--namespace=ml"),
+            json!("--service=xg"),
+            json!("--"),
             json!("xg-master-0.xg.ml.svc")
         ]
+    );
+    assert_eq!(wait["image"], "mirror.example/dljob:0.1.0");
+    // Without waitForNamesImage: the image dljob runs from.
+    let serving =
+        Config::default().with_serving_image(Some("ghcr.io/dljob/dljob@sha256:00".to_owned()));
+    assert_eq!(
+        create(Kind::Pod, &master, &serving).object["spec"]["initContainers"][0]["image"],
+        "ghcr.io/dljob/dljob@sha256:00"
+    );
+    assert_eq!(
+        Config::from_yaml("waitForNamesImage: \"\"\n").unwrap_err().to_string(),
+        format!("config: waitForNamesImage \"\" is not an image reference: name dljob's image (e.g. {}, or your mirror of it), or leave the key out for the image dljob runs from", dljob::contract::DEFAULT_IMAGE)
     );
 
     // Not where the member, the config or the framework says not to.

@@ -1564,6 +1564,73 @@ async fn a_statefulset_scaled_beyond_its_role_gets_a_condition_and_one_event() {
     .await;
 }
 
+/// A worker whose wait for its names gave up (its init container's
+/// termination message, as `dljob wait-for-names` writes it, read through
+/// the cache's trim): the NameWaitFailed condition names the pod and the
+/// name, with one Warning Event; a second look changes nothing.
+#[tokio::test]
+async fn a_name_wait_that_gave_up_gets_a_condition_and_one_event() {
+    const MESSAGE: &str = "pod worker-1: dljob-wait-for-names gave up after 600s: mnist-master-0.mnist.ml-jobs.svc does not resolve (Name or service not known); a pod whose wait gave up started its framework without its names: check the job's headless Service, that dljob's reconciler runs, that the pods are scheduled";
+    let gave_up = || {
+        let mut world = scaled_world(2);
+        let worker = world
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some("worker-1"))
+            .expect("the world has worker-1");
+        worker.status.as_mut().unwrap().init_container_statuses = Some(vec![serde_json::from_value(json!({
+            "name": "dljob-wait-for-names", "image": "ghcr.io/dljob/dljob:0.1.0", "imageID": "",
+            "ready": true, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                "message": "dljob: gave up after 600s: mnist-master-0.mnist.ml-jobs.svc does not resolve (Name or service not known); the framework starts anyway and may fail to reach it. The job's headless Service publishes the name once that pod has an address: is the Service there (kubectl get service -n ml-jobs mnist), is dljob's reconciler running, is that pod scheduled?"}}
+        }))
+        .unwrap()]);
+        world
+    };
+    let mut job = dljob("pytorch", "master=1,worker=2");
+    job.status = Some(status_of(&job, scaled_world(2)));
+    let (ctx, handle) = context(gave_up(), vec![]);
+    let jj = job.clone();
+    reconcile_expecting(
+        job.clone(),
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |b| {
+                    let conditions = b["status"]["conditions"].as_array().unwrap();
+                    assert_eq!(
+                        conditions.last().unwrap(),
+                        &json!({
+                            "type": "NameWaitFailed", "status": "True", "reason": "GaveUp",
+                            "message": MESSAGE, "lastTransitionTime": "2023-11-14T22:13:20Z",
+                        })
+                    );
+                    assert_eq!(b["status"]["phase"], "Running");
+                },
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            call(
+                "POST",
+                events_uri(),
+                |b| {
+                    assert_eq!(b["type"], "Warning");
+                    assert_eq!(b["reason"], "NameWaitFailed");
+                    assert_eq!(b["note"], MESSAGE);
+                    assert_eq!(b["regarding"]["name"], "mnist");
+                },
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
+    job.status = Some(status_of(&job, gave_up()));
+    let (ctx, handle) = context(gave_up(), vec![]);
+    reconcile_expecting(job, ctx, handle, vec![]).await;
+}
+
 /// A Service this DLJob controls that someone edited (its selector no
 /// longer selects the job's pods) is applied again, only to the object read
 /// (its uid in the body); one the API server merely defaulted is not (every

@@ -74,7 +74,7 @@ impl Drop for TempDir {
 /// A server with default settings, a self-signed certificate whose CA is kept
 /// at `ca_out`, and `peers`.
 async fn run_self_signed(ca_out: PathBuf, peers: Arc<dyn PeerSource>) -> Running {
-    let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap();
+    let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1), None).unwrap();
     let tls = TlsSource::SelfSigned {
         ca_out,
         extra_sans: vec![],
@@ -89,7 +89,7 @@ async fn run_self_signed(ca_out: PathBuf, peers: Arc<dyn PeerSource>) -> Running
 }
 
 async fn start(tweak: impl FnOnce(&mut Settings)) -> Server {
-    let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap();
+    let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1), None).unwrap();
     start_with(tweak, config).await
 }
 
@@ -1543,7 +1543,8 @@ async fn certificate_files_are_reloaded_without_dropping_open_connections() {
         );
         settings.reload_interval = Duration::from_millis(100);
         settings.read_timeout = Duration::from_secs(30);
-        let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap();
+        let (config, _) =
+            webhook::reload::watch_config(None, Duration::from_secs(1), None).unwrap();
         let running = webhook::run(
             settings,
             Inputs {
@@ -1639,7 +1640,8 @@ async fn config_file_is_reloaded_and_an_invalid_one_is_ignored() {
         let path = dir.join("config.yaml");
         std::fs::write(&path, "ports:\n  tensorflow: 3333\n").unwrap();
         let interval = Duration::from_millis(100);
-        let (config, task) = webhook::reload::watch_config(Some(path.clone()), interval).unwrap();
+        let (config, task) =
+            webhook::reload::watch_config(Some(path.clone()), interval, None).unwrap();
         let s = start_with(|_| {}, config).await;
         let c = connect(s.addr, &s.ca, Proto::H2).await.unwrap();
         let review = captured("mutate-create-pod-resnet-chief.json");
@@ -2839,7 +2841,8 @@ impl PeerSource for PanickingPeers {
 #[tokio::test]
 async fn a_review_that_panics_is_answered_500_and_the_server_goes_on() {
     bounded(async {
-        let (config, _) = webhook::reload::watch_config(None, Duration::from_secs(1)).unwrap();
+        let (config, _) =
+            webhook::reload::watch_config(None, Duration::from_secs(1), None).unwrap();
         let s = start_on(|_| {}, config, Arc::new(PanickingPeers)).await;
         let (ca, addr) = (s.ca.clone(), s.addr);
         let review = captured("mutate-create-pod-resnet-chief.json");

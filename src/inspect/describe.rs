@@ -22,7 +22,7 @@ use kube::ResourceExt;
 use super::replica::{self, ReplicaOrder, ReplicaPod};
 use super::table::{self, age, cell};
 use crate::args::DescribeArgs;
-use crate::contract::Topology;
+use crate::contract::{self as c, Topology};
 use crate::crd::{CoordinatorStatus, DLJob, DLJobStatus, JobSpec};
 
 /// Events shown: the most recent ones.
@@ -428,6 +428,33 @@ fn pods(out: &mut String, pods: &[Pod], topology: Option<Topology>) {
         ],
         &rows,
     ));
+    name_waits(out, members.iter().map(|(_, pod)| *pod));
+}
+
+/// The pods whose wait for their names ([`c::WAIT_FOR_NAMES_CONTAINER`])
+/// gave up or cannot run, in the pods' order; nothing when none did.
+fn name_waits<'a>(out: &mut String, pods: impl Iterator<Item = &'a Pod>) {
+    let rows: Vec<Vec<String>> = pods
+        .filter_map(|pod| {
+            let status = pod
+                .status
+                .as_ref()?
+                .init_container_statuses
+                .as_ref()?
+                .iter()
+                .find(|s| s.name == c::WAIT_FOR_NAMES_CONTAINER)?;
+            let problem = crate::wait_names::problem(status)?;
+            Some(vec![pod.name_any(), cell(&problem)])
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str(&format!(
+        "\nName waits that failed (kubectl logs POD -c {}):\n",
+        c::WAIT_FOR_NAMES_CONTAINER
+    ));
+    out.push_str(&table::render("  ", &["POD", "WAIT"], &rows));
 }
 
 /// When an Event last happened, and how many times.

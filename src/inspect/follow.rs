@@ -92,6 +92,8 @@ pub(crate) struct Tracker {
     since: Option<Duration>,
     /// Replicas (`role-index`) a stream was ever opened for.
     followed_replicas: HashSet<String>,
+    /// The container `-c` asked for instead of the framework container.
+    container: Option<String>,
 }
 
 impl Tracker {
@@ -103,7 +105,15 @@ impl Tracker {
             tail,
             since,
             followed_replicas: HashSet::new(),
+            container: None,
         }
+    }
+
+    /// Follows `container` of every pod instead of its framework
+    /// container (`dljob logs -f -c NAME`).
+    pub(crate) fn reading(mut self, container: Option<String>) -> Self {
+        self.container = container;
+        self
     }
 
     /// Open streams.
@@ -115,7 +125,7 @@ impl Tracker {
     /// A pod was listed or changed; `initial` when listed at the start.
     pub(crate) fn seen(&mut self, pod: &Pod, initial: bool) {
         let Some(uid) = pod.uid() else { return };
-        let replica = ReplicaPod::of(pod);
+        let replica = ReplicaPod::of(pod).reading(pod, self.container.as_deref());
         let status = replica::container_status(pod, replica.container.as_deref());
         let not_started = replica::not_started(pod, replica.container.as_deref());
         let (has_run, running, run) = match status {
@@ -237,9 +247,9 @@ impl Tracker {
             let Some(container) = t.replica.container.clone() else {
                 if !t.told_no_container {
                     t.told_no_container = true;
-                    steps.push(Step::Notice(format!(
-                        "{label}: pod {pod} has no framework container to follow (does dljob.dev/container name one it has?)"
-                    )));
+                    steps.push(Step::Notice(
+                        t.replica.no_container(self.container.as_deref()),
+                    ));
                 }
                 continue;
             };
@@ -363,9 +373,12 @@ pub async fn follow(
              pass --max-streams {n}, or follow one role with --role"
         );
     }
-    let replicas: Vec<ReplicaPod> = pods.iter().map(ReplicaPod::of).collect();
+    let replicas: Vec<ReplicaPod> = pods
+        .iter()
+        .map(|p| ReplicaPod::of(p).reading(p, args.container.as_deref()))
+        .collect();
     let format = Arc::new(Format::new(&args.job, args.output, colour, &replicas));
-    let mut tracker = Tracker::new(max, args.tail, args.since);
+    let mut tracker = Tracker::new(max, args.tail, args.since).reading(args.container.clone());
     for p in &pods {
         tracker.seen(p, true);
     }
@@ -655,7 +668,7 @@ mod tests {
         t.seen(&p, true);
         assert_eq!(
             notices(&t.steps()),
-            ["worker-0: pod tf-worker-0 has no framework container to follow (does dljob.dev/container name one it has?)"]
+            ["worker-0: pod tf-worker-0 has no framework container to read (does dljob.dev/container name one it has?)"]
         );
         assert!(t.steps().is_empty());
     }

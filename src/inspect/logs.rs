@@ -259,8 +259,10 @@ pub async fn fetch(
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let pods = job_pods(client, ns, args, err).await?;
-    let mut members: Vec<(ReplicaPod, Pod)> =
-        pods.into_iter().map(|p| (ReplicaPod::of(&p), p)).collect();
+    let mut members: Vec<(ReplicaPod, Pod)> = pods
+        .into_iter()
+        .map(|p| (ReplicaPod::of(&p).reading(&p, args.container.as_deref()), p))
+        .collect();
     let order = ReplicaOrder::of_pods(members.iter().map(|(r, _)| r));
     members.sort_by(|a, b| order.key(&a.0).cmp(&order.key(&b.0)));
     let replicas: Vec<ReplicaPod> = members.iter().map(|(r, _)| r.clone()).collect();
@@ -285,10 +287,7 @@ pub async fn fetch(
             let label = r.label();
             let Some(container) = r.container.clone() else {
                 let _ = tx
-                    .send(Msg::Failed(format!(
-                        "{label}: pod {} has no framework container to read (does dljob.dev/container name one it has?)",
-                        r.name
-                    )))
+                    .send(Msg::Failed(r.no_container(args.container.as_deref())))
                     .await;
                 continue;
             };

@@ -67,6 +67,32 @@ impl ReplicaPod {
         }
     }
 
+    /// The replica read from `container` (`dljob logs -c`) instead of its
+    /// framework container: a container or an init container of the pod
+    /// (`dljob-wait-for-names`); None when it has no such container.
+    pub(crate) fn reading(mut self, pod: &Pod, container: Option<&str>) -> Self {
+        if let Some(name) = container {
+            let has = pod.spec.as_ref().is_some_and(|s| {
+                s.containers.iter().any(|c| c.name == name)
+                    || s.init_containers.iter().flatten().any(|c| c.name == name)
+            });
+            self.container = has.then(|| name.to_owned());
+        }
+        self
+    }
+
+    /// Why nothing of this replica can be read: the container asked for
+    /// (`-c`), or the framework container, is not in the pod.
+    pub(crate) fn no_container(&self, asked: Option<&str>) -> String {
+        let (label, pod) = (self.label(), &self.name);
+        match asked {
+            Some(name) => format!("{label}: pod {pod} has no container or init container {name}"),
+            None => format!(
+                "{label}: pod {pod} has no framework container to read (does dljob.dev/container name one it has?)"
+            ),
+        }
+    }
+
     /// `role-index` (`worker-1`); the pod's name when either is unknown.
     pub(crate) fn label(&self) -> String {
         match self.index {
@@ -174,17 +200,17 @@ impl ReplicaOrder {
     }
 }
 
-/// The status of `container` in `pod`.
+/// The status of `container` in `pod`, a container or an init container.
 pub(crate) fn container_status<'p>(
     pod: &'p Pod,
     container: Option<&str>,
 ) -> Option<&'p ContainerStatus> {
     let name = container?;
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
+    let status = pod.status.as_ref()?;
+    [&status.container_statuses, &status.init_container_statuses]
+        .into_iter()
+        .flatten()
+        .flatten()
         .find(|s| s.name == name)
 }
 

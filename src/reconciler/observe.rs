@@ -128,6 +128,12 @@ pub fn observe_pod(
             .as_ref()
             .and_then(|s| s.scheduling_gates.as_ref())
             .is_some_and(|gates| gates.iter().any(|g| g.name == c::WORKERS_READY_GATE)),
+        name_wait: status
+            .and_then(|s| s.init_container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|s| s.name == c::WAIT_FOR_NAMES_CONTAINER)
+            .and_then(crate::wait_names::problem),
     })
 }
 
@@ -201,4 +207,117 @@ fn index_offset(meta: &ObjectMeta, template: Option<&ObjectMeta>) -> Option<u32>
 pub(crate) fn saved_digest(template: &PodTemplate) -> String {
     let bytes = serde_json::to_vec(&template.template).unwrap_or_default();
     format!("sha256:{:x}", sha2::Sha256::digest(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A member pod whose init container `dljob-wait-for-names` has
+    /// `state`, beside a user's init container that failed.
+    fn pod_with_wait(state: Value) -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "xg-worker-0", "namespace": "ml", "uid": "u1",
+                "labels": {"dljob.dev/job": "xg", "dljob.dev/role": "worker"},
+                "annotations": {"dljob.dev/framework": "xgboost", "dljob.dev/replicas": "master=1,worker=1"}},
+            "spec": {"containers": [{"name": "xgboost", "image": "x"}],
+                "initContainers": [{"name": "fetch", "image": "busybox"}, {"name": "dljob-wait-for-names", "image": "ghcr.io/dljob/dljob:0.1.0"}]},
+            "status": {"phase": "Pending", "initContainerStatuses": [
+                {"name": "fetch", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": {"terminated": {"exitCode": 1, "reason": "Error"}}},
+                {"name": "dljob-wait-for-names", "image": "ghcr.io/dljob/dljob:0.1.0", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": state}
+            ]}
+        }))
+        .unwrap()
+    }
+
+    /// What the status function sees of the pod once the cache trimmed it.
+    fn seen(state: Value) -> (Option<String>, Option<Vec<ContainerStatus>>) {
+        let mut pod = pod_with_wait(state);
+        crate::reconciler::trim::trim_pod(&mut pod);
+        let kept = pod.status.as_ref().unwrap().init_container_statuses.clone();
+        let member = crate::member::parse(
+            crate::object::Kind::Pod,
+            &serde_json::to_value(&pod).unwrap(),
+            None,
+            &crate::config::Config::default(),
+        )
+        .unwrap()
+        .unwrap()
+        .member;
+        (
+            observe_pod(&member, Some("xgboost"), &pod)
+                .unwrap()
+                .name_wait,
+            kept,
+        )
+    }
+
+    #[test]
+    fn a_name_wait_that_gave_up_is_read_from_its_termination_message() {
+        let message = format!(
+            "{} after 600s: xg-master-0.xg.ml.svc does not resolve (Name or service not known); the framework starts anyway and may fail to reach it. {}",
+            c::NAME_WAIT_GAVE_UP,
+            "x".repeat(4000)
+        );
+        let (problem, kept) = seen(
+            json!({"terminated": {"exitCode": 0, "reason": "Completed", "message": message,
+            "containerID": "containerd://abc", "startedAt": "2026-12-07T01:00:00Z", "finishedAt": "2026-12-07T01:10:00Z"}}),
+        );
+        assert_eq!(
+            problem.as_deref(),
+            Some("gave up after 600s: xg-master-0.xg.ml.svc does not resolve (Name or service not known)")
+        );
+        // Only dljob's, its message cut, nothing else of its status.
+        let kept = kept.unwrap();
+        assert_eq!(kept.len(), 1);
+        let t = kept[0].state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(
+            t.message.as_ref().unwrap().len(),
+            crate::reconciler::trim::MAX_NAME_WAIT_MESSAGE + '…'.len_utf8()
+        );
+        assert_eq!(
+            (t.container_id.as_ref(), t.finished_at.as_ref()),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn a_name_wait_that_cannot_run_says_why() {
+        let (problem, _) = seen(json!({"waiting": {"reason": "ImagePullBackOff",
+            "message": "Back-off pulling image \"ghcr.io/dljob/dljob:0.1.0\""}}));
+        assert_eq!(
+            problem.as_deref(),
+            Some("cannot run: ImagePullBackOff (Back-off pulling image \"ghcr.io/dljob/dljob:0.1.0\")")
+        );
+        let (problem, _) = seen(json!({"terminated": {"exitCode": 139, "reason": "Error"}}));
+        assert_eq!(
+            problem.as_deref(),
+            Some("cannot run: it exited 139 (Error)")
+        );
+        let (problem, _) = seen(json!({"terminated": {"exitCode": 1, "reason": "StartError",
+            "message": "exec format error"}}));
+        assert_eq!(
+            problem.as_deref(),
+            Some("cannot run: it exited 1 (StartError: exec format error)")
+        );
+    }
+
+    #[test]
+    fn a_name_wait_that_waits_or_found_its_names_is_not_kept() {
+        for state in [
+            json!({"waiting": {"reason": "PodInitializing"}}),
+            json!({"running": {"startedAt": "2026-12-07T01:00:00Z"}}),
+            json!({"terminated": {"exitCode": 0, "reason": "Completed"}}),
+            // A user's own container of that name, which ended well.
+            json!({"terminated": {"exitCode": 0, "reason": "Completed", "message": "all good"}}),
+        ] {
+            let (problem, kept) = seen(state.clone());
+            assert_eq!(problem, None, "{state}");
+            assert_eq!(kept, None, "{state}");
+        }
+    }
 }

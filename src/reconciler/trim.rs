@@ -104,7 +104,8 @@ fn names_and(spec: &mut PodSpec, resources: bool, tensorboard: Option<&str>) {
 }
 
 /// Trims a member pod before it is indexed: no managedFields, no hostfile
-/// annotation, only the container statuses' states, and of the metadata
+/// annotation, only the container statuses' states (and the status of
+/// dljob's name wait where it went wrong), and of the metadata
 /// only what makes it a member — the `dljob.dev/*` labels and annotations
 /// and the ones Kubernetes gives its index and default container in.
 ///
@@ -142,6 +143,15 @@ pub fn trim_pod(pod: &mut Pod) {
         pod.status = Some(PodStatus {
             phase: status.phase,
             reason: status.reason,
+            // dljob's name wait, only where it went wrong
+            // (`wait_names::problem`), its message cut.
+            init_container_statuses: status
+                .init_container_statuses
+                .into_iter()
+                .flatten()
+                .find(|s| s.name == c::WAIT_FOR_NAMES_CONTAINER)
+                .and_then(trimmed_name_wait)
+                .map(|s| vec![s]),
             container_statuses: status.container_statuses.map(|list| {
                 list.into_iter()
                     .filter(|s| framework.as_ref().is_none_or(|f| &s.name == f))
@@ -158,6 +168,45 @@ pub fn trim_pod(pod: &mut Pod) {
             ..PodStatus::default()
         });
     }
+}
+
+/// Longest part of a container's message dljob keeps and repeats (a
+/// termination message may be 4 KiB).
+pub(crate) const MAX_NAME_WAIT_MESSAGE: usize = 300;
+
+/// The status of dljob's name wait ([`c::WAIT_FOR_NAMES_CONTAINER`]) as
+/// the cache keeps it: only when it went wrong (it gave up, cannot start,
+/// or exited other than 0), its state alone and its messages cut to
+/// [`MAX_NAME_WAIT_MESSAGE`].
+fn trimmed_name_wait(status: ContainerStatus) -> Option<ContainerStatus> {
+    let cut = |m: &mut Option<String>| {
+        if let Some(m) = m.as_mut() {
+            if m.len() > MAX_NAME_WAIT_MESSAGE {
+                let mut end = MAX_NAME_WAIT_MESSAGE;
+                while !m.is_char_boundary(end) {
+                    end -= 1;
+                }
+                m.truncate(end);
+                m.push('…');
+            }
+        }
+    };
+    let mut state = status.state?;
+    if let Some(t) = state.terminated.as_mut() {
+        cut(&mut t.message);
+        t.container_id = None;
+        t.started_at = None;
+        t.finished_at = None;
+    }
+    if let Some(w) = state.waiting.as_mut() {
+        cut(&mut w.message);
+    }
+    let kept = ContainerStatus {
+        name: status.name,
+        state: Some(state),
+        ..ContainerStatus::default()
+    };
+    crate::wait_names::problem(&kept).is_some().then_some(kept)
 }
 
 /// Whether a label or annotation of a member is read by [`member::parse`]

@@ -64,18 +64,22 @@ impl WatchedFiles {
 /// is a file, re-reads it every `interval`: each valid new version is
 /// published on the returned channel; an invalid one is logged and the
 /// previous config kept. Must be called inside a tokio runtime; abort the
-/// task to stop watching.
+/// task to stop watching. `serving_image`, the image dljob runs from, is
+/// the default of every version's `waitForNamesImage`.
 pub fn watch_config(
     path: Option<PathBuf>,
     interval: Duration,
+    serving_image: Option<String>,
 ) -> Result<(watch::Receiver<Config>, JoinHandle<()>), ConfigLoadError> {
     let Some(path) = path else {
-        let (tx, rx) = watch::channel(Config::default());
+        let (tx, rx) = watch::channel(Config::default().with_serving_image(serving_image));
         // The sender lives as long as someone reads the channel.
         return Ok((rx, tokio::spawn(async move { tx.closed().await })));
     };
     let bytes = std::fs::read(&path).map_err(|e| ConfigLoadError::Read(path.clone(), e))?;
-    let config = parse(&bytes).map_err(|e| ConfigLoadError::Invalid(path.clone(), e))?;
+    let config = parse(&bytes)
+        .map_err(|e| ConfigLoadError::Invalid(path.clone(), e))?
+        .with_serving_image(serving_image.clone());
     warn_of(&path, &config);
     let (tx, rx) = watch::channel(config);
     let mut files = WatchedFiles::new(vec![path.clone()], vec![bytes]);
@@ -90,6 +94,7 @@ pub fn watch_config(
             };
             match parse(&contents.remove(0)) {
                 Ok(new) => {
+                    let new = new.with_serving_image(serving_image.clone());
                     tracing::info!(path = %path.display(), "config reloaded");
                     warn_of(&path, &new);
                     tx.send_replace(new);

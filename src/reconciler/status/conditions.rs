@@ -156,6 +156,61 @@ pub fn set_lost_secret_condition(
     )
 }
 
+/// The condition saying that members' wait for their names gave up or
+/// cannot run.
+pub const NAME_WAIT_FAILED: &str = "NameWaitFailed";
+
+/// Pods named at most in [`NAME_WAIT_FAILED`]'s message.
+const NAME_WAIT_PODS_SAID: usize = 5;
+
+/// Sets [`NAME_WAIT_FAILED`] from the pods whose init container
+/// `dljob-wait-for-names` gave up (their framework started without its
+/// names) or cannot run (their framework does not start); see
+/// [`set_problem_condition`]. At most [`NAME_WAIT_PODS_SAID`] pods are
+/// named, then how many more; then what to check, once.
+pub(super) fn set_name_wait_condition(
+    conditions: &mut Vec<Condition>,
+    pods: &[&super::ObservedPod],
+    now: Timestamp,
+) -> Option<JobEvent> {
+    let failed: Vec<(&str, &str)> = pods
+        .iter()
+        .filter_map(|p| Some((p.name.as_str(), p.name_wait.as_deref()?)))
+        .collect();
+    let mut problems: Vec<String> = failed
+        .iter()
+        .take(NAME_WAIT_PODS_SAID)
+        .map(|(pod, what)| {
+            format!(
+                "pod {pod}: {} {what}",
+                crate::contract::WAIT_FOR_NAMES_CONTAINER
+            )
+        })
+        .collect();
+    if failed.len() > NAME_WAIT_PODS_SAID {
+        problems.push(format!("{} more pods", failed.len() - NAME_WAIT_PODS_SAID));
+    }
+    let gave_up = failed.iter().any(|(_, w)| w.starts_with("gave up"));
+    let cannot_run = failed.iter().any(|(_, w)| w.starts_with("cannot run"));
+    if gave_up {
+        problems.push("a pod whose wait gave up started its framework without its names: check the job's headless Service, that dljob's reconciler runs, that the pods are scheduled".to_owned());
+    }
+    if cannot_run {
+        problems.push("a pod whose wait cannot run does not start: its image is dljob's (waitForNamesImage in dljob's config, by default the one dljob runs from), which every node that runs members must be able to pull, or else set dljob.dev/wait-for-names: \"false\" on the members".to_owned());
+    }
+    set_problem_condition(
+        conditions,
+        Problem {
+            type_: NAME_WAIT_FAILED,
+            reason: if cannot_run { "CannotRun" } else { "GaveUp" },
+            cleared_reason: "NamesWaitedFor",
+            cleared_message: "no member's wait for its names failed",
+        },
+        &problems,
+        now,
+    )
+}
+
 /// A condition that reports problems while there are any.
 pub(super) struct Problem {
     pub(super) type_: &'static str,

@@ -33,10 +33,11 @@ mod sizes;
 #[cfg(test)]
 mod tests;
 
+use self::conditions::set_name_wait_condition;
 use self::conditions::{set_condition, set_conditions, set_problem_condition, Problem};
 pub use self::conditions::{
-    set_lost_secret_condition, set_owned_condition, set_ownership_condition, OWNED_UNAVAILABLE,
-    OWNERSHIP_CONFLICT, SSH_SECRET_LOST,
+    set_lost_secret_condition, set_owned_condition, set_ownership_condition, NAME_WAIT_FAILED,
+    OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT, SSH_SECRET_LOST,
 };
 use self::decide::{decide, Members};
 use self::finish::{clean_up, mark_finished};
@@ -116,6 +117,9 @@ pub struct ObservedPod {
     pub gated: bool,
     /// Already marked [`c::FINISHED_RUN`] by this job's finished run.
     pub marked: bool,
+    /// dljob's name wait ([`crate::contract::WAIT_FOR_NAMES_CONTAINER`])
+    /// gave up or cannot run: what its status says, in a few words.
+    pub name_wait: Option<String>,
 }
 /// A member workload, for the clean-pod policy and the size check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -429,6 +433,7 @@ pub fn next(
         &observed.owned.foreign,
         now,
     ));
+    events.extend(set_name_wait_condition(&mut status.conditions, &pods, now));
     Outcome {
         status,
         actions,

@@ -56,6 +56,7 @@ fn pod(role: &str, index: u32, owner: PodOwner, state: ContainerState) -> Observ
             restart_count: 0,
         }),
         marked: false,
+        name_wait: None,
         name,
     }
 }
@@ -1634,4 +1635,109 @@ fn a_deleted_ssh_secret_restarts_every_member_with_a_new_key() {
     let after = next(&p, &lost, Some(&done), Some(1), t(20));
     assert_eq!(after.status.ssh_secret, Some("mnist-ssh".into()));
     assert_eq!(after.status.job_restart, None);
+}
+
+/// Members whose wait for their names gave up or cannot run: the
+/// NameWaitFailed condition names each pod and what happened, then what to
+/// check, with one Warning Event while it does not change; at most five
+/// pods are named; it is cleared once no member says so.
+#[test]
+fn a_name_wait_that_failed_is_a_condition_and_one_event() {
+    let p = plan("xgboost", "master=1,worker=7");
+    let gave_up =
+        "gave up after 600s: xg-master-0.xg.ml.svc does not resolve (Name or service not known)";
+    let members = |failed: usize| {
+        let mut pods = vec![running("master", 0)];
+        for i in 0..7 {
+            let mut w = running("worker", i);
+            if (i as usize) < failed {
+                w.name_wait = Some(gave_up.to_owned());
+            }
+            pods.push(w);
+        }
+        pods
+    };
+    let first = next(&p, &observed(members(1)), None, Some(1), t(0));
+    let condition = first
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == NAME_WAIT_FAILED)
+        .unwrap();
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("True", "GaveUp")
+    );
+    assert_eq!(
+        condition.message,
+        format!("pod worker-0: dljob-wait-for-names {gave_up}; a pod whose wait gave up started its framework without its names: check the job's headless Service, that dljob's reconciler runs, that the pods are scheduled")
+    );
+    let warned = |out: &Outcome| {
+        out.events
+            .iter()
+            .filter(|e| e.warning && e.reason == NAME_WAIT_FAILED)
+            .count()
+    };
+    assert_eq!(warned(&first), 1);
+    // Unchanged: no second Event.
+    let again = next(
+        &p,
+        &observed(members(1)),
+        Some(&first.status),
+        Some(1),
+        t(5),
+    );
+    assert_eq!(warned(&again), 0);
+    // Seven pods, one that cannot run: five named, the rest counted, both
+    // fixes said; a new Event for the new message.
+    let mut seven = members(7);
+    seven[7].name_wait = Some(
+        "cannot run: ImagePullBackOff (Back-off pulling image \"ghcr.io/dljob/dljob:0.1.0\")"
+            .to_owned(),
+    );
+    let worse = next(&p, &observed(seven), Some(&again.status), Some(1), t(10));
+    let condition = worse
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == NAME_WAIT_FAILED)
+        .unwrap();
+    assert_eq!(condition.reason, "CannotRun");
+    let parts: Vec<&str> = condition.message.split("; ").collect();
+    assert_eq!(parts.len(), 5 + 1 + 2, "{parts:?}");
+    assert_eq!(parts[5], "2 more pods");
+    assert!(
+        parts[7].starts_with(
+            "a pod whose wait cannot run does not start: its image is dljob's (waitForNamesImage"
+        ),
+        "{}",
+        parts[7]
+    );
+    assert_eq!(warned(&worse), 1);
+    // Those pods replaced: cleared, no Event.
+    let fine = next(
+        &p,
+        &observed(members(0)),
+        Some(&worse.status),
+        Some(1),
+        t(20),
+    );
+    let condition = fine
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == NAME_WAIT_FAILED)
+        .unwrap();
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "NamesWaitedFor")
+    );
+    assert_eq!(warned(&fine), 0);
+    // A job whose waits never failed has no such condition.
+    let never = next(&p, &observed(members(0)), None, Some(1), t(0));
+    assert!(never
+        .status
+        .conditions
+        .iter()
+        .all(|c| c.type_ != NAME_WAIT_FAILED));
 }
