@@ -48,6 +48,7 @@ fn plan(framework: &str, topology: &str) -> JobPlan {
             backoff_limit: 100,
             ..Policies::default()
         },
+        elastic: None,
     }
 }
 

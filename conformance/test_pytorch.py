@@ -14,8 +14,13 @@ TORCH_DISABLE_SHARE_RDZV_TCP_STORE).
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import podsim
-from harness import EXAMPLES, new_job, PYTHON, program, result, results, run
+from harness import EXAMPLES, job_of_pods, manifest, new_job, PYTHON, program, result, results, run
 
 DDP = EXAMPLES / "pytorch-ddp" / "job.yaml"
 ELASTIC = EXAMPLES / "pytorch-elastic" / "job.yaml"
@@ -173,3 +178,120 @@ def test_elastic_restart_with_a_shared_store_never_forms_the_next_round():
             assert "RESULT " not in text, e
         else:
             raise AssertionError("the restart re-rendezvoused with a shared store: torch fixed it")
+
+
+# The elastic example resized: its Job patched from 3 to 4 completions (and
+# parallelism), as `kubectl patch job` does; the template keeps the
+# topology the webhook wrote at creation (worker=3).
+RESIZED = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: resize
+  labels: {dljob.dev/job: resize, dljob.dev/role: worker}
+  annotations: {dljob.dev/framework: pytorch, dljob.dev/elastic: "2:4", dljob.dev/replicas: worker=3}
+spec:
+  completionMode: Indexed
+  completions: 4
+  parallelism: 4
+  template:
+    metadata:
+      labels: {dljob.dev/job: resize, dljob.dev/role: worker}
+      annotations: {dljob.dev/framework: pytorch, dljob.dev/elastic: "2:4", dljob.dev/replicas: worker=3}
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: pytorch
+        image: pytorch
+        resources: {limits: {nvidia.com/gpu: 2}}
+"""
+
+
+class Output:
+    """A started pod's output, read as it comes."""
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.text = ""
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.text += line
+
+    def rounds(self) -> list[dict]:
+        return [r for r in results(self.text) if r["event"] == "round"]
+
+
+def wait_for(what: str, ok, outputs: dict, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            dump = "\n".join(f"--- {h}\n{o.text[-3000:]}" for h, o in outputs.items())
+            raise AssertionError(f"{what}: not within {timeout} s\n{dump}")
+        for host, o in outputs.items():
+            code = o.proc.poll()
+            assert code is None, f"{host} exited {code} while waiting for {what}\n{o.text[-3000:]}"
+        time.sleep(0.5)
+
+
+def test_elastic_job_resized_while_it_trains(tmp_path):
+    """An elastic job of 3 nodes grown to 4 and then shrunk to 3 (one node
+    removed, as its pod is deleted) while torchrun trains on the env dljob
+    injects: the member of index 3 is admitted and wired as the others
+    (the same env: PET_NNODES is the range, DLJOB_WORLD_SIZE the declared
+    size), the next round holds the new node (world 4 x 2 processes), and
+    the round after the removal holds the three left (world 3 x 2)."""
+    pods = podsim.mutate_pods(manifest(tmp_path, RESIZED))
+    assert sorted(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1", "2", "3"]
+    stop_at = tmp_path / "stop-at"
+    with job_of_pods(pods) as job:
+        envs = {p.index: p.env() for p in job.pods}
+        for index, env in envs.items():
+            assert env["PET_NNODES"] == "2:4", index
+            assert env["DLJOB_WORLD_SIZE"] == "3", index
+            assert env["PET_RDZV_CONF"] == ("is_host=true" if index == 0 else "is_host=false")
+        argv = [TORCHRUN, program("torch_resize.py")]
+        extra = {"RESIZE_STOP_AT": str(stop_at)}
+        outputs = {}
+        for index in (0, 1, 2):
+            pod = job.pod("worker", index)
+            outputs[pod.hostname] = Output(job.start(pod, argv, extra))
+
+        def formed(world: int, hosts) -> bool:
+            return all(any(r["world"] == world for r in outputs[h].rounds()) for h in hosts)
+
+        first = [job.pod("worker", i).hostname for i in (0, 1, 2)]
+        # The first round closes 30 s after the minimum joined.
+        wait_for("the first round of 3 nodes", lambda: formed(6, first), outputs, 120)
+        # Grown: the fourth node (the Job's completion index 3) starts.
+        added = job.pod("worker", 3)
+        outputs[added.hostname] = Output(job.start(added, argv, extra))
+        four = first + [added.hostname]
+        wait_for("a round of the 4 nodes", lambda: formed(8, four), outputs, 120)
+        # Shrunk: the pod of index 1 goes (its process tree killed, as the
+        # kubelet does with a deleted pod).
+        removed = job.pod("worker", 1)
+        gone = outputs.pop(removed.hostname)
+        os.killpg(gone.proc.pid, signal.SIGKILL)
+        gone.proc.wait(timeout=30)
+        left = [h for h in four if h != removed.hostname]
+
+        def reformed() -> bool:
+            return all(
+                any(r["world"] == 6 and r["restart"] > 0 for r in outputs[h].rounds()) for h in left
+            )
+
+        wait_for("a round of the 3 nodes left", reformed, outputs, 180)
+        stop_at.write_text("6")
+        for host in left:
+            outputs[host].proc.wait(timeout=60)
+            assert outputs[host].proc.returncode == 0, outputs[host].text[-3000:]
+        done = [r for h in left for r in results(outputs[h].text) if r["event"] == "done"]
+        assert sorted(r["rank"] for r in done) == list(range(6)), done
+        assert all(r["world"] == 6 and r["sum"] == 6 for r in done), done
+        # The round of 4 had every node, the added one among them.
+        ranks8 = {(r["hostname"], r["rank"]) for h in four for r in outputs.get(h, gone).rounds() if r["world"] == 8}
+        assert {h for h, _ in ranks8} == set(four), ranks8
+        assert sorted(r for _, r in ranks8) == list(range(8)), ranks8

@@ -251,7 +251,8 @@ pub struct DLJobStatus {
     /// `Created`, `Running`, `Restarting`, `Succeeded`, `Failed`.
     #[serde(default)]
     pub conditions: Vec<Condition>,
-    /// Per role: pending, active, succeeded, failed, restarts.
+    /// Per role: pending, active, succeeded, failed, restarts (and an
+    /// elastic role's replicas now).
     #[serde(default)]
     pub replicas: BTreeMap<String, RoleStatus>,
     /// "active/total" for `kubectl get`.
@@ -306,6 +307,11 @@ pub struct RoleStatus {
     pub succeeded: u32,
     pub failed: u32,
     pub restarts: u32,
+    /// The elastic role's replicas now (its StatefulSets' and Jobs'
+    /// sizes), which may differ from the topology's count within
+    /// `dljob.dev/elastic`; absent for every other role (its count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
 }
 
 /// The replica whose exit decides the job.

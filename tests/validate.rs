@@ -385,6 +385,143 @@ fn elastic_is_pytorch_only_and_must_cover_the_topology() {
     );
 }
 
+/// An elastic job's workers are any count its range allows, every other
+/// role keeping its count (master=1 of master=1,worker=3 under 2:5: workers
+/// 1 to 4): a pod of any index below the largest is a member, a StatefulSet
+/// or an Indexed Job of any size of the range is accepted, at creation and
+/// when it is resized (a Job's completions and parallelism together);
+/// beyond the range each is refused with the range. The master does not
+/// resize.
+#[test]
+fn an_elastic_role_is_any_size_of_its_range() {
+    const EL: &str = "role \"worker\" may have 1 to 4 replicas under dljob.dev/elastic \"2:5\" (the job's other roles have 1)";
+    let annotations = json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "master=1,worker=3", "dljob.dev/elastic": "2:5"});
+    let worker = |index: u32| {
+        let mut a = annotations.clone();
+        a["dljob.dev/index"] = json!(index.to_string());
+        pod(
+            json!({"dljob.dev/job": "el", "dljob.dev/role": "worker"}),
+            a,
+        )
+    };
+    // Grown to 4 workers: index 3 is a member; 4 is beyond the largest.
+    accepted(Kind::Pod, &worker(3));
+    assert_eq!(
+        problems(Kind::Pod, &worker(4)),
+        vec![format!(
+            "dljob.dev/index 4 is out of range: {EL} (indexes 0 to 3)"
+        )]
+    );
+    // A StatefulSet pod past the range says so in the set's terms.
+    let mut sts_pod = worker(4);
+    sts_pod["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("dljob.dev/index");
+    sts_pod["metadata"]["name"] = json!("el-worker-4");
+    sts_pod["metadata"]["labels"]["apps.kubernetes.io/pod-index"] = json!("4");
+    sts_pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "el-worker", "uid": "u", "controller": true}]);
+    assert_eq!(
+        problems(Kind::Pod, &sts_pod),
+        vec![format!(
+            "StatefulSet pod index 4 is out of range: {EL} (indexes 0 to 3)"
+        )]
+    );
+    // The master keeps its count.
+    let mut master = pod(
+        json!({"dljob.dev/job": "el", "dljob.dev/role": "master"}),
+        annotations.clone(),
+    );
+    master["metadata"]["annotations"]["dljob.dev/index"] = json!("1");
+    assert_eq!(
+        problems(Kind::Pod, &master),
+        vec!["dljob.dev/index 1 is out of range: role \"master\" has 1 replica in dljob.dev/replicas \"master=1,worker=3\" (indexes 0 to 0)"]
+    );
+
+    // Workloads: any size of the range, at creation and on update.
+    let mut set = sts(3, annotations.clone());
+    set["metadata"]["labels"]["dljob.dev/job"] = json!("el");
+    for n in [1, 3, 4] {
+        set["spec"]["replicas"] = json!(n);
+        accepted(Kind::StatefulSet, &set);
+    }
+    set["spec"]["replicas"] = json!(5);
+    assert_eq!(
+        problems(Kind::StatefulSet, &set),
+        vec![format!(
+            "StatefulSet replicas is 5 but {EL}; resize it within that range"
+        )]
+    );
+    let job = |n: u32| {
+        json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "el-worker", "namespace": "ml", "labels": {"dljob.dev/job": "el", "dljob.dev/role": "worker"}, "annotations": annotations.clone()},
+            "spec": {"completionMode": "Indexed", "completions": n, "parallelism": n,
+                "template": {"metadata": {"labels": {"dljob.dev/job": "el", "dljob.dev/role": "worker"}, "annotations": annotations.clone()},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "pytorch", "image": "img"}]}}}
+        })
+    };
+    // `kubectl patch job el-worker -p '{"spec":{"completions":4,"parallelism":4}}'`.
+    assert!(problems_with(Kind::Job, &job(4), Some(&job(3)), &[]).is_empty());
+    assert!(problems_with(Kind::Job, &job(2), Some(&job(3)), &[]).is_empty());
+    assert_eq!(
+        problems_with(Kind::Job, &job(5), Some(&job(3)), &[]),
+        vec![format!(
+            "Job completions is 5 but {EL}; resize it within that range"
+        )]
+    );
+    // Not elastic: the count, exactly, as before.
+    let mut fixed = job(4);
+    for at in [
+        "/metadata/annotations",
+        "/spec/template/metadata/annotations",
+    ] {
+        fixed
+            .pointer_mut(at)
+            .unwrap()
+            .as_object_mut()
+            .unwrap()
+            .remove("dljob.dev/elastic");
+    }
+    let mut fixed_old = fixed.clone();
+    fixed_old["spec"]["completions"] = json!(3);
+    fixed_old["spec"]["parallelism"] = json!(3);
+    assert_eq!(
+        problems_with(Kind::Job, &fixed, Some(&fixed_old), &[]),
+        vec!["Job completions is 4 but dljob.dev/replicas \"master=1,worker=3\" declares worker=3; make them equal (change the topology on every member of the job)"]
+    );
+}
+
+/// Under Kueue the group is the declared total on every pod, and Kueue
+/// deletes pods beyond it: an elastic role may shrink there, not grow.
+#[test]
+fn an_elastic_role_does_not_grow_under_kueue() {
+    let worker = |index: u32| {
+        pod(
+            json!({"dljob.dev/job": "el", "dljob.dev/role": "worker"}),
+            json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=3", "dljob.dev/elastic": "2:5",
+                "dljob.dev/gang": "kueue", "dljob.dev/queue": "team", "dljob.dev/index": index.to_string()}),
+        )
+    };
+    accepted(Kind::Pod, &worker(2));
+    assert_eq!(
+        problems(Kind::Pod, &worker(3)),
+        vec!["role \"worker\" would have 4 replicas, more than the 3 of dljob.dev/replicas \"worker=3\": under gang kueue the job is one group of its declared 3 pods and pods beyond it are deleted as excess, so an elastic job there keeps at most its declared size (it may shrink)"]
+    );
+}
+
+#[test]
+fn an_elastic_range_is_bounded_by_the_replica_limit() {
+    let p = pod(
+        json!({"dljob.dev/job": "el", "dljob.dev/role": "worker"}),
+        json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "worker=1", "dljob.dev/elastic": "1:10001"}),
+    );
+    assert_eq!(
+        problems(Kind::Pod, &p),
+        vec!["dljob.dev/elastic \"1:10001\": a job has at most 10000 replicas in all"]
+    );
+}
+
 #[test]
 fn container_annotation_must_name_a_container() {
     assert_eq!(

@@ -184,10 +184,15 @@ pub trait Framework: Sync {
     fn uses_ssh(&self) -> bool {
         self.ssh_client_role().is_some()
     }
-    /// Whether the framework takes `dljob.dev/elastic` (a `min:max` node
-    /// range its launcher rendezvous on).
+    /// The role whose replicas may come and go within `dljob.dev/elastic`
+    /// (a `min:max` node range its launcher rendezvous on), where the
+    /// framework takes it; every other role keeps its declared count.
+    fn elastic_role(&self) -> Option<&'static str> {
+        None
+    }
+    /// Whether the framework takes `dljob.dev/elastic`.
     fn elastic(&self) -> bool {
-        false
+        self.elastic_role().is_some()
     }
     /// The role whose pods must not start before every other member runs
     /// (mpi's launcher, chainer's master: their `mpirun` reaches every
@@ -203,6 +208,61 @@ pub trait Framework: Sync {
     /// tolerates it (parameter servers, generic jobs).
     fn default_restart_scope(&self) -> RestartScope {
         RestartScope::Job
+    }
+}
+
+/// The role of an elastic job that resizes (docs/frameworks/pytorch.md,
+/// resizing): the framework's elastic role, which may have any count that
+/// keeps the whole job within `dljob.dev/elastic` while the other roles
+/// keep theirs, and at least 1.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElasticRole {
+    pub role: &'static str,
+    /// The replicas it may have.
+    pub range: std::ops::RangeInclusive<u32>,
+    pub elastic: Elastic,
+    /// The replicas of the job's other roles.
+    pub others: u32,
+}
+
+impl ElasticRole {
+    /// The resizing role of a job of `topology` under `elastic`; None for a
+    /// job that is not elastic or whose topology lacks the role.
+    pub fn of(
+        framework: &dyn Framework,
+        topology: &Topology,
+        elastic: Option<Elastic>,
+    ) -> Option<Self> {
+        let e = elastic?;
+        let role = framework.elastic_role()?;
+        let others = topology.total() - topology.count(role)?;
+        let low = e.min.saturating_sub(others).max(1);
+        let high = e.max.saturating_sub(others);
+        (low <= high).then_some(Self {
+            role,
+            range: low..=high,
+            elastic: e,
+            others,
+        })
+    }
+
+    /// The largest size.
+    pub fn max(&self) -> u32 {
+        *self.range.end()
+    }
+
+    /// `role "worker" may have 1 to 3 replicas under dljob.dev/elastic
+    /// "2:4" (the job's other roles have 1)`.
+    pub fn said(&self) -> String {
+        format!(
+            "role \"{}\" may have {} to {} replicas under {} \"{}\" (the job's other roles have {})",
+            self.role,
+            self.range.start(),
+            self.range.end(),
+            crate::contract::ELASTIC,
+            self.elastic,
+            self.others
+        )
     }
 }
 

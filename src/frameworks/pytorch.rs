@@ -20,8 +20,9 @@ impl Framework for PyTorch {
     fn coordinator<'t>(&self, topology: &'t Topology) -> Option<(&'t str, u32)> {
         first_replica_of(topology, &["master", "worker"])
     }
-    fn elastic(&self) -> bool {
-        true
+    /// The workers resize; the master, where there is one, stays.
+    fn elastic_role(&self) -> Option<&'static str> {
+        Some("worker")
     }
     /// The training-operator's PyTorchJob reads dljob's names; it also
     /// unbuffers Python's output.

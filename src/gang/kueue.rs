@@ -50,6 +50,10 @@ impl Scheduler for Kueue {
     fn queues(&self) -> bool {
         true
     }
+    /// Every pod says the group's total: Kueue deletes pods beyond it.
+    fn fixed_total(&self) -> bool {
+        true
+    }
     /// Kueue's TAS reads either annotation (its Topology object must list
     /// the label as a level; that is the cluster admin's).
     fn topology_refusal(&self, _required: bool) -> Option<String> {

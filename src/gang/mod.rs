@@ -130,6 +130,12 @@ pub(crate) trait Scheduler: Sync {
     fn queues(&self) -> bool {
         false
     }
+    /// Whether the group is the job's declared total, fixed on every pod
+    /// (Kueue's pod groups): an elastic role cannot grow past its declared
+    /// count under it.
+    fn fixed_total(&self) -> bool {
+        false
+    }
     /// Why this scheduler cannot place a gang in one domain of a node label
     /// (`dljob.dev/topology`, `required` or not); None where it can (its
     /// `pod` and `pod_group_spec` then declare it).

@@ -5,6 +5,7 @@ use super::keys::Meta;
 use super::PodOwner;
 use crate::contract as c;
 use crate::contract::Topology;
+use crate::frameworks::ElasticRole;
 use crate::object;
 use crate::object::at;
 use crate::object::str_at;
@@ -107,7 +108,7 @@ pub(super) fn pod_index(
     meta: &Meta<'_>,
     role: Option<&str>,
     topology: Option<&Topology>,
-    index_offset: Option<u32>,
+    (index_offset, elastic): (Option<u32>, Option<&ElasticRole>),
     v: &mut Violations,
 ) -> (Option<u32>, PodOwner) {
     let owner = pod_owner(object);
@@ -199,6 +200,24 @@ pub(super) fn pod_index(
         PodOwner::None => index,
         _ => index.map(|i| i.saturating_add(index_offset.unwrap_or(0))),
     };
+    // An elastic role's pods may have any index its largest size allows.
+    if let (Some(i), Some(e)) = (index, elastic) {
+        if i >= e.max() {
+            let what = match owner {
+                PodOwner::None => c::INDEX.to_owned(),
+                other => format!("{} pod index", owner_name(other)),
+            };
+            v.push(
+                Rule::IndexOutOfRange,
+                format!(
+                    "{what} {i} is out of range: {} (indexes 0 to {})",
+                    e.said(),
+                    e.max() - 1
+                ),
+            );
+        }
+        return (index, owner);
+    }
     if let (Some(i), Some(n)) = (index, count) {
         if i >= n {
             let r = role.unwrap_or_default();

@@ -19,7 +19,9 @@ pub use self::container::{framework_container, pick_container, ContainerChoice, 
 pub use self::index::pod_owner;
 use self::index::{index_offset, pod_index};
 use self::keys::Meta;
-use self::spec::{check_gang, job_spec, ordered_start, pod_requests, wait_for_names};
+use self::spec::{
+    check_elastic_gang, check_gang, elastic, job_spec, ordered_start, pod_requests, wait_for_names,
+};
 use self::topology::{check_topology, topology, workload_size};
 use crate::violation::{Rule, Violations};
 
@@ -135,17 +137,36 @@ pub fn parse(kind: Kind, object: &Value, namespace: Option<&str>, config: &Confi
     let size = workload_size(kind, object, &meta, &mut v);
     let index_offset = index_offset(kind, object, &meta, &mut v);
     let declared = topology(kind, object, &meta, role, size, index_offset, &mut v);
-    if let Some(d) = &declared {
-        check_topology(job, kind, framework, role, (size, index_offset), d, &mut v);
-    }
     let topology = declared.as_ref().map(|d| &d.topology);
+    let elastic = elastic(&meta, framework, topology, &mut v);
+    // This member's role, where it is the one that resizes.
+    let resizable = framework
+        .zip(topology)
+        .and_then(|(f, t)| frameworks::ElasticRole::of(f, t, elastic))
+        .filter(|e| Some(e.role) == role);
+    if let Some(d) = &declared {
+        let sizes = (size, index_offset, resizable.as_ref());
+        check_topology(job, kind, framework, role, sizes, d, &mut v);
+    }
     let (index, owner) = match kind {
-        Kind::Pod => pod_index(object, &meta, role, topology, index_offset, &mut v),
+        Kind::Pod => {
+            let offsets = (index_offset, resizable.as_ref());
+            pod_index(object, &meta, role, topology, offsets, &mut v)
+        }
         _ => (None, PodOwner::None),
     };
-    let spec = job_spec(&meta, framework, topology, config, &mut v);
+    let spec = job_spec(&meta, framework, topology, elastic, config, &mut v);
     if let Some(spec) = &spec {
         check_gang(kind, &meta, spec, &mut v);
+        if let (Some(r), Some(_)) = (role, &resizable) {
+            // How far into the role this member reaches.
+            let reach = match kind {
+                Kind::Pod => index.map(|i| i + 1),
+                _ => size.map(|n| n.saturating_add(index_offset.unwrap_or(0))),
+            };
+            let declared = spec.replicas.count_or_zero(r);
+            check_elastic_gang((r, declared), reach, spec, &mut v);
+        }
     }
     let ordered_start = ordered_start(&meta, &mut v);
     let wait_for_names = wait_for_names(&meta, &mut v);

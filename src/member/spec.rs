@@ -30,6 +30,7 @@ pub(super) fn job_spec(
     meta: &Meta<'_>,
     framework: Option<&'static dyn Framework>,
     topology: Option<&Topology>,
+    elastic: Option<Elastic>,
     config: &Config,
     v: &mut Violations,
 ) -> Option<JobSpec> {
@@ -38,7 +39,6 @@ pub(super) fn job_spec(
         parse_number(meta, c::PORT, 1, 65535, "a port number (1-65535)", v).map(|p| p as u16);
     let slots = slots(meta, topology, v);
     let mpi_implementation = mpi_implementation(meta, framework, v);
-    let elastic = elastic(meta, framework, topology, v);
     let ssh_path = ssh_path(meta, v);
     let gang = gang(meta, config, v);
     let queue = meta.annotation(c::QUEUE).map(str::to_owned);
@@ -196,6 +196,32 @@ pub(super) fn gang(meta: &Meta<'_>, config: &Config, v: &mut Violations) -> Stri
     name.to_owned()
 }
 
+/// An elastic role growing past its declared count (a pod of such an index,
+/// a workload of such a size: `reach` replicas) under a gang scheduler
+/// whose group is the declared total: Kueue deletes pods beyond it.
+pub(super) fn check_elastic_gang(
+    (role, declared): (&str, u32),
+    reach: Option<u32>,
+    spec: &JobSpec,
+    v: &mut Violations,
+) {
+    let (Some(reach), Some(scheduler)) = (reach, spec.scheduler()) else {
+        return;
+    };
+    if reach > declared && scheduler.fixed_total() {
+        v.push(
+            Rule::IndexOutOfRange,
+            format!(
+                "role \"{role}\" would have {reach} replicas, more than the {declared} of {} \"{}\": under gang {} the job is one group of its declared {} pods and pods beyond it are deleted as excess, so an elastic job there keeps at most its declared size (it may shrink)",
+                c::REPLICAS,
+                spec.replicas,
+                scheduler.name(),
+                spec.replicas.total()
+            ),
+        );
+    }
+}
+
 /// What the chosen gang scheduler cannot work with.
 pub(super) fn check_gang(kind: Kind, meta: &Meta<'_>, spec: &JobSpec, v: &mut Violations) {
     let Some(scheduler) = spec.scheduler() else {
@@ -302,6 +328,16 @@ pub(super) fn elastic(
             return None;
         }
     };
+    if e.max > c::MAX_REPLICAS {
+        v.push(
+            Rule::InvalidValue,
+            format!(
+                "{} \"{e}\": a job has at most {} replicas in all",
+                c::ELASTIC,
+                c::MAX_REPLICAS
+            ),
+        );
+    }
     if framework.is_some_and(|f| !f.elastic()) {
         v.push(
             Rule::ElasticNotSupported,

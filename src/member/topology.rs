@@ -9,6 +9,7 @@ use super::PodOwner;
 use crate::contract as c;
 use crate::contract::Topology;
 use crate::frameworks;
+use crate::frameworks::ElasticRole;
 use crate::frameworks::Framework;
 use crate::object;
 use crate::object::at;
@@ -98,7 +99,7 @@ pub(super) fn check_topology(
     kind: Kind,
     framework: Option<&'static dyn Framework>,
     role: Option<&str>,
-    (size, index_offset): (Option<u32>, Option<u32>),
+    (size, index_offset, elastic): (Option<u32>, Option<u32>, Option<&ElasticRole>),
     declared: &Declared,
     v: &mut Violations,
 ) {
@@ -109,8 +110,9 @@ pub(super) fn check_topology(
         }
     }
     if let Some(r) = role {
-        match t.count(r) {
-            None => v.push(
+        let elastic = elastic.filter(|_| kind != Kind::Pod);
+        match (t.count(r), elastic) {
+            (None, _) => v.push(
                 Rule::RoleNotInTopology,
                 format!(
                     "role \"{r}\" is not in {} \"{t}\"; add it there or fix {}",
@@ -118,7 +120,40 @@ pub(super) fn check_topology(
                     c::ROLE
                 ),
             ),
-            Some(count) => match (size, index_offset) {
+            // An elastic role's workload may have any size of its range;
+            // a set of it, any that keeps it within the largest.
+            (Some(_), Some(e)) => {
+                let end = size.map(|n| n.saturating_add(index_offset.unwrap_or(0)));
+                let within = match (size, index_offset) {
+                    (Some(n), None) => e.range.contains(&n),
+                    (Some(_), Some(_)) => end.is_some_and(|end| end <= e.max()),
+                    (None, _) => true,
+                };
+                if !within {
+                    let n = size.unwrap_or_default();
+                    v.push(
+                        Rule::SizeMismatch,
+                        match index_offset {
+                            None => format!(
+                                "{} {} is {n} but {}; resize it within that range",
+                                kind.as_str(),
+                                size_field(kind),
+                                e.said()
+                            ),
+                            Some(offset) => format!(
+                                "{} {} {n} from {} {offset} reaches {r} index {} but {} (indexes 0 to {}); make it smaller",
+                                kind.as_str(),
+                                size_field(kind),
+                                c::INDEX_OFFSET,
+                                end.unwrap_or_default().saturating_sub(1),
+                                e.said(),
+                                e.max() - 1
+                            ),
+                        },
+                    );
+                }
+            }
+            (Some(count), None) => match (size, index_offset) {
                 (Some(n), Some(offset))
                     if kind != Kind::Pod && offset.saturating_add(n) > count =>
                 {
@@ -139,7 +174,9 @@ pub(super) fn check_topology(
             },
         }
     }
-    let digits = (t.roles().map(|(_, n)| n).max().unwrap_or(1) - 1)
+    // The widest index any role may reach (an elastic role: its largest).
+    let widest = t.roles().map(|(_, n)| n).max().unwrap_or(1);
+    let digits = (widest.max(elastic.map_or(0, ElasticRole::max)) - 1)
         .to_string()
         .len();
     for (role, _) in t.roles() {

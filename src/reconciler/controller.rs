@@ -49,6 +49,7 @@ pub fn plan_of(job: &DLJob) -> Result<JobPlan, Error> {
         framework,
         topology: job.spec.replicas.clone(),
         policies: job.spec.policies.clone(),
+        elastic: job.spec.elastic,
     })
 }
 

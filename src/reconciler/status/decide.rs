@@ -351,7 +351,7 @@ fn progress(
     retry: &Retry,
     restart_cause: Option<String>,
 ) -> Verdict {
-    let want = plan.topology.total();
+    let want = super::wanted(plan, roles);
     let active: u32 = roles.values().map(|r| r.active).sum();
     let limit = plan.policies.backoff_limit;
     let used = retry.used;

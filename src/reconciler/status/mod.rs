@@ -19,9 +19,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::contract::{Policies, RestartPolicy, Topology};
+use crate::contract::{Elastic, Policies, RestartPolicy, Topology};
 use crate::crd::{CoordinatorStatus, DLJobStatus, JobRestart, Phase, RoleStatus, SavedPod};
-use crate::frameworks::Framework;
+use crate::frameworks::{ElasticRole, Framework};
 use crate::member::PodOwner;
 use crate::object::Kind;
 
@@ -52,6 +52,15 @@ pub struct JobPlan {
     pub framework: &'static dyn Framework,
     pub topology: Topology,
     pub policies: Policies,
+    /// `dljob.dev/elastic`: the framework's elastic role resizes within it.
+    pub elastic: Option<Elastic>,
+}
+
+impl JobPlan {
+    /// The role that resizes, and the replicas it may have.
+    pub fn resizable(&self) -> Option<ElasticRole> {
+        ElasticRole::of(self.framework, &self.topology, self.elastic)
+    }
 }
 impl std::fmt::Debug for JobPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,6 +68,7 @@ impl std::fmt::Debug for JobPlan {
             .field("framework", &self.framework.name())
             .field("topology", &self.topology.to_string())
             .field("policies", &self.policies)
+            .field("elastic", &self.elastic)
             .finish()
     }
 }
@@ -341,6 +351,7 @@ pub fn next(
     let mut pods: Vec<&ObservedPod> = observed.pods.iter().filter(|p| !p.deleting).collect();
     pods.sort_by(|a, b| a.name.cmp(&b.name));
     let mut roles = role_counts(plan, &prev, &pods);
+    let resized = set_elastic_size(plan, &prev, &observed.workloads, &mut roles);
     // A finished job's coordinator is what it was when the job finished:
     // its pod may be cleaned up since.
     let coordinator = if prev.phase.is_finished() {
@@ -385,7 +396,7 @@ pub fn next(
 
     status.restarts = roles.values().map(|r| r.restarts).sum();
     let active: u32 = roles.values().map(|r| r.active).sum();
-    status.active = format!("{active}/{}", plan.topology.total());
+    status.active = format!("{active}/{}", wanted(plan, &roles));
     status.replicas = roles;
     status.phase = verdict.phase;
 
@@ -402,12 +413,17 @@ pub fn next(
     };
 
     let mut events = phase_events(&prev, previous.is_none(), &verdict, &lost);
+    events.extend(resized);
     if !prev.phase.is_finished() {
         set_conditions(&mut status.conditions, &verdict, now);
     }
     events.extend(set_size_condition(
         &mut status.conditions,
-        &size_mismatches(&plan.topology, &observed.workloads),
+        &size_mismatches(
+            &plan.topology,
+            plan.resizable().as_ref(),
+            &observed.workloads,
+        ),
         now,
     ));
     if verdict.phase.is_finished() {
@@ -443,6 +459,78 @@ pub fn next(
     }
 }
 
+/// The replicas the job has now: the topology's, its elastic role's as
+/// [`set_elastic_size`] found them.
+pub(super) fn wanted(plan: &JobPlan, roles: &BTreeMap<String, RoleStatus>) -> u32 {
+    plan.topology
+        .roles()
+        .map(|(r, n)| roles.get(r).and_then(|s| s.replicas).unwrap_or(n))
+        .sum()
+}
+
+/// The elastic role's replicas now, from its workloads (the StatefulSets'
+/// replicas, the Jobs' completions; stopped ones left out), recorded in
+/// its [`RoleStatus`]; where it changed since the last status, the
+/// `Resized` Event. A role of bare pods keeps its count (a pod more or less
+/// is a member admitted or lost, not a resize), and so does a finished
+/// job. A size outside the range is recorded as it is (the
+/// `MemberSizeMismatch` condition says so).
+fn set_elastic_size(
+    plan: &JobPlan,
+    prev: &DLJobStatus,
+    workloads: &[Workload],
+    roles: &mut BTreeMap<String, RoleStatus>,
+) -> Option<JobEvent> {
+    let e = plan.resizable()?;
+    let before = prev.replicas.get(e.role).and_then(|s| s.replicas);
+    let declared = plan.topology.count_or_zero(e.role);
+    let mut sized = false;
+    let mut now = 0u32;
+    for w in workloads {
+        match w {
+            Workload::StatefulSet { role, replicas, .. } if role == e.role => {
+                sized = true;
+                now = now.saturating_add(*replicas);
+            }
+            Workload::Job {
+                role,
+                suspended: false,
+                completions: Some(n),
+                ..
+            } if role == e.role => {
+                sized = true;
+                now = now.saturating_add(*n);
+            }
+            _ => {}
+        }
+    }
+    let now = if prev.phase.is_finished() {
+        before.unwrap_or(declared)
+    } else if sized && now > 0 {
+        now
+    } else {
+        before.unwrap_or(declared)
+    };
+    roles.entry(e.role.to_owned()).or_default().replicas = Some(now);
+    let before = before?;
+    (before != now).then(|| JobEvent {
+        warning: !e.range.contains(&now),
+        reason: RESIZED.to_owned(),
+        note: format!(
+            "role {} resized from {before} to {now} replicas ({} \"{}\" allows {} to {}); the job has {} in all",
+            e.role,
+            crate::contract::ELASTIC,
+            e.elastic,
+            e.range.start(),
+            e.range.end(),
+            e.others + now
+        ),
+    })
+}
+
+/// The Event of an elastic role whose replicas changed.
+pub const RESIZED: &str = "Resized";
+
 /// Counts per role, every role of the topology listed, the restarts
 /// carried over from the previous status.
 fn role_counts(
@@ -459,6 +547,7 @@ fn role_counts(
                 r.to_owned(),
                 RoleStatus {
                     restarts,
+                    replicas: prev.replicas.get(r).and_then(|s| s.replicas),
                     ..RoleStatus::default()
                 },
             )

@@ -6,6 +6,7 @@ use super::JobEvent;
 use super::Problem;
 use super::Workload;
 use crate::contract::Topology;
+use crate::frameworks::ElasticRole;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
@@ -19,14 +20,27 @@ pub const SIZE_MISMATCH: &str = "MemberSizeMismatch";
 /// count, with the fix. A StatefulSet scaled to 0 or a suspended Job is
 /// stopped, not resized (the reconciler itself stops them when the job
 /// finishes); a role the topology lacks is the webhook's to refuse.
-pub fn size_mismatches(topology: &Topology, workloads: &[Workload]) -> Vec<String> {
+///
+/// The elastic role (`resizable`) may have any size of its range: see
+/// [`elastic_mismatches`].
+pub fn size_mismatches(
+    topology: &Topology,
+    resizable: Option<&ElasticRole>,
+    workloads: &[Workload],
+) -> Vec<String> {
     let fix = |what: &str| {
         format!("{what}, or change dljob.dev/replicas ({topology}) on every member of the job")
     };
     let mut out = Vec::new();
+    if let Some(e) = resizable {
+        out.extend(elastic_mismatches(e, workloads));
+    }
     // Roles split over several sets: their sizes must add up.
     let mut sets: BTreeMap<&str, u32> = BTreeMap::new();
-    for w in workloads {
+    for w in workloads
+        .iter()
+        .filter(|w| resizable.is_none_or(|e| role_of(w) != e.role))
+    {
         let (name, role, size, offset, kind) = match w {
             Workload::StatefulSet {
                 name,
@@ -122,6 +136,78 @@ pub fn size_mismatches(topology: &Topology, workloads: &[Workload]) -> Vec<Strin
     out
 }
 
+fn role_of(w: &Workload) -> &str {
+    match w {
+        Workload::StatefulSet { role, .. } | Workload::Job { role, .. } => role,
+    }
+}
+
+/// The elastic role's workloads: each within its largest size, all of
+/// them together within its range (stopped ones left out), and a Job
+/// running all its completions at once.
+fn elastic_mismatches(e: &ElasticRole, workloads: &[Workload]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut total = 0u32;
+    let mut running = false;
+    for w in workloads.iter().filter(|w| role_of(w) == e.role) {
+        let (kind, name, size, offset) = match w {
+            Workload::StatefulSet {
+                name,
+                replicas,
+                offset,
+                ..
+            } => ("StatefulSet", name, *replicas, *offset),
+            Workload::Job {
+                suspended: true, ..
+            } => continue,
+            Workload::Job {
+                name,
+                completions,
+                parallelism,
+                offset,
+                ..
+            } => {
+                let Some(n) = *completions else {
+                    out.push(format!(
+                        "Job {name} has no completions: re-create it with completions within the range: {}",
+                        e.said()
+                    ));
+                    continue;
+                };
+                if *parallelism < n {
+                    out.push(format!(
+                        "Job {name} has parallelism {parallelism} but completions {n}: every replica of role {} runs at once; set both to the same size (kubectl patch job {name} --type=merge -p '{{\"spec\":{{\"completions\":{n},\"parallelism\":{n}}}}}')",
+                        e.role
+                    ));
+                }
+                ("Job", name, n, *offset)
+            }
+        };
+        if size == 0 {
+            continue; // stopped
+        }
+        running = true;
+        total = total.saturating_add(size);
+        let end = offset.unwrap_or(0).saturating_add(size);
+        if end > e.max() {
+            out.push(format!(
+                "{kind} {name} reaches index {} of role {} but {}: resize it within that range",
+                end - 1,
+                e.role,
+                e.said()
+            ));
+        }
+    }
+    if running && out.is_empty() && !e.range.contains(&total) {
+        out.push(format!(
+            "role {} has {total} replicas in its workloads but {}: resize them within that range",
+            e.role,
+            e.said()
+        ));
+    }
+    out
+}
+
 /// Sets [`SIZE_MISMATCH`] from the workloads whose size differs from
 /// their role's count; see [`set_problem_condition`].
 pub(super) fn set_size_condition(
@@ -159,16 +245,16 @@ mod tests {
             replicas,
             offset: Some(offset),
         };
-        assert!(size_mismatches(&t, &[set("gpu8", 2, 0), set("gpu4", 4, 2)]).is_empty());
+        assert!(size_mismatches(&t, None, &[set("gpu8", 2, 0), set("gpu4", 4, 2)]).is_empty());
         assert_eq!(
-            size_mismatches(&t, &[set("gpu8", 2, 0), set("gpu4", 5, 2)]),
+            size_mismatches(&t, None, &[set("gpu8", 2, 0), set("gpu4", 5, 2)]),
             vec![
                 "StatefulSet gpu4 has 5 from worker index 2 but role worker has 6 (indexes 0 to 5): make it at most 4, or change dljob.dev/replicas (master=1,worker=6) on every member of the job",
                 "the sets of role worker have 7 replicas in all but role worker has 6: resize them to add up to 6, or change dljob.dev/replicas (master=1,worker=6) on every member of the job",
             ]
         );
         assert_eq!(
-            size_mismatches(&t, &[set("gpu8", 2, 0), set("gpu4", 3, 2)]),
+            size_mismatches(&t, None, &[set("gpu8", 2, 0), set("gpu4", 3, 2)]),
             vec!["the sets of role worker have 5 replicas in all but role worker has 6: resize them to add up to 6, or change dljob.dev/replicas (master=1,worker=6) on every member of the job"]
         );
     }
@@ -192,6 +278,7 @@ mod tests {
         assert_eq!(
             size_mismatches(
                 &topology,
+                None,
                 &[
                     sts("ps", "ps", 3),
                     sts("stopped", "ps", 0),

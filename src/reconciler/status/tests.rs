@@ -16,6 +16,7 @@ fn plan(framework: &str, topology: &str) -> JobPlan {
         framework: frameworks::by_name(framework).unwrap(),
         topology: Topology::parse(topology).unwrap(),
         policies: Policies::default(),
+        elastic: None,
     }
 }
 
@@ -125,6 +126,7 @@ pub(super) fn statefulset(name: &str, role: &str, replicas: u32) -> Workload {
 
 fn counts(pending: u32, active: u32, succeeded: u32, failed: u32, restarts: u32) -> RoleStatus {
     RoleStatus {
+        replicas: None,
         pending,
         active,
         succeeded,
@@ -1740,4 +1742,125 @@ fn a_name_wait_that_failed_is_a_condition_and_one_event() {
         .conditions
         .iter()
         .all(|c| c.type_ != NAME_WAIT_FAILED));
+}
+
+/// An elastic job (master=1,worker=3 under 2:5: workers 1 to 4) whose
+/// worker StatefulSet is scaled: grown to 4 and shrunk to 2 it is Running
+/// with the new size recorded, `Resized` said once per change, no
+/// MemberSizeMismatch; scaled to 6 the condition says the range; a scale
+/// during a whole-job restart ends the restart at the new size.
+#[test]
+fn an_elastic_role_resizes_within_its_range() {
+    let mut p = plan("pytorch", "master=1,worker=3");
+    p.elastic = Some(Elastic { min: 2, max: 5 });
+    let members = |workers: u32| {
+        let mut pods = vec![running("master", 0)];
+        for i in 0..workers {
+            pods.push(pod(
+                "worker",
+                i,
+                PodOwner::StatefulSet,
+                ContainerState::Running,
+            ));
+        }
+        Observed {
+            workloads: vec![statefulset("w", "worker", workers)],
+            ..observed(pods)
+        }
+    };
+    let resized = |out: &Outcome| -> Vec<String> {
+        out.events
+            .iter()
+            .filter(|e| e.reason == RESIZED)
+            .map(|e| e.note.clone())
+            .collect()
+    };
+    let mismatch = |out: &Outcome| {
+        out.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == SIZE_MISMATCH && c.status == "True")
+            .map(|c| c.message.clone())
+    };
+    let first = next(&p, &members(3), None, Some(1), t(0));
+    assert_eq!(first.status.phase, Phase::Running);
+    assert_eq!(first.status.replicas["worker"].replicas, Some(3));
+    assert_eq!(first.status.replicas["master"].replicas, None);
+    assert_eq!(first.status.active, "4/4");
+    assert!(resized(&first).is_empty(), "no Event for the first size");
+
+    let grown = next(&p, &members(4), Some(&first.status), Some(1), t(10));
+    assert_eq!(grown.status.phase, Phase::Running);
+    assert_eq!(grown.status.replicas["worker"].replicas, Some(4));
+    assert_eq!(grown.status.active, "5/5");
+    assert_eq!(
+        resized(&grown),
+        ["role worker resized from 3 to 4 replicas (dljob.dev/elastic \"2:5\" allows 1 to 4); the job has 5 in all"]
+    );
+    assert!(
+        grown.events.iter().all(|e| !e.warning),
+        "{:?}",
+        grown.events
+    );
+    assert_eq!(mismatch(&grown), None);
+    let again = next(&p, &members(4), Some(&grown.status), Some(1), t(12));
+    assert!(resized(&again).is_empty());
+
+    let shrunk = next(&p, &members(2), Some(&again.status), Some(1), t(20));
+    assert_eq!(shrunk.status.phase, Phase::Running);
+    assert_eq!(shrunk.status.active, "3/3");
+    assert_eq!(
+        resized(&shrunk),
+        ["role worker resized from 4 to 2 replicas (dljob.dev/elastic \"2:5\" allows 1 to 4); the job has 3 in all"]
+    );
+    assert_eq!(mismatch(&shrunk), None);
+
+    // Past the range (kubectl scale, which no webhook sees).
+    let mut beyond = members(6);
+    beyond.pods.truncate(5); // the pods past index 3 are refused at admission
+    let out = next(&p, &beyond, Some(&shrunk.status), Some(1), t(30));
+    assert_eq!(
+        mismatch(&out).as_deref(),
+        Some("StatefulSet w reaches index 5 of role worker but role \"worker\" may have 1 to 4 replicas under dljob.dev/elastic \"2:5\" (the job's other roles have 1): resize it within that range")
+    );
+    assert!(out.events.iter().any(|e| e.reason == RESIZED && e.warning));
+
+    // A whole-job restart while the workers grow from 3 to 4: the restart
+    // is over once every replica of the new size is back.
+    let mut r = p.clone();
+    r.policies.restart_scope = RestartScope::Job;
+    let mut restarting = first.status.clone();
+    restarting.phase = Phase::Restarting;
+    restarting.job_restart = None;
+    let mut three_back = members(4);
+    three_back.pods[4].container = Some(FrameworkContainer {
+        state: ContainerState::Waiting,
+        last: None,
+        restart_count: 0,
+    });
+    let out = next(&r, &three_back, Some(&restarting), Some(1), t(40));
+    assert_eq!(out.status.phase, Phase::Restarting, "4 of 5 back");
+    assert_eq!(out.status.active, "4/5");
+    let out = next(&r, &members(4), Some(&out.status), Some(1), t(45));
+    assert_eq!(out.status.phase, Phase::Running, "all 5 back");
+}
+
+/// A job that is not elastic keeps reporting a resized StatefulSet as a
+/// mismatch, and records no size.
+#[test]
+fn a_fixed_role_does_not_resize() {
+    let p = plan("pytorch", "master=1,worker=3");
+    let with = |workers: u32| Observed {
+        workloads: vec![statefulset("w", "worker", workers)],
+        ..observed(vec![running("master", 0)])
+    };
+    let first = next(&p, &with(3), None, Some(1), t(0));
+    assert_eq!(first.status.replicas["worker"].replicas, None);
+    let out = next(&p, &with(4), Some(&first.status), Some(1), t(10));
+    assert!(out.events.iter().all(|e| e.reason != RESIZED));
+    assert!(out
+        .status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == SIZE_MISMATCH && c.status == "True"));
 }
