@@ -49,6 +49,8 @@ fn plan(framework: &str, topology: &str) -> JobPlan {
             ..Policies::default()
         },
         elastic: None,
+        name: "mnist".to_owned(),
+        scale_to: None,
     }
 }
 

@@ -35,6 +35,14 @@ use crate::gang;
     namespaced,
     shortname = "dlj",
     status = "DLJobStatus",
+    // `kubectl scale dljob/J --replicas=N` and autoscalers' scaleTargetRef:
+    // the elastic role's replicas (pytorch's workers), applied by the
+    // reconciler to the role's StatefulSet or Indexed Job.
+    scale(
+        spec_replicas_path = ".spec.elasticReplicas",
+        status_replicas_path = ".status.replicas.worker.replicas",
+        label_selector_path = ".status.selector"
+    ),
     doc = "A distributed deep-learning job made of labelled Pods, StatefulSets and Indexed Jobs; created and updated by the dljob reconciler",
     printcolumn = r#"{"name":"Framework","type":"string","jsonPath":".spec.framework"}"#,
     printcolumn = r#"{"name":"Replicas","type":"string","jsonPath":".spec.replicas"}"#,
@@ -44,6 +52,11 @@ use crate::gang;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+// The API server refuses `kubectl scale` of a job that is not elastic.
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.elasticReplicas) || has(self.elastic)",
+    "message": "only an elastic job (dljob.dev/elastic) can be scaled: the size of any other job is its members' (dljob.dev/replicas)"
+}]))]
 pub struct JobSpec {
     /// `dljob.dev/framework`.
     pub framework: String,
@@ -63,6 +76,13 @@ pub struct JobSpec {
     /// pytorch: the elastic range (`dljob.dev/elastic`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elastic: Option<Elastic>,
+    /// An elastic job's workers wanted (the scale subresource:
+    /// `kubectl scale dljob/J --replicas=N`, an autoscaler): the reconciler
+    /// resizes the role's StatefulSet or Indexed Job to it, within the
+    /// range. Never set from the members' annotations; unset, the
+    /// workloads keep the size they are given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elastic_replicas: Option<u32>,
     /// Restart, backoff, clean-up and deadline policies.
     #[serde(flatten)]
     pub policies: Policies,
@@ -125,6 +145,7 @@ impl JobSpec {
             slots: Slots::default(),
             mpi_implementation: None,
             elastic: None,
+            elastic_replicas: None,
             policies: Policies::default(),
             ssh_path: None,
             gang: default_gang(),
@@ -258,6 +279,11 @@ pub struct DLJobStatus {
     /// "active/total" for `kubectl get`.
     #[serde(default)]
     pub active: String,
+    /// An elastic job's workers as a label selector
+    /// (`dljob.dev/job=J,dljob.dev/role=worker`): the scale subresource's,
+    /// which an autoscaler reads its pods' metrics by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
     /// Restarts over all roles.
     #[serde(default)]
     pub restarts: u32,

@@ -1467,3 +1467,52 @@ fn the_namespaced_install_has_roles_in_its_namespaces_only() {
         "deploy/namespaced/roles.yaml is stale: run dljob rbac -n team-a -n team-b > deploy/namespaced/roles.yaml"
     );
 }
+
+/// The DLJob's scale subresource: the workers' replicas of an elastic
+/// job, its selector for an autoscaler; and the CRD's own rule, run by a
+/// CEL interpreter as the API server runs it on every write (the scale
+/// subresource's too), refuses a size on a job that is not elastic.
+#[test]
+fn the_dljob_scales_only_when_elastic() {
+    use cel_interpreter::{Context, Program, Value as Cel};
+    let text = std::fs::read_to_string(repo().join("crds/dljob.yaml")).unwrap();
+    let crd: Value = serde_saphyr::from_str(&text).unwrap();
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(
+        version["subresources"]["scale"],
+        json!({
+            "specReplicasPath": ".spec.elasticReplicas",
+            "statusReplicasPath": ".status.replicas.worker.replicas",
+            "labelSelectorPath": ".status.selector",
+        })
+    );
+    let rules = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["x-kubernetes-validations"]
+        .as_array()
+        .expect("the spec has its CEL rules");
+    assert_eq!(rules.len(), 1);
+    let program = Program::compile(rules[0]["rule"].as_str().unwrap()).unwrap();
+    let admits = |spec: Value| {
+        let mut ctx = Context::default();
+        ctx.add_variable("self", spec).unwrap();
+        program.execute(&ctx).unwrap() == Cel::Bool(true)
+    };
+    let base = json!({"framework": "pytorch", "replicas": "worker=3", "port": 23456});
+    let with = |extra: Value| {
+        let mut spec = base.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        spec
+    };
+    assert!(admits(base.clone()));
+    assert!(admits(with(json!({"elastic": "2:4"}))));
+    assert!(admits(with(
+        json!({"elastic": "2:4", "elasticReplicas": 4})
+    )));
+    assert!(!admits(with(json!({"elasticReplicas": 4}))));
+    assert_eq!(
+        rules[0]["message"],
+        "only an elastic job (dljob.dev/elastic) can be scaled: the size of any other job is its members' (dljob.dev/replicas)"
+    );
+}

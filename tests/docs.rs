@@ -638,3 +638,73 @@ fn the_config_reference_lists_every_key_the_binary_knows() {
         .collect();
     assert_eq!(listed, known, "docs/reference/config.md's table");
 }
+
+/// The `yaml` blocks of a Markdown file, as written.
+fn yaml_blocks(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).expect("reads");
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for event in Parser::new(&text) {
+        match event {
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(info))) if &*info == "yaml" => {
+                current = Some(String::new());
+            }
+            Event::Text(t) => {
+                if let Some(body) = current.as_mut() {
+                    body.push_str(&t);
+                }
+            }
+            Event::End(TagEnd::CodeBlock) => blocks.extend(current.take()),
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// The HorizontalPodAutoscaler of docs/frameworks/pytorch.md is an
+/// autoscaling/v2 object (the same block is validated against the
+/// Kubernetes schemas by .ci/run) that targets the elastic example's DLJob
+/// through the CRD's scale subresource, within its workers' range.
+#[test]
+fn the_autoscaler_example_targets_an_elastic_dljob_within_its_range() {
+    use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+    let blocks = yaml_blocks(&repo().join("docs/frameworks/pytorch.md"));
+    let hpas: Vec<&String> = blocks
+        .iter()
+        .filter(|b| b.contains("kind: HorizontalPodAutoscaler"))
+        .collect();
+    assert_eq!(hpas.len(), 1, "{blocks:?}");
+    let hpa: HorizontalPodAutoscaler = serde_saphyr::from_str(hpas[0]).unwrap();
+    let spec = hpa.spec;
+    let target = &spec.scale_target_ref;
+    assert_eq!(
+        (
+            target.api_version.as_deref(),
+            target.kind.as_str(),
+            target.name.as_str()
+        ),
+        (Some("dljob.dev/v1alpha1"), "DLJob", "imagenet-elastic")
+    );
+    // The example job it names: elastic 2:4 over worker=3.
+    let example =
+        std::fs::read_to_string(repo().join("examples/pytorch-elastic/job.yaml")).unwrap();
+    assert!(
+        example.contains("name: imagenet-elastic")
+            && example.contains("dljob.dev/elastic: \"2:4\"")
+    );
+    let role = dljob::frameworks::ElasticRole::of(
+        dljob::frameworks::by_name("pytorch").unwrap(),
+        &dljob::contract::Topology::parse("worker=3").unwrap(),
+        Some(dljob::contract::Elastic { min: 2, max: 4 }),
+    )
+    .unwrap();
+    let (min, max) = (spec.min_replicas.unwrap(), spec.max_replicas);
+    assert!(
+        role.range.contains(&u32::try_from(min).unwrap())
+            && role.range.contains(&u32::try_from(max).unwrap()),
+        "{min}..{max} outside {:?}",
+        role.range
+    );
+    let crd = std::fs::read_to_string(repo().join("crds/dljob.yaml")).unwrap();
+    assert!(crd.contains("specReplicasPath: .spec.elasticReplicas"));
+}

@@ -1631,6 +1631,84 @@ async fn a_name_wait_that_gave_up_gets_a_condition_and_one_event() {
     reconcile_expecting(job, ctx, handle, vec![]).await;
 }
 
+/// `kubectl scale dljob/mnist --replicas=4` of an elastic job
+/// (master=1,worker=2 under 2:5) whose workers are a StatefulSet of 2: the
+/// status records the workers' size and selector, and the StatefulSet
+/// itself is patched to 4, guarded by its uid (the webhook checks the
+/// size again); once it is 4, a reconcile changes nothing.
+#[tokio::test]
+async fn scaling_an_elastic_dljob_resizes_its_workers() {
+    let elastic = |mut world: World, size: u32| {
+        for pod in &mut world.pods {
+            pod.metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert("dljob.dev/elastic".into(), "2:5".into());
+        }
+        let sts = &mut world.statefulsets[0];
+        sts.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("dljob.dev/elastic".into(), "2:5".into());
+        sts.spec.replicas = Some(size as i32);
+        world
+    };
+    let mut job = dljob("pytorch", "master=1,worker=2");
+    job.spec.elastic = Some(dljob::contract::Elastic { min: 2, max: 5 });
+    job.status = Some(status_of(&job, elastic(scaled_world(2), 2)));
+    assert_eq!(
+        job.status.as_ref().unwrap().selector.as_deref(),
+        Some("dljob.dev/job=mnist,dljob.dev/role=worker")
+    );
+    job.spec.elastic_replicas = Some(4);
+    let (ctx, handle) = context(elastic(scaled_world(2), 2), vec![]);
+    reconcile_expecting(
+        job.clone(),
+        ctx,
+        handle,
+        vec![call(
+            "PATCH",
+            format!("/apis/apps/v1/namespaces/{NS}/statefulsets/worker?&fieldManager=dljob"),
+            |b| {
+                assert_eq!(
+                    b,
+                    &json!({"metadata": {"uid": "uid-sts-worker"}, "spec": {"replicas": 4}})
+                )
+            },
+            serde_json::to_value(statefulset(
+                "mnist",
+                "pytorch",
+                "master=1,worker=2",
+                "worker",
+                4,
+            ))
+            .unwrap(),
+        )],
+    )
+    .await;
+    // Resized (its pods not started yet): the size is recorded with one
+    // Resized Event, and nothing is patched again.
+    let (ctx, handle) = context(elastic(scaled_world(2), 4), vec![]);
+    let jj = job.clone();
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "PATCH",
+                status_uri(),
+                |b| assert_eq!(b["status"]["replicas"]["worker"]["replicas"], 4),
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            event("Resized"),
+        ],
+    )
+    .await;
+}
+
 /// A Service this DLJob controls that someone edited (its selector no
 /// longer selects the job's pods) is applied again, only to the object read
 /// (its uid in the body); one the API server merely defaulted is not (every

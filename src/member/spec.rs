@@ -60,6 +60,7 @@ pub(super) fn job_spec(
         slots,
         mpi_implementation,
         elastic,
+        elastic_replicas: None,
         policies,
         ssh_path: framework.uses_ssh().then_some(ssh_path),
         gang,

@@ -275,6 +275,33 @@ impl Target<'_> {
                         .map(drop),
                 )?
             }
+            Action::Resize {
+                kind,
+                name,
+                uid,
+                size,
+            } => {
+                // The workload itself, not its scale subresource (which
+                // carries no labels for the admission policy to judge);
+                // the webhook checks the size against the range again.
+                let spec = match kind {
+                    Kind::Job => json!({"completions": size, "parallelism": size}),
+                    _ => json!({"replicas": size}),
+                };
+                let resize = json!({"metadata": guarded(uid, json!({})), "spec": spec});
+                let patch = Patch::Merge(&resize);
+                let result = match kind {
+                    Kind::Job => Api::<Job>::namespaced(client.clone(), namespace)
+                        .patch(name, &merge, &patch)
+                        .await
+                        .map(drop),
+                    _ => Api::<StatefulSet>::namespaced(client.clone(), namespace)
+                        .patch(name, &merge, &patch)
+                        .await
+                        .map(drop),
+                };
+                tolerate_gone_or_replaced(result)?
+            }
             Action::SuspendJob { name, uid } => {
                 let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
                 let suspend =

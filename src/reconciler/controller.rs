@@ -50,6 +50,8 @@ pub fn plan_of(job: &DLJob) -> Result<JobPlan, Error> {
         topology: job.spec.replicas.clone(),
         policies: job.spec.policies.clone(),
         elastic: job.spec.elastic,
+        name: job.name_any(),
+        scale_to: job.spec.elastic_replicas,
     })
 }
 

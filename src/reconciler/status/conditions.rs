@@ -211,6 +211,30 @@ pub(super) fn set_name_wait_condition(
     )
 }
 
+/// The condition saying that the DLJob's `spec.elasticReplicas` (the
+/// scale subresource) cannot be applied, and why.
+pub const SCALE_NOT_APPLIED: &str = "ScaleNotApplied";
+
+/// Sets [`SCALE_NOT_APPLIED`] from why `spec.elasticReplicas` cannot be
+/// applied; see [`set_problem_condition`].
+pub(super) fn set_scale_condition(
+    conditions: &mut Vec<Condition>,
+    problems: &[String],
+    now: Timestamp,
+) -> Option<JobEvent> {
+    set_problem_condition(
+        conditions,
+        Problem {
+            type_: SCALE_NOT_APPLIED,
+            reason: "CannotScale",
+            cleared_reason: "Scaled",
+            cleared_message: "spec.elasticReplicas is applied, or unset",
+        },
+        problems,
+        now,
+    )
+}
+
 /// A condition that reports problems while there are any.
 pub(super) struct Problem {
     pub(super) type_: &'static str,

@@ -33,12 +33,12 @@ mod sizes;
 #[cfg(test)]
 mod tests;
 
-use self::conditions::set_name_wait_condition;
 use self::conditions::{set_condition, set_conditions, set_problem_condition, Problem};
 pub use self::conditions::{
     set_lost_secret_condition, set_owned_condition, set_ownership_condition, NAME_WAIT_FAILED,
-    OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT, SSH_SECRET_LOST,
+    OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT, SCALE_NOT_APPLIED, SSH_SECRET_LOST,
 };
+use self::conditions::{set_name_wait_condition, set_scale_condition};
 use self::decide::{decide, Members};
 use self::finish::{clean_up, mark_finished};
 pub use self::gate::LAUNCHER_GATED;
@@ -54,6 +54,11 @@ pub struct JobPlan {
     pub policies: Policies,
     /// `dljob.dev/elastic`: the framework's elastic role resizes within it.
     pub elastic: Option<Elastic>,
+    /// The DLJob's name (the job's).
+    pub name: String,
+    /// `spec.elasticReplicas` (the scale subresource): the elastic role's
+    /// replicas wanted.
+    pub scale_to: Option<u32>,
 }
 
 impl JobPlan {
@@ -69,6 +74,8 @@ impl std::fmt::Debug for JobPlan {
             .field("topology", &self.topology.to_string())
             .field("policies", &self.policies)
             .field("elastic", &self.elastic)
+            .field("name", &self.name)
+            .field("scale_to", &self.scale_to)
             .finish()
     }
 }
@@ -228,6 +235,15 @@ pub enum Action {
     /// Remove dljob's scheduling gate from the pod if it still has this uid:
     /// the members it waits for run.
     RemoveSchedulingGate { name: String, uid: String },
+    /// The elastic role's workload, if it still has this uid, to `size`
+    /// replicas (a StatefulSet's replicas; a Job's completions and
+    /// parallelism together): `spec.elasticReplicas`.
+    Resize {
+        kind: Kind,
+        name: String,
+        uid: String,
+        size: u32,
+    },
 }
 /// A Kubernetes Event about the job: a phase change, or a member
 /// workload's size starting to differ from its role's count.
@@ -450,6 +466,21 @@ pub fn next(
         now,
     ));
     events.extend(set_name_wait_condition(&mut status.conditions, &pods, now));
+    let unscaled = if verdict.phase.is_finished() {
+        Vec::new()
+    } else {
+        resize_to_spec(plan, &observed.workloads, &mut actions)
+    };
+    events.extend(set_scale_condition(&mut status.conditions, &unscaled, now));
+    status.selector = plan.resizable().map(|e| {
+        format!(
+            "{}={},{}={}",
+            crate::contract::JOB,
+            plan.name,
+            crate::contract::ROLE,
+            e.role
+        )
+    });
     Outcome {
         status,
         actions,
@@ -526,6 +557,91 @@ fn set_elastic_size(
             e.others + now
         ),
     })
+}
+
+/// `spec.elasticReplicas` applied: the [`Action::Resize`] of the elastic
+/// role's one StatefulSet or Indexed Job whose size differs from it.
+/// Returns why it cannot be applied instead (for [`SCALE_NOT_APPLIED`]):
+/// a size outside the range, a role of several workloads or of bare pods,
+/// a job that is not elastic.
+fn resize_to_spec(
+    plan: &JobPlan,
+    workloads: &[Workload],
+    actions: &mut Vec<Action>,
+) -> Vec<String> {
+    let Some(wanted) = plan.scale_to else {
+        return Vec::new();
+    };
+    let Some(e) = plan.resizable() else {
+        return vec![format!(
+            "spec.elasticReplicas is {wanted} but the job is not elastic (dljob.dev/elastic): its size is its members'; remove spec.elasticReplicas"
+        )];
+    };
+    if !e.range.contains(&wanted) {
+        return vec![format!(
+            "spec.elasticReplicas is {wanted} but {}: kubectl scale dljob/{} --replicas=N with N within it",
+            e.said(),
+            plan.name
+        )];
+    }
+    let running: Vec<(Kind, &str, &str, u32, bool)> = workloads
+        .iter()
+        .filter_map(|w| match w {
+            Workload::StatefulSet {
+                name,
+                uid,
+                role,
+                replicas,
+                offset,
+                ..
+            } if role == e.role && *replicas > 0 => Some((
+                Kind::StatefulSet,
+                name.as_str(),
+                uid.as_str(),
+                *replicas,
+                offset.is_some(),
+            )),
+            Workload::Job {
+                name,
+                uid,
+                role,
+                suspended: false,
+                completions,
+                offset,
+                ..
+            } if role == e.role => Some((
+                Kind::Job,
+                name.as_str(),
+                uid.as_str(),
+                completions.unwrap_or(0),
+                offset.is_some(),
+            )),
+            _ => None,
+        })
+        .collect();
+    match running.as_slice() {
+        [(kind, name, uid, size, false)] => {
+            if *size != wanted {
+                actions.push(Action::Resize {
+                    kind: *kind,
+                    name: (*name).to_owned(),
+                    uid: (*uid).to_owned(),
+                    size: wanted,
+                });
+            }
+            Vec::new()
+        }
+        [] => vec![format!(
+            "spec.elasticReplicas is {wanted} but role {} has no running StatefulSet or Indexed Job to resize (bare pods are created and deleted by you)",
+            e.role
+        )],
+        several => vec![format!(
+            "spec.elasticReplicas is {wanted} but role {} is split over {} ({}): resize them yourself, within the range, and remove spec.elasticReplicas",
+            e.role,
+            if several.len() == 1 { "a set with dljob.dev/index-offset" } else { "several workloads" },
+            several.iter().map(|w| format!("{} {}", w.0.as_str(), w.1)).collect::<Vec<_>>().join(", ")
+        )],
+    }
 }
 
 /// The Event of an elastic role whose replicas changed.

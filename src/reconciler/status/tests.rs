@@ -17,6 +17,8 @@ fn plan(framework: &str, topology: &str) -> JobPlan {
         topology: Topology::parse(topology).unwrap(),
         policies: Policies::default(),
         elastic: None,
+        name: "mnist".to_owned(),
+        scale_to: None,
     }
 }
 
@@ -418,6 +420,7 @@ fn first_sight_with_pods_starting_is_pending() {
                 ("worker".into(), counts(1, 0, 0, 0, 0)),
             ]),
             active: "1/3".into(),
+            selector: None,
             restarts: 0,
             coordinator: Some(CoordinatorStatus {
                 replica: "master-0".into(),
@@ -1863,4 +1866,154 @@ fn a_fixed_role_does_not_resize() {
         .conditions
         .iter()
         .any(|c| c.type_ == SIZE_MISMATCH && c.status == "True"));
+}
+
+/// `spec.elasticReplicas` (`kubectl scale dljob`, an autoscaler): the
+/// elastic role's one StatefulSet or Indexed Job is resized to it, within
+/// the range, once; what cannot be applied is the ScaleNotApplied
+/// condition with the reason; the status carries the workers' selector.
+#[test]
+fn the_scale_subresource_resizes_the_elastic_role() {
+    let mut p = plan("pytorch", "master=1,worker=3");
+    p.elastic = Some(Elastic { min: 2, max: 5 });
+    let with = |workloads: Vec<Workload>| Observed {
+        workloads,
+        ..observed(vec![running("master", 0)])
+    };
+    let job = |name: &str, completions: u32, offset: Option<u32>| Workload::Job {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        marked: false,
+        role: "worker".into(),
+        suspended: false,
+        finished: false,
+        completions: Some(completions),
+        parallelism: completions,
+        offset,
+    };
+    let refused = |out: &Outcome| {
+        out.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == SCALE_NOT_APPLIED && c.status == "True")
+            .map(|c| c.message.clone())
+    };
+    // Unset: nothing to do, and the selector is there for an autoscaler.
+    let out = next(
+        &p,
+        &with(vec![statefulset("w", "worker", 3)]),
+        None,
+        Some(1),
+        t(0),
+    );
+    assert_eq!(out.actions, vec![]);
+    assert_eq!(
+        out.status.selector.as_deref(),
+        Some("dljob.dev/job=mnist,dljob.dev/role=worker")
+    );
+    // Grown to 4: the StatefulSet is resized, guarded by its uid; the Job
+    // likewise (completions and parallelism).
+    p.scale_to = Some(4);
+    let out = next(
+        &p,
+        &with(vec![statefulset("w", "worker", 3)]),
+        None,
+        Some(1),
+        t(0),
+    );
+    assert_eq!(
+        out.actions,
+        vec![Action::Resize {
+            kind: Kind::StatefulSet,
+            name: "w".into(),
+            uid: "uid-w".into(),
+            size: 4
+        }]
+    );
+    assert_eq!(refused(&out), None);
+    let out = next(&p, &with(vec![job("w", 3, None)]), None, Some(1), t(0));
+    assert_eq!(
+        out.actions,
+        vec![Action::Resize {
+            kind: Kind::Job,
+            name: "w".into(),
+            uid: "uid-w".into(),
+            size: 4
+        }]
+    );
+    // There already: nothing.
+    let done = next(
+        &p,
+        &with(vec![statefulset("w", "worker", 4)]),
+        Some(&out.status),
+        Some(1),
+        t(5),
+    );
+    assert_eq!(done.actions, vec![]);
+    // Beyond the range, several sets, bare pods: said, not applied.
+    p.scale_to = Some(5);
+    let out = next(
+        &p,
+        &with(vec![statefulset("w", "worker", 3)]),
+        None,
+        Some(1),
+        t(0),
+    );
+    assert_eq!(out.actions, vec![]);
+    assert_eq!(
+        refused(&out).as_deref(),
+        Some("spec.elasticReplicas is 5 but role \"worker\" may have 1 to 4 replicas under dljob.dev/elastic \"2:5\" (the job's other roles have 1): kubectl scale dljob/mnist --replicas=N with N within it")
+    );
+    assert!(out
+        .events
+        .iter()
+        .any(|e| e.warning && e.reason == SCALE_NOT_APPLIED));
+    p.scale_to = Some(4);
+    let out = next(
+        &p,
+        &with(vec![job("a", 2, Some(0)), job("b", 1, Some(2))]),
+        None,
+        Some(1),
+        t(0),
+    );
+    assert_eq!(out.actions, vec![]);
+    assert_eq!(
+        refused(&out).as_deref(),
+        Some("spec.elasticReplicas is 4 but role worker is split over several workloads (Job a, Job b): resize them yourself, within the range, and remove spec.elasticReplicas")
+    );
+    let out = next(&p, &with(vec![]), None, Some(1), t(0));
+    assert_eq!(
+        refused(&out).as_deref(),
+        Some("spec.elasticReplicas is 4 but role worker has no running StatefulSet or Indexed Job to resize (bare pods are created and deleted by you)")
+    );
+    // A finished job is not resized.
+    let mut finished = out.status.clone();
+    finished.phase = Phase::Succeeded;
+    let out = next(
+        &p,
+        &with(vec![statefulset("w", "worker", 3)]),
+        Some(&finished),
+        Some(1),
+        t(9),
+    );
+    assert!(
+        out.actions
+            .iter()
+            .all(|a| !matches!(a, Action::Resize { .. })),
+        "{:?}",
+        out.actions
+    );
+    // Not elastic: nothing resized, the reason said.
+    let mut fixed = plan("pytorch", "master=1,worker=3");
+    fixed.scale_to = Some(4);
+    let out = next(
+        &fixed,
+        &with(vec![statefulset("w", "worker", 3)]),
+        None,
+        Some(1),
+        t(0),
+    );
+    assert_eq!(out.actions, vec![]);
+    assert_eq!(out.status.selector, None);
+    assert!(refused(&out).unwrap().contains("the job is not elastic"));
 }
