@@ -17,7 +17,24 @@ use crate::object;
 const CONTAINER: &str = "chainer";
 const WORKER_SET_LABEL: &str = "chainerjob.kubeflow.org/workersetname";
 
-/// Converts one ChainerJob: every problem found, not the first.
+/// The master as read: its template, hostfile slots and restart policy.
+struct Master<'j> {
+    template: &'j Value,
+    slots: u32,
+    restart: &'j str,
+}
+
+/// One worker set as read: a range of worker indexes.
+struct WorkerSet {
+    name: String,
+    count: u32,
+    slots: u32,
+    template: Value,
+}
+
+/// Converts one ChainerJob, as named steps: the spec's own fields, the
+/// master, the worker sets, the job-wide keys, the workloads. Every
+/// problem found, not the first.
 pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
@@ -25,6 +42,26 @@ pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
     let Some(spec) = job.get("spec").and_then(Value::as_object) else {
         return Err(vec!["spec is missing or not a mapping".into()]);
     };
+    check_spec(spec, &mut problems);
+    let mut keys = Keys::new();
+    keys.insert(c::FRAMEWORK, "chainer".into());
+    let Some(master) = read_master(spec, &mut keys, &mut problems) else {
+        return Err(problems);
+    };
+    let workers = read_worker_sets(spec, &mut problems, &mut warnings);
+    topology_and_slots(&master, &workers, &mut keys);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let meta = job.get("metadata").and_then(Value::as_object);
+    Ok(ConvertedJob {
+        warnings,
+        replicas: workloads(name, meta, &master, &workers, &keys),
+    })
+}
+
+/// The spec's fields dljob knows, and its backend: MPI only.
+fn check_spec(spec: &serde_json::Map<String, Value>, problems: &mut Vec<String>) {
     for key in spec.keys() {
         if !matches!(key.as_str(), "backend" | "master" | "workerSets") {
             problems.push(format!(
@@ -40,11 +77,19 @@ pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
             ));
         }
     }
-    let mut keys = Keys::new();
-    keys.insert(c::FRAMEWORK, "chainer".into());
+}
+
+/// `spec.master`: one replica, its deadline and backoff limit as the job's
+/// keys, its template, slots and restart policy. None when it or its
+/// template is missing (said).
+fn read_master<'j>(
+    spec: &'j serde_json::Map<String, Value>,
+    keys: &mut Keys,
+    problems: &mut Vec<String>,
+) -> Option<Master<'j>> {
     let Some(master) = spec.get("master").and_then(Value::as_object) else {
         problems.push("spec.master is missing: a ChainerJob has one master".into());
-        return Err(problems);
+        return None;
     };
     for key in master.keys() {
         if !matches!(
@@ -76,18 +121,13 @@ pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
             }
         }
     }
-    let Some(master_template) = master.get("template").filter(|t| t.is_object()) else {
+    let Some(template) = master.get("template").filter(|t| t.is_object()) else {
         problems.push("spec.master.template is missing".into());
-        return Err(problems);
+        return None;
     };
-    let master_slots = slots(
-        "spec.master",
-        master.get("mpiConfig"),
-        master_template,
-        &mut problems,
-    );
+    let slots = slots("spec.master", master.get("mpiConfig"), template, problems);
     // The operator ran the master as a Job, Never unless the template says.
-    let master_restart = match object::str_at(master_template, &["spec", "restartPolicy"]) {
+    let restart = match object::str_at(template, &["spec", "restartPolicy"]) {
         None => "Never",
         Some(p @ ("OnFailure" | "Never")) => p,
         Some(other) => {
@@ -98,14 +138,27 @@ pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
             "Never"
         }
     };
+    Some(Master {
+        template,
+        slots,
+        restart,
+    })
+}
+
+/// `spec.workerSets`, in name order (the operator's map has none): each
+/// one's count, slots and template (made to start sshd, said in a
+/// warning, where it does not).
+fn read_worker_sets(
+    spec: &serde_json::Map<String, Value>,
+    problems: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) -> Vec<WorkerSet> {
     let empty = serde_json::Map::new();
     let sets = spec
         .get("workerSets")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
-    // Worker sets in name order (the operator's map has none), each a
-    // range of worker indexes.
-    let mut workers: Vec<(String, u32, u32, Value)> = Vec::new();
+    let mut workers = Vec::new();
     for (set, ws) in sets {
         let at = format!("spec.workerSets.{set}");
         if !c::is_dns_label(set) {
@@ -138,12 +191,24 @@ pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
             problems.push(format!("{at}.template is missing"));
             continue;
         };
-        let n = slots(&at, ws.get("mpiConfig"), template, &mut problems);
+        let slots = slots(&at, ws.get("mpiConfig"), template, problems);
         let mut template = template.clone();
-        sshd(&at, &mut template, &mut warnings);
-        workers.push((set.clone(), count, n, template));
+        sshd(&at, &mut template, warnings);
+        workers.push(WorkerSet {
+            name: set.clone(),
+            count,
+            slots,
+            template,
+        });
     }
-    let total_workers: u32 = workers.iter().map(|(_, n, _, _)| n).sum();
+    workers
+}
+
+/// `dljob.dev/replicas` (the master and every set's workers) and
+/// `dljob.dev/slots`: the master's as the bare number, then each set's
+/// range of worker indexes where the sets' slots differ from it.
+fn topology_and_slots(master: &Master<'_>, workers: &[WorkerSet], keys: &mut Keys) {
+    let total_workers: u32 = workers.iter().map(|w| w.count).sum();
     keys.insert(
         c::REPLICAS,
         if total_workers > 0 {
@@ -152,75 +217,74 @@ pub(crate) fn convert(job: &Value) -> Result<ConvertedJob, Vec<String>> {
             "master=1".into()
         },
     );
-    // dljob.dev/slots: the master's as the bare number, each set's range.
-    let mut slots_text = master_slots.to_string();
+    let mut slots_text = master.slots.to_string();
     let mut from = 0;
-    let uniform = workers.iter().all(|(_, _, n, _)| *n == master_slots);
-    if !uniform {
-        for (_, count, n, _) in &workers {
-            let to = from + count - 1;
+    if !workers.iter().all(|w| w.slots == master.slots) {
+        for w in workers {
+            let to = from + w.count - 1;
             if from == to {
-                slots_text.push_str(&format!(",{from}={n}"));
+                slots_text.push_str(&format!(",{from}={}", w.slots));
             } else {
-                slots_text.push_str(&format!(",{from}-{to}={n}"));
+                slots_text.push_str(&format!(",{from}-{to}={}", w.slots));
             }
-            from += count;
+            from += w.count;
         }
     }
     keys.insert(c::SLOTS, slots_text);
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    let meta = job.get("metadata").and_then(Value::as_object);
+}
+
+/// The master's Job and one StatefulSet per worker set (with several sets,
+/// each its own name, selector label and range of worker indexes).
+fn workloads(
+    name: &str,
+    meta: Option<&serde_json::Map<String, Value>>,
+    master: &Master<'_>,
+    workers: &[WorkerSet],
+    keys: &Keys,
+) -> Vec<Replica> {
     let edits = TemplateEdits::default();
-    let mut out = ConvertedJob {
-        warnings,
-        ..ConvertedJob::default()
-    };
     let master_spec = ReplicaSpec {
         type_name: "master".into(),
         role: "master".into(),
         count: 1,
-        restart: master_restart,
-        template: master_template,
+        restart: master.restart,
+        template: master.template,
     };
-    out.replicas.push(Replica {
+    let mut out = vec![Replica {
         role: "master".into(),
-        workload: kubeflow::workload(name, meta, &master_spec, &keys, &edits, Some(CONTAINER)),
+        workload: kubeflow::workload(name, meta, &master_spec, keys, &edits, Some(CONTAINER)),
         template_path: vec!["spec".into(), "master".into(), "template".into()],
-    });
+    }];
     let several = workers.len() > 1;
     let mut offset = 0u32;
-    for (set, count, _, template) in &workers {
+    for set in workers {
         let r = ReplicaSpec {
-            type_name: set.clone(),
+            type_name: set.name.clone(),
             role: "worker".into(),
-            count: *count,
+            count: set.count,
             restart: "Always",
-            template,
+            template: &set.template,
         };
-        let mut w = kubeflow::workload(name, meta, &r, &keys, &edits, Some(CONTAINER));
+        let mut w = kubeflow::workload(name, meta, &r, keys, &edits, Some(CONTAINER));
         if several {
-            // One StatefulSet per set: its own name, selector label and
-            // range of worker indexes.
-            w["metadata"]["name"] = json!(format!("{name}-worker-{set}"));
+            w["metadata"]["name"] = json!(format!("{name}-worker-{}", set.name));
             w["metadata"]["annotations"][c::INDEX_OFFSET] = json!(offset.to_string());
-            w["spec"]["selector"]["matchLabels"][WORKER_SET_LABEL] = json!(set);
-            w["spec"]["template"]["metadata"]["labels"][WORKER_SET_LABEL] = json!(set);
+            w["spec"]["selector"]["matchLabels"][WORKER_SET_LABEL] = json!(set.name);
+            w["spec"]["template"]["metadata"]["labels"][WORKER_SET_LABEL] = json!(set.name);
         }
-        offset += count;
-        out.replicas.push(Replica {
+        offset += set.count;
+        out.push(Replica {
             role: "worker".into(),
             workload: w,
             template_path: vec![
                 "spec".into(),
                 "workerSets".into(),
-                set.clone(),
+                set.name.clone(),
                 "template".into(),
             ],
         });
     }
-    Ok(out)
+    out
 }
 
 /// A member's hostfile slots: its `mpiConfig.slots`, else (as the

@@ -95,7 +95,19 @@ pub(crate) const MXJOB_FIORAVANZO: Form = Form {
     ..MXJOB_V1ALPHA1
 };
 
-/// Converts one job of `form`: every problem found, not the first.
+/// The replicas as read from the form's list: the replica-spec form of
+/// the same job (by replica kind), where each was in the list, and the
+/// job's one port if any replica names it.
+struct Read {
+    specs: Map<String, Value>,
+    places: Vec<(&'static str, usize)>,
+    port: Option<(u16, String)>,
+}
+
+/// Converts one job of `form`, as named steps: the spec's own fields, its
+/// replica list read into the replica-spec form, the coordinator and job
+/// mode, the conversion of that form, and what these operators did that it
+/// does not say. Every problem found, not the first.
 pub(crate) fn convert(form: &Form, job: &Value) -> Result<kubeflow::ConvertedJob, Vec<String>> {
     let mut problems = Vec::new();
     let Some(spec) = job.get("spec").and_then(Value::as_object) else {
@@ -116,6 +128,37 @@ pub(crate) fn convert(form: &Form, job: &Value) -> Result<kubeflow::ConvertedJob
         ));
         return Err(problems);
     };
+    let read = read_replicas(form, spec, list, &mut problems);
+    termination_policy(form, spec, &read.places, &mut problems);
+    if let Some(mode) = spec.get("jobMode").and_then(Value::as_str) {
+        if mode != "dist" {
+            problems.push(format!(
+                "spec.jobMode \"{}\": only a distributed job (dist) is a dljob job",
+                c::quoted(mode)
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    // The replica-spec form of the same job.
+    let mut normalized = job.clone();
+    normalized["spec"] = json!({ form.operator.specs_field(): read.specs });
+    let port = read.port.map_or(form.default_port, |(p, _)| p);
+    let mut converted = kubeflow::convert_with_port(form.operator, &normalized, Some(port))?;
+    as_these_operators_did(form, spec, &read.places, &mut converted);
+    Ok(converted)
+}
+
+/// Each entry of the form's replica list: its fields, its type (given
+/// once), its port (one for the job), its template and restart policy (the
+/// operator's scheduler name carried into it).
+fn read_replicas(
+    form: &Form,
+    spec: &Map<String, Value>,
+    list: &[Value],
+    problems: &mut Vec<String>,
+) -> Read {
     let mut specs = Map::new();
     let mut places: Vec<(&'static str, usize)> = Vec::new();
     let mut port: Option<(u16, String)> = None;
@@ -206,23 +249,23 @@ pub(crate) fn convert(form: &Form, job: &Value) -> Result<kubeflow::ConvertedJob
         specs.insert((*kind).to_owned(), Value::Object(replica));
         places.push((kind, i));
     }
-    termination_policy(form, spec, &places, &mut problems);
-    if let Some(mode) = spec.get("jobMode").and_then(Value::as_str) {
-        if mode != "dist" {
-            problems.push(format!(
-                "spec.jobMode \"{}\": only a distributed job (dist) is a dljob job",
-                c::quoted(mode)
-            ));
-        }
+    Read {
+        specs,
+        places,
+        port,
     }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    // The replica-spec form of the same job.
-    let mut normalized = job.clone();
-    normalized["spec"] = json!({ form.operator.specs_field(): specs });
-    let port = port.map_or(form.default_port, |(p, _)| p);
-    let mut converted = kubeflow::convert_with_port(form.operator, &normalized, Some(port))?;
+}
+
+/// What these operators did that the replica-spec form does not say: every
+/// pod of a finished job deleted; each template's place in the job as
+/// written (for its comments); the retries said as the workloads' own key;
+/// the form's note; the image fields not carried over.
+fn as_these_operators_did(
+    form: &Form,
+    spec: &Map<String, Value>,
+    places: &[(&'static str, usize)],
+    converted: &mut kubeflow::ConvertedJob,
+) {
     for r in &mut converted.replicas {
         // These operators deleted every pod of a finished job.
         r.workload["metadata"]["annotations"][c::CLEAN_POD_POLICY] = json!("All");
@@ -261,7 +304,6 @@ pub(crate) fn convert(form: &Form, job: &Value) -> Result<kubeflow::ConvertedJob
             ));
         }
     }
-    Ok(converted)
 }
 
 /// The replica whose end ends the job must be dljob's coordinator: the

@@ -129,9 +129,12 @@ pub(crate) fn not_runtimes(value: &Value) -> Vec<String> {
     }
 }
 
-/// Converts one TrainJob on its runtime, found among `runtimes`; every
-/// problem found, not the first. `namespace`: the job's when it names
-/// none (a TrainingRuntime is the job's namespace's).
+/// Converts one TrainJob on its runtime, found among `runtimes`, as named
+/// steps: the TrainJob's own fields, its runtime, the job-wide keys, the
+/// runtime's JobSet with the TrainJob laid over it, the members and their
+/// keys, the workloads. Every problem found, not the first. `namespace`:
+/// the job's when it names none (a TrainingRuntime is the job's
+/// namespace's).
 pub(crate) fn convert(
     job: &Value,
     namespace: &str,
@@ -159,87 +162,15 @@ pub(crate) fn convert(
             return Err(p);
         }
     };
-    let rt = format!(
-        "{} {}",
-        object::str_at(runtime, &["kind"]).unwrap_or(""),
-        object::str_at(runtime, &["metadata", "name"]).unwrap_or("")
-    );
-    let Some(rspec) = mapping(runtime.get("spec"), &format!("{rt}: spec"), &mut p) else {
-        p.push(format!("{rt}: spec is missing"));
+    let Some((rt, rspec)) = runtime_spec(runtime, &mut p) else {
         return Err(p);
     };
-    for key in rspec.keys() {
-        if !matches!(key.as_str(), "mlPolicy" | "podGroupPolicy" | "template") {
-            p.push(format!(
-                "{rt}: spec.{key} is not a field of a training runtime that dljob convert knows: remove it"
-            ));
-        }
-    }
     let policy = MlPolicy::read(rspec.get("mlPolicy"), &rt, &mut p);
     let mut out = ConvertedJob::default();
-    let mut keys = Keys::new();
-    keys.insert(c::FRAMEWORK, policy.framework().to_owned());
-    keys.insert(c::CONTAINER, NODE.to_owned());
-    // A finished TrainJob's JobSet and pods stay until the TrainJob is
-    // deleted.
-    keys.insert(c::CLEAN_POD_POLICY, "None".into());
-    if let Some(n) = whole(
-        spec.get("activeDeadlineSeconds"),
-        "spec.activeDeadlineSeconds",
-        &mut p,
-    ) {
-        keys.insert(c::ACTIVE_DEADLINE_SECONDS, n.to_string());
-    }
-
-    // The JobSet template, with the TrainJob's patches laid over it.
-    let Some(template) = mapping(
-        rspec.get("template"),
-        &format!("{rt}: spec.template"),
-        &mut p,
-    ) else {
-        p.push(format!(
-            "{rt}: spec.template is missing: a runtime's pods are its JobSet template"
-        ));
+    let mut keys = job_keys(spec, &policy, &mut p);
+    let Some((jobset, mut meta)) = jobset(spec, rspec, &rt, &mut p) else {
         return Err(p);
     };
-    let mut template = Value::Object(template.clone());
-    let mut meta = Meta::default();
-    meta.add(
-        template.get("metadata"),
-        &format!("{rt}: spec.template.metadata"),
-        &mut p,
-    );
-    // Trainer 2.1's spec.labels and spec.annotations: the JobSet's.
-    for which in ["labels", "annotations"] {
-        if let Some(m) = string_map(spec.get(which), &format!("spec.{which}"), &mut p) {
-            meta.get(which).extend(m);
-        }
-    }
-    let names: Vec<String> = template
-        .pointer("/spec/replicatedJobs")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|rj| object::str_at(rj, &["name"]).map(str::to_owned))
-        .collect();
-    runtime_patches(spec, &names, &mut template, &mut meta, &mut p);
-    pod_template_overrides(spec, &names, &mut template, &mut p);
-
-    let jobset = template
-        .get("spec")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    for key in jobset.keys() {
-        if !matches!(
-            key.as_str(),
-            "replicatedJobs" | "network" | "successPolicy" | "failurePolicy"
-        ) {
-            p.push(format!(
-                "{rt}: spec.template.spec.{key} is a JobSet field dljob convert does not carry over: remove it"
-            ));
-        }
-    }
     success_policy(&jobset, &policy, &rt, &mut p);
     failure_policy(&jobset, &rt, &mut keys, &mut out.warnings, &mut p);
 
@@ -259,13 +190,122 @@ pub(crate) fn convert(
     if !p.is_empty() {
         return Err(p);
     }
+    let job_meta = job_meta(job, meta);
+    for m in &members {
+        out.replicas
+            .push(workload(name, &job_meta, m, restart, &keys, &edits));
+    }
+    Ok(out)
+}
+
+/// The runtime's name as messages give it (`ClusterTrainingRuntime torch`)
+/// and its spec, whose fields dljob knows. None when it has no spec.
+fn runtime_spec<'v>(
+    runtime: &'v Value,
+    p: &mut Vec<String>,
+) -> Option<(String, &'v Map<String, Value>)> {
+    let rt = format!(
+        "{} {}",
+        object::str_at(runtime, &["kind"]).unwrap_or(""),
+        object::str_at(runtime, &["metadata", "name"]).unwrap_or("")
+    );
+    let Some(rspec) = mapping(runtime.get("spec"), &format!("{rt}: spec"), p) else {
+        p.push(format!("{rt}: spec is missing"));
+        return None;
+    };
+    for key in rspec.keys() {
+        if !matches!(key.as_str(), "mlPolicy" | "podGroupPolicy" | "template") {
+            p.push(format!(
+                "{rt}: spec.{key} is not a field of a training runtime that dljob convert knows: remove it"
+            ));
+        }
+    }
+    Some((rt, rspec))
+}
+
+/// The job-wide keys every TrainJob has: the framework of its ML policy,
+/// the node container, clean-pod policy `None` (a finished TrainJob's
+/// JobSet and pods stay until the TrainJob is deleted), and its deadline.
+fn job_keys(spec: &Map<String, Value>, policy: &MlPolicy, p: &mut Vec<String>) -> Keys {
+    let mut keys = Keys::new();
+    keys.insert(c::FRAMEWORK, policy.framework().to_owned());
+    keys.insert(c::CONTAINER, NODE.to_owned());
+    keys.insert(c::CLEAN_POD_POLICY, "None".into());
+    if let Some(n) = whole(
+        spec.get("activeDeadlineSeconds"),
+        "spec.activeDeadlineSeconds",
+        p,
+    ) {
+        keys.insert(c::ACTIVE_DEADLINE_SECONDS, n.to_string());
+    }
+    keys
+}
+
+/// The runtime's JobSet template with the TrainJob's patches laid over it,
+/// as Trainer lays them: its spec (whose fields dljob knows) and the
+/// labels and annotations of its metadata and of the TrainJob's
+/// `spec.labels` and `spec.annotations` (Trainer 2.1). None without a
+/// template.
+fn jobset(
+    spec: &Map<String, Value>,
+    rspec: &Map<String, Value>,
+    rt: &str,
+    p: &mut Vec<String>,
+) -> Option<(Map<String, Value>, Meta)> {
+    let Some(template) = mapping(rspec.get("template"), &format!("{rt}: spec.template"), p) else {
+        p.push(format!(
+            "{rt}: spec.template is missing: a runtime's pods are its JobSet template"
+        ));
+        return None;
+    };
+    let mut template = Value::Object(template.clone());
+    let mut meta = Meta::default();
+    meta.add(
+        template.get("metadata"),
+        &format!("{rt}: spec.template.metadata"),
+        p,
+    );
+    for which in ["labels", "annotations"] {
+        if let Some(m) = string_map(spec.get(which), &format!("spec.{which}"), p) {
+            meta.get(which).extend(m);
+        }
+    }
+    let names: Vec<String> = template
+        .pointer("/spec/replicatedJobs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|rj| object::str_at(rj, &["name"]).map(str::to_owned))
+        .collect();
+    runtime_patches(spec, &names, &mut template, &mut meta, p);
+    pod_template_overrides(spec, &names, &mut template, p);
+    let jobset = template
+        .get("spec")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    for key in jobset.keys() {
+        if !matches!(
+            key.as_str(),
+            "replicatedJobs" | "network" | "successPolicy" | "failurePolicy"
+        ) {
+            p.push(format!(
+                "{rt}: spec.template.spec.{key} is a JobSet field dljob convert does not carry over: remove it"
+            ));
+        }
+    }
+    Some((jobset, meta))
+}
+
+/// The workloads' metadata: the TrainJob's, over the JobSet's labels and
+/// annotations (the job's own win).
+fn job_meta(job: &Value, meta: Meta) -> Map<String, Value> {
     let mut job_meta = job
         .get("metadata")
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
     for (which, mut all) in [("labels", meta.labels), ("annotations", meta.annotations)] {
-        // The job's own win.
         all.extend(
             job_meta
                 .get(which)
@@ -275,32 +315,40 @@ pub(crate) fn convert(
         );
         job_meta.insert(which.into(), Value::Object(all));
     }
-    for m in &members {
-        let r = ReplicaSpec {
-            type_name: m.job.clone(),
-            role: m.role.clone(),
-            count: m.count,
-            restart,
-            template: &m.pod,
-        };
-        let mut workload = kubeflow::workload(name, Some(&job_meta), &r, &keys, &edits, Some(NODE));
-        // A plain runtime's other Jobs are the user's own, with their own
-        // containers: dljob picks theirs as for any member.
-        let has_node = object::containers(&m.pod["spec"])
-            .iter()
-            .any(|c| object::name_of(c) == NODE);
-        if !has_node {
-            if let Some(a) = workload["metadata"]["annotations"].as_object_mut() {
-                a.remove(c::CONTAINER);
-            }
+    job_meta
+}
+
+/// One member's workload. A plain runtime's other Jobs are the user's own,
+/// with their own containers: dljob picks theirs as for any member.
+fn workload(
+    name: &str,
+    job_meta: &Map<String, Value>,
+    m: &Member,
+    restart: &str,
+    keys: &Keys,
+    edits: &TemplateEdits,
+) -> Replica {
+    let r = ReplicaSpec {
+        type_name: m.job.clone(),
+        role: m.role.clone(),
+        count: m.count,
+        restart,
+        template: &m.pod,
+    };
+    let mut workload = kubeflow::workload(name, Some(job_meta), &r, keys, edits, Some(NODE));
+    let has_node = object::containers(&m.pod["spec"])
+        .iter()
+        .any(|c| object::name_of(c) == NODE);
+    if !has_node {
+        if let Some(a) = workload["metadata"]["annotations"].as_object_mut() {
+            a.remove(c::CONTAINER);
         }
-        out.replicas.push(Replica {
-            role: m.role.clone(),
-            workload,
-            template_path: Vec::new(),
-        });
     }
-    Ok(out)
+    Replica {
+        role: m.role.clone(),
+        workload,
+        template_path: Vec::new(),
+    }
 }
 
 /// A value as a message shows it.
@@ -995,115 +1043,9 @@ fn members(
     let mut out: Vec<Member> = Vec::new();
     for (i, rj) in jobs.iter().enumerate() {
         let at = format!("{at_jobs}[{i}]");
-        let Some(rjm) = mapping(Some(rj), &at, p) else {
-            continue;
-        };
-        let Some(name) = text(rjm.get("name"), &format!("{at}.name"), p).map(str::to_owned) else {
-            p.push(format!("{at} has no name"));
-            continue;
-        };
-        let at = format!("{at} ({name})");
-        let ancestor = object::str_at(rj, &["template", "metadata", "labels", ANCESTOR]);
-        match ancestor {
-            Some(step @ ("dataset-initializer" | "model-initializer")) => {
-                p.push(format!(
-                    "{at} is the {step}, a step Trainer runs before the trainer (JobSet dependsOn); a dljob job has no steps: run the initializer as a Job of its own first (or as an init container of the trainer's pods), and convert with a runtime without it"
-                ));
-                continue;
-            }
-            Some("trainer") | None => {}
-            Some(other) => {
-                p.push(format!(
-                    "{at}: {ANCESTOR} {} is no step dljob convert knows",
-                    c::quoted(other)
-                ));
-                continue;
-            }
+        if let Some(m) = member(rj, &at, (policy, trainer), meta, &out, p) {
+            out.push(m);
         }
-        let trainer_step = ancestor == Some("trainer");
-        for key in rjm.keys() {
-            match key.as_str() {
-                "name" | "template" | "dependsOn" => {}
-                "replicas" if rj["replicas"].as_u64() == Some(1) => {}
-                _ => p.push(format!(
-                    "{at}.{key} is not carried over (dljob makes one Job of each replicated Job): remove it"
-                )),
-            }
-        }
-        let Some(job) = mapping(rjm.get("template"), &format!("{at}.template"), p) else {
-            p.push(format!(
-                "{at}.template is missing: a replicated Job is a Job template"
-            ));
-            continue;
-        };
-        meta.add(job.get("metadata"), &format!("{at}.template.metadata"), p);
-        let job_spec = mapping(job.get("spec"), &format!("{at}.template.spec"), p)
-            .cloned()
-            .unwrap_or_default();
-        for key in job_spec.keys() {
-            if !matches!(key.as_str(), "template" | "parallelism" | "completions") {
-                p.push(format!(
-                    "{at}.template.spec.{key} is a Job field dljob convert does not carry over (dljob sets its member Jobs' policies): remove it"
-                ));
-            }
-        }
-        let parallelism = count(
-            job_spec.get("parallelism"),
-            &format!("{at}.template.spec.parallelism"),
-            p,
-        );
-        let Some(pod) = mapping(
-            job_spec.get("template"),
-            &format!("{at}.template.spec.template"),
-            p,
-        ) else {
-            p.push(format!(
-                "{at}.template.spec.template is missing: a Job has a pod template"
-            ));
-            continue;
-        };
-        let mut pod = Value::Object(pod.clone());
-        if object::containers(&pod["spec"]).is_empty() {
-            p.push(format!(
-                "{at}.template.spec.template.spec.containers is empty"
-            ));
-            continue;
-        }
-        let Some((role, count)) = role_of(policy, trainer, &name, trainer_step, parallelism) else {
-            p.push(format!(
-                "{at}: a replicated Job besides the trainer's; the {} policy's job is {} only: run it as a Job of its own",
-                policy.named(),
-                if policy.kind == Kind::Mpi { "a launcher and its nodes" } else { "the trainer's nodes" }
-            ));
-            continue;
-        };
-        if out.iter().any(|m| m.role == role) {
-            p.push(format!(
-                "{at}: its role {role} is another replicated Job's; rename one"
-            ));
-            continue;
-        }
-        let node_pod = trainer_step || (policy.launcher_as_node && name == NODE);
-        let counted = trainer_step || (policy.kind == Kind::Mpi && name == NODE);
-        let runtime_resources = object::containers(&pod["spec"])
-            .iter()
-            .find(|c| object::name_of(c) == NODE)
-            .and_then(|c| c.get("resources"))
-            .cloned();
-        if node_pod {
-            if let Err(e) = overlay(&mut pod, trainer, trainer_step) {
-                p.push(format!("{at}: {e}"));
-                continue;
-            }
-        }
-        out.push(Member {
-            job: name,
-            role,
-            count,
-            pod,
-            trainer_resources: counted,
-            runtime_resources,
-        });
     }
     if out.is_empty() && p.is_empty() {
         p.push(format!(
@@ -1111,6 +1053,127 @@ fn members(
         ));
     }
     out
+}
+
+/// The replicated Job `rj` (at `at`) as a member: a trainer step or a plain
+/// Job (an initializer step is refused), its known fields, its pod template
+/// (the trainer's laid over the node's), its role and count, none of
+/// `taken`'s roles. None when it cannot be one (said).
+fn member(
+    rj: &Value,
+    at: &str,
+    (policy, trainer): (&MlPolicy, &Trainer),
+    meta: &mut Meta,
+    taken: &[Member],
+    p: &mut Vec<String>,
+) -> Option<Member> {
+    let rjm = mapping(Some(rj), at, p)?;
+    let Some(name) = text(rjm.get("name"), &format!("{at}.name"), p).map(str::to_owned) else {
+        p.push(format!("{at} has no name"));
+        return None;
+    };
+    let at = format!("{at} ({name})");
+    let ancestor = object::str_at(rj, &["template", "metadata", "labels", ANCESTOR]);
+    match ancestor {
+        Some(step @ ("dataset-initializer" | "model-initializer")) => {
+            p.push(format!(
+                "{at} is the {step}, a step Trainer runs before the trainer (JobSet dependsOn); a dljob job has no steps: run the initializer as a Job of its own first (or as an init container of the trainer's pods), and convert with a runtime without it"
+            ));
+            return None;
+        }
+        Some("trainer") | None => {}
+        Some(other) => {
+            p.push(format!(
+                "{at}: {ANCESTOR} {} is no step dljob convert knows",
+                c::quoted(other)
+            ));
+            return None;
+        }
+    }
+    let trainer_step = ancestor == Some("trainer");
+    for key in rjm.keys() {
+        match key.as_str() {
+            "name" | "template" | "dependsOn" => {}
+            "replicas" if rj["replicas"].as_u64() == Some(1) => {}
+            _ => p.push(format!(
+                "{at}.{key} is not carried over (dljob makes one Job of each replicated Job): remove it"
+            )),
+        }
+    }
+    let Some(job) = mapping(rjm.get("template"), &format!("{at}.template"), p) else {
+        p.push(format!(
+            "{at}.template is missing: a replicated Job is a Job template"
+        ));
+        return None;
+    };
+    meta.add(job.get("metadata"), &format!("{at}.template.metadata"), p);
+    let job_spec = mapping(job.get("spec"), &format!("{at}.template.spec"), p)
+        .cloned()
+        .unwrap_or_default();
+    for key in job_spec.keys() {
+        if !matches!(key.as_str(), "template" | "parallelism" | "completions") {
+            p.push(format!(
+                "{at}.template.spec.{key} is a Job field dljob convert does not carry over (dljob sets its member Jobs' policies): remove it"
+            ));
+        }
+    }
+    let parallelism = count(
+        job_spec.get("parallelism"),
+        &format!("{at}.template.spec.parallelism"),
+        p,
+    );
+    let Some(pod) = mapping(
+        job_spec.get("template"),
+        &format!("{at}.template.spec.template"),
+        p,
+    ) else {
+        p.push(format!(
+            "{at}.template.spec.template is missing: a Job has a pod template"
+        ));
+        return None;
+    };
+    let mut pod = Value::Object(pod.clone());
+    if object::containers(&pod["spec"]).is_empty() {
+        p.push(format!(
+            "{at}.template.spec.template.spec.containers is empty"
+        ));
+        return None;
+    }
+    let Some((role, count)) = role_of(policy, trainer, &name, trainer_step, parallelism) else {
+        p.push(format!(
+            "{at}: a replicated Job besides the trainer's; the {} policy's job is {} only: run it as a Job of its own",
+            policy.named(),
+            if policy.kind == Kind::Mpi { "a launcher and its nodes" } else { "the trainer's nodes" }
+        ));
+        return None;
+    };
+    if taken.iter().any(|m| m.role == role) {
+        p.push(format!(
+            "{at}: its role {role} is another replicated Job's; rename one"
+        ));
+        return None;
+    }
+    let node_pod = trainer_step || (policy.launcher_as_node && name == NODE);
+    let counted = trainer_step || (policy.kind == Kind::Mpi && name == NODE);
+    let runtime_resources = object::containers(&pod["spec"])
+        .iter()
+        .find(|c| object::name_of(c) == NODE)
+        .and_then(|c| c.get("resources"))
+        .cloned();
+    if node_pod {
+        if let Err(e) = overlay(&mut pod, trainer, trainer_step) {
+            p.push(format!("{at}: {e}"));
+            return None;
+        }
+    }
+    Some(Member {
+        job: name,
+        role,
+        count,
+        pod,
+        trainer_resources: counted,
+        runtime_resources,
+    })
 }
 
 /// The dljob role and pod count of the replicated Job `name` (None: it
