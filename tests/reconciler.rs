@@ -1932,6 +1932,72 @@ async fn a_volcano_compat_job_gets_its_config_map_of_volcanos_files() {
     result.expect("reconcile");
 }
 
+/// The job's Service refused by the API server (the namespace's quota of
+/// Services is used up, as a ResourceQuota answers): the reconcile goes
+/// on, the status says so in the OwnedObjectRefused condition with the API
+/// server's words, and one Warning Event; before, the pass failed with an
+/// error only the log showed.
+#[tokio::test]
+async fn a_refused_service_is_a_condition_not_a_failed_reconcile() {
+    const QUOTA: &str = "services \"mnist\" is forbidden: exceeded quota: team-quota, requested: services=1, used: services=10, limited: services=10";
+    let job = dljob("pytorch", PYTORCH);
+    let world = World {
+        pods: vec![
+            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
+        ],
+        ..World::default()
+    };
+    let (ctx, handle) = context(world, vec![job.clone()]);
+    let jj = job.clone();
+    let message = format!("Service/mnist was refused: {QUOTA}");
+    let expected = message.clone();
+    let noted = message.clone();
+    reconcile_expecting(
+        job,
+        ctx,
+        handle,
+        vec![
+            call(
+                "POST",
+                services_uri(),
+                |_| {},
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": QUOTA, "reason": "Forbidden", "code": 403}),
+            ),
+            call(
+                "PATCH",
+                status_uri(),
+                move |b| {
+                    let refused = b["status"]["conditions"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|c| c["type"] == "OwnedObjectRefused")
+                        .expect("OwnedObjectRefused");
+                    assert_eq!(refused["status"], "True");
+                    assert_eq!(refused["reason"], "RefusedByAPIServer");
+                    assert_eq!(refused["message"], expected.as_str());
+                    assert_eq!(b["status"]["phase"], "Running");
+                },
+                with_status(&jj, &json!({"status": {"phase": "Running"}})),
+            ),
+            event("Running"),
+            call(
+                "POST",
+                events_uri(),
+                move |b| {
+                    assert_eq!(b["type"], "Warning");
+                    assert_eq!(b["reason"], "OwnedObjectRefused");
+                    assert_eq!(b["note"], noted.as_str());
+                },
+                Value::Null,
+            ),
+        ],
+    )
+    .await;
+}
+
 /// A coscheduling job on a cluster without the scheduler-plugins CRDs:
 /// the read of its PodGroup is answered as the real API server answers a
 /// path it does not serve (`404 page not found`, not a Status). The job

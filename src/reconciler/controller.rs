@@ -278,7 +278,12 @@ async fn ensure_owned(
                 outcome.created_secret = Some(owned.name().to_owned());
             }
             Kept::NotServed => outcome.unavailable.push(not_served(&owned)),
-            Kept::Refused(message) | Kept::Dropped(message) => outcome.unavailable.push(message),
+            // A gang's PodGroup is said as the gang's; any other object as
+            // itself.
+            Kept::Refused(message) | Kept::Dropped(message) if owned.install_hint.is_some() => {
+                outcome.unavailable.push(message);
+            }
+            Kept::Refused(message) | Kept::Dropped(message) => outcome.refused.push(message),
             // The job's own Secret, recorded by an earlier reconcile whose
             // status write this one's cached DLJob does not show yet: read
             // the DLJob itself before calling the Secret foreign (and before

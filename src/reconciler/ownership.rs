@@ -54,8 +54,9 @@ pub(super) enum Kept {
     Written,
     /// The cluster does not serve its kind (a scheduler not installed).
     NotServed,
-    /// The API server (or the scheduler's webhook) refused an optional
-    /// object, e.g. a PodGroup naming a queue that does not exist.
+    /// The API server (or a webhook or policy of the cluster's) refused
+    /// the write, e.g. a PodGroup naming a queue that does not exist, a
+    /// Service over the namespace's quota: why, and the way out.
     Refused(String),
     /// The API server did not keep all that dljob wrote (why, whole).
     Dropped(String),
@@ -153,22 +154,25 @@ pub(super) async fn keep(
     }
 }
 
-/// A read or write of `owned` the API server answered with `e`. For an
-/// optional object (a gang's PodGroup) a refusal must not stop the job's
-/// status, restarts and gate: a 404 says the cluster does not serve its
+/// A read or write of `owned` the API server answered with `e`. A refusal
+/// must not stop the job's status, restarts and gate: for an optional
+/// object (a gang's PodGroup) a 404 says the cluster does not serve its
 /// kind, anything else is reported as refused (RBAC without that kind, a
-/// scheduler's webhook), both retried at the next reconcile. For the others
-/// it is the reconcile's error.
+/// scheduler's webhook); for every other object a refusal of the request
+/// itself (400, 403, 422: a quota, a policy, an admission webhook) is
+/// reported as refused. Both are tried again at the next reconcile. What
+/// is not the request's fault (a 404 of a built-in kind, 409, 429, 5xx, no
+/// answer) is the reconcile's error, retried with backoff.
 fn optional_failure(owned: &Owned, e: kube::Error) -> Result<Kept, kube::Error> {
+    const REFUSALS: [u16; 3] = [400, 403, 422];
     match e {
-        kube::Error::Api(s) if owned.install_hint.is_some() => {
-            if s.code == NOT_FOUND {
-                tracing::warn!(object = %owned.describe(), kind = %owned.kind(), "the cluster does not serve this kind");
-                Ok(Kept::NotServed)
-            } else {
-                tracing::warn!(object = %owned.describe(), error = %s.message, "an owned object was refused");
-                Ok(Kept::Refused(refused(owned, &s)))
-            }
+        kube::Error::Api(s) if owned.install_hint.is_some() && s.code == NOT_FOUND => {
+            tracing::warn!(object = %owned.describe(), kind = %owned.kind(), "the cluster does not serve this kind");
+            Ok(Kept::NotServed)
+        }
+        kube::Error::Api(s) if owned.install_hint.is_some() || REFUSALS.contains(&s.code) => {
+            tracing::warn!(object = %owned.describe(), error = %s.message, "an owned object was refused");
+            Ok(Kept::Refused(refused(owned, &s)))
         }
         e => Err(e),
     }

@@ -100,6 +100,32 @@ pub fn set_owned_condition(
     )
 }
 
+/// The condition saying an object dljob keeps for the job (its Service,
+/// SSH Secret, TensorBoard, Volcano's ConfigMap) was refused by the API
+/// server or not kept whole.
+pub const OWNED_REFUSED: &str = "OwnedObjectRefused";
+
+/// Sets [`OWNED_REFUSED`] from the owned objects refused (each a message
+/// naming it, the API server's words and the way out); see
+/// [`set_problem_condition`].
+pub(super) fn set_refused_condition(
+    conditions: &mut Vec<Condition>,
+    refused: &[String],
+    now: Timestamp,
+) -> Option<JobEvent> {
+    set_problem_condition(
+        conditions,
+        Problem {
+            type_: OWNED_REFUSED,
+            reason: "RefusedByAPIServer",
+            cleared_reason: "OwnedObjectsWritten",
+            cleared_message: "every object dljob keeps for the job is written",
+        },
+        refused,
+        now,
+    )
+}
+
 /// The condition saying an object dljob would keep for the job exists and
 /// is not this DLJob's: left alone.
 pub const OWNERSHIP_CONFLICT: &str = "OwnershipConflict";

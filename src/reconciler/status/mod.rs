@@ -36,9 +36,9 @@ mod tests;
 use self::conditions::{set_condition, set_conditions, set_problem_condition, Problem};
 pub use self::conditions::{
     set_lost_secret_condition, set_owned_condition, set_ownership_condition, NAME_WAIT_FAILED,
-    OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT, SCALE_NOT_APPLIED, SSH_SECRET_LOST,
+    OWNED_REFUSED, OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT, SCALE_NOT_APPLIED, SSH_SECRET_LOST,
 };
-use self::conditions::{set_name_wait_condition, set_scale_condition};
+use self::conditions::{set_name_wait_condition, set_refused_condition, set_scale_condition};
 use self::decide::{decide, Members};
 use self::finish::{clean_up, mark_finished};
 pub use self::gate::LAUNCHER_GATED;
@@ -192,6 +192,10 @@ pub struct OwnedOutcome {
     /// keep whole, each a message naming the way out
     /// ([`OWNED_UNAVAILABLE`]).
     pub unavailable: Vec<String>,
+    /// Other objects the API server refused or did not keep whole (a
+    /// quota, a policy, a webhook of the cluster's), each a message naming
+    /// it and why ([`OWNED_REFUSED`]).
+    pub refused: Vec<String>,
     /// Objects of the job's names this DLJob does not control
     /// ([`OWNERSHIP_CONFLICT`]).
     pub foreign: Vec<String>,
@@ -463,6 +467,11 @@ pub fn next(
     events.extend(set_ownership_condition(
         &mut status.conditions,
         &observed.owned.foreign,
+        now,
+    ));
+    events.extend(set_refused_condition(
+        &mut status.conditions,
+        &observed.owned.refused,
         now,
     ));
     events.extend(set_name_wait_condition(&mut status.conditions, &pods, now));

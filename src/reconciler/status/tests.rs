@@ -1353,6 +1353,7 @@ fn the_owned_objects_outcome_sets_the_secret_and_both_conditions() {
         owned: OwnedOutcome {
             created_secret: Some("mnist-ssh".into()),
             unavailable: vec!["the cluster does not serve PodGroup".into()],
+            refused: vec!["ConfigMap/mnist-volcano was refused: configmaps \"mnist-volcano\" is forbidden: exceeded quota".into()],
             foreign: vec!["Service/mnist exists and is controlled by Deployment \"x\"".into()],
             lost_secret: None,
         },
@@ -1383,7 +1384,14 @@ fn the_owned_objects_outcome_sets_the_secret_and_both_conditions() {
         .filter(|e| e.warning)
         .map(|e| e.reason.as_str())
         .collect();
-    assert_eq!(warnings, [OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT]);
+    assert_eq!(warnings, [OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT, OWNED_REFUSED]);
+    assert_eq!(
+        condition(&out.status, OWNED_REFUSED),
+        Some((
+            "True".into(),
+            "ConfigMap/mnist-volcano was refused: configmaps \"mnist-volcano\" is forbidden: exceeded quota".into()
+        ))
+    );
 
     obs.owned = OwnedOutcome::default();
     let again = next(&p, &obs, Some(&out.status), None, t(1));
@@ -1395,6 +1403,10 @@ fn the_owned_objects_outcome_sets_the_secret_and_both_conditions() {
     );
     assert_eq!(
         condition(&again.status, OWNERSHIP_CONFLICT).map(|c| c.0),
+        Some("False".into())
+    );
+    assert_eq!(
+        condition(&again.status, OWNED_REFUSED).map(|c| c.0),
         Some("False".into())
     );
     assert!(
