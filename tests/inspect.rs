@@ -967,6 +967,33 @@ Events:       cannot list them: events is forbidden: User \"ada\" cannot list re
     );
 }
 
+/// An elastic job's DLJob: the Replicas table gains each role's replicas
+/// now, the elastic role's as resized (3 workers of a declared 2), the
+/// others' their count.
+#[tokio::test]
+async fn describe_shows_an_elastic_roles_replicas_now() {
+    let mut dljob = fixture("dljob-succeeded.json")["items"][0].clone();
+    dljob["status"]["replicas"]["worker"]["replicas"] = json!(3);
+    let (text, _) = describe_with(describe_routes(
+        Answer::Json(200, dljob),
+        vec![chief(), worker(1), worker(0)],
+        events_fixture(),
+    ))
+    .await;
+    let text = text.unwrap();
+    let at = text.find("Replicas:").expect(&text);
+    assert_eq!(
+        &text[at..text.find("\nPods:").unwrap()],
+        "\
+Replicas:
+  ROLE    REPLICAS  PENDING  ACTIVE  SUCCEEDED  FAILED  RESTARTS
+  chief   1         0        0       1          0       0
+  worker  3         0        0       0          0       0
+  ps      2         0        0       0          0       0
+"
+    );
+}
+
 /// Pods whose wait for their names gave up or cannot run are listed under
 /// the pods, with what their init container's status says; the others are
 /// not.

@@ -219,34 +219,39 @@ fn coordinator(c: &CoordinatorStatus, finished: bool, gone: &dyn Fn(&str) -> boo
 
 /// Each role's counts, roles in the topology's order.
 fn replica_counts(out: &mut String, status: &DLJobStatus, topology: Option<Topology>) {
-    let rows: Vec<Vec<String>> = ReplicaOrder::new(topology)
+    // An elastic job's: each role's replicas now (its elastic role's as
+    // resized, the others' their count), first.
+    let elastic = status.replicas.values().any(|r| r.replicas.is_some());
+    let rows: Vec<Vec<String>> = ReplicaOrder::new(topology.clone())
         .roles(status.replicas.keys().map(String::as_str))
         .into_iter()
         .filter_map(|role| {
             let r = status.replicas.get(&role)?;
-            Some(vec![
-                role,
+            let now = r
+                .replicas
+                .or_else(|| topology.as_ref().and_then(|t| t.count(&role)))
+                .map_or_else(|| "?".to_owned(), |n| n.to_string());
+            let mut row = vec![role];
+            if elastic {
+                row.push(now);
+            }
+            row.extend([
                 r.pending.to_string(),
                 r.active.to_string(),
                 r.succeeded.to_string(),
                 r.failed.to_string(),
                 r.restarts.to_string(),
-            ])
+            ]);
+            Some(row)
         })
         .collect();
+    let mut header = vec!["ROLE"];
+    if elastic {
+        header.push("REPLICAS");
+    }
+    header.extend(["PENDING", "ACTIVE", "SUCCEEDED", "FAILED", "RESTARTS"]);
     out.push_str("Replicas:\n");
-    out.push_str(&table::render(
-        "  ",
-        &[
-            "ROLE",
-            "PENDING",
-            "ACTIVE",
-            "SUCCEEDED",
-            "FAILED",
-            "RESTARTS",
-        ],
-        &rows,
-    ));
+    out.push_str(&table::render("  ", &header, &rows));
 }
 
 /// The job's TensorBoard: where it reads, whether it runs, and how to

@@ -1384,7 +1384,10 @@ fn the_owned_objects_outcome_sets_the_secret_and_both_conditions() {
         .filter(|e| e.warning)
         .map(|e| e.reason.as_str())
         .collect();
-    assert_eq!(warnings, [OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT, OWNED_REFUSED]);
+    assert_eq!(
+        warnings,
+        [OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT, OWNED_REFUSED]
+    );
     assert_eq!(
         condition(&out.status, OWNED_REFUSED),
         Some((
