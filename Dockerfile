@@ -1,7 +1,12 @@
 # syntax=docker/dockerfile:1
 # dljob: the admission webhook and reconciler in one statically linked
 # binary, in an image with nothing else (no base image, no shell, no libc
-# to patch): the binary, the CA bundle it trusts, a non-root numeric user.
+# to patch): the binary, the CA bundle it trusts, a non-root numeric user,
+# and /etc/nsswitch.conf saying `hosts: files dns`. Member pods run
+# `dljob wait-for-names` from this image and must resolve as the
+# frameworks' images do, /etc/hosts first (a pod's hostAliases): glibc 2.33
+# and later do so without the file, older ones asked DNS first; the file
+# says it whatever glibc the binary links.
 #
 #   docker build -t ghcr.io/dljob/dljob:0.1.0 .      # BuildKit (docker >= 23)
 #   podman build --build-arg BINARY=build -t ghcr.io/dljob/dljob:0.1.0 .
@@ -29,10 +34,12 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
        cargo build --release --locked --bin dljob --target "$host" \
     && install -D -m 0755 "target/$host/release/dljob" /out/dljob \
     && install -D -m 0644 /etc/ssl/certs/ca-certificates.crt \
-       /out/etc/ssl/certs/ca-certificates.crt
+       /out/etc/ssl/certs/ca-certificates.crt \
+    && printf 'hosts: files dns\n' > /out/etc/nsswitch.conf
 
-# What .ci/image linked and staged: target/image/dljob and
-# target/image/etc/ssl/certs/ca-certificates.crt.
+# What .ci/image linked and staged: target/image/dljob,
+# target/image/etc/ssl/certs/ca-certificates.crt and
+# target/image/etc/nsswitch.conf.
 FROM scratch AS prebuilt
 COPY target/image/ /out/
 
