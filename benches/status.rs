@@ -51,6 +51,7 @@ fn plan(framework: &str, topology: &str) -> JobPlan {
         elastic: None,
         name: "mnist".to_owned(),
         scale_to: None,
+        fixed_total: false,
     }
 }
 

@@ -172,7 +172,8 @@ pub enum Command {
     /// Looks each name up as the framework will (getaddrinfo: /etc/hosts,
     /// then DNS with the pod's search path), again after 1 s, 2 s, ... up
     /// to every 5 s, and says in its log when each resolves and every 30 s
-    /// while one does not. After --timeout seconds in all it gives up: it
+    /// while one does not. After --timeout seconds in all (a lookup under
+    /// way ends first, within the resolver's own timeout) it gives up: it
     /// says why on standard error and in the termination message (where the
     /// reconciler reads it for the DLJob's NameWaitFailed condition) and
     /// exits 0 all the same, so that the framework starts as it would

@@ -238,6 +238,8 @@ async fn serve_async(args: &ServeArgs) -> anyhow::Result<ExitCode> {
 
 /// The container dljob runs as in deploy/'s Deployment.
 const SERVING_CONTAINER: &str = "dljob";
+/// How many times a passing failure to read the serving pod is tried.
+const OWN_IMAGE_TRIES: u32 = 3;
 
 /// The image this process runs from, as its pod's spec names it: the
 /// default image of the init container `dljob-wait-for-names`, so that
@@ -248,16 +250,28 @@ const SERVING_CONTAINER: &str = "dljob";
 async fn own_image(client: &kube::Client, name: &str, namespace: &str) -> Option<String> {
     let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), namespace);
     let fallback = crate::contract::DEFAULT_IMAGE;
-    let pod = match tokio::time::timeout(CLUSTER_PROBE_TIMEOUT, pods.get(name)).await {
-        Ok(Ok(pod)) => pod,
-        Ok(Err(e)) => {
-            tracing::warn!(pod = %name, namespace = %namespace, error = %Chain(&e), "cannot read this pod for its image; member pods' dljob-wait-for-names runs {fallback} (set waitForNamesImage in the config, or --wait-for-names-image)");
+    // A passing failure (the API server restarting, a dropped connection)
+    // is tried again, OWN_IMAGE_TRIES times in all: a replica that fell
+    // back would hand out an image an air-gapped cluster cannot pull for as
+    // long as it runs. A refusal (RBAC, a pod that is not there) is not.
+    let mut tries = 0;
+    let pod = loop {
+        tries += 1;
+        let why = match tokio::time::timeout(CLUSTER_PROBE_TIMEOUT, pods.get(name)).await {
+            Ok(Ok(pod)) => break pod,
+            Ok(Err(kube::Error::Api(s))) if s.code < 500 && s.code != 429 => {
+                tracing::warn!(pod = %name, namespace = %namespace, error = %s.message, "cannot read this pod for its image; member pods' dljob-wait-for-names runs {fallback} (set waitForNamesImage in the config, or --wait-for-names-image)");
+                return None;
+            }
+            Ok(Err(e)) => Chain(&e).to_string(),
+            Err(_) => format!("no answer within {CLUSTER_PROBE_TIMEOUT:?}"),
+        };
+        if tries == OWN_IMAGE_TRIES {
+            tracing::warn!(pod = %name, namespace = %namespace, error = %why, tries, "cannot read this pod for its image; member pods' dljob-wait-for-names runs {fallback} (set waitForNamesImage in the config, or --wait-for-names-image)");
             return None;
         }
-        Err(_) => {
-            tracing::warn!(pod = %name, namespace = %namespace, "the API server did not answer for this pod's image within {CLUSTER_PROBE_TIMEOUT:?}; member pods' dljob-wait-for-names runs {fallback} (set waitForNamesImage in the config, or --wait-for-names-image)");
-            return None;
-        }
+        tracing::info!(pod = %name, error = %why, "reading this pod for its image again in 1 s");
+        tokio::time::sleep(Duration::from_secs(1)).await;
     };
     let containers = pod.spec.map(|s| s.containers).unwrap_or_default();
     let chosen = match containers.iter().find(|c| c.name == SERVING_CONTAINER) {
@@ -439,35 +453,46 @@ mod tests {
     use serde_json::{json, Value};
     use tower_test::mock;
 
-    /// Answers one GET of the pod `dljob-7d9f-x2k` with `pod` (404 when
-    /// None) and returns what `own_image` found.
-    async fn image_of(pod: Option<Value>) -> Option<String> {
+    /// Answers the GETs of the pod `dljob-7d9f-x2k` in turn with `answers`
+    /// (a pod, or a Status of that code) and returns what `own_image`
+    /// found; every answer must be asked for.
+    async fn image_of_after(answers: Vec<Result<Value, u16>>) -> Option<String> {
         let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
         let client = kube::Client::new(service, "default");
+        let asked = answers.len();
         let server = tokio::spawn(async move {
-            let (request, send) = handle.next_request().await.expect("one request");
-            assert_eq!(request.method(), "GET");
-            assert_eq!(
-                request.uri().path(),
-                "/api/v1/namespaces/dljob-system/pods/dljob-7d9f-x2k"
-            );
-            let (status, body) = match pod {
-                Some(pod) => (200, pod),
-                None => (
-                    404,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "pods \"dljob-7d9f-x2k\" not found"}),
-                ),
-            };
-            send.send_response(
-                Response::builder()
-                    .status(status)
-                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
-                    .unwrap(),
-            );
+            for answer in answers {
+                let (request, send) = handle.next_request().await.expect("one request");
+                assert_eq!(request.method(), "GET");
+                assert_eq!(
+                    request.uri().path(),
+                    "/api/v1/namespaces/dljob-system/pods/dljob-7d9f-x2k"
+                );
+                let (status, body) = match answer {
+                    Ok(pod) => (200, pod),
+                    Err(code) => (
+                        code,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                            "reason": if code == 404 { "NotFound" } else { "InternalError" },
+                            "message": format!("answered {code}")}),
+                    ),
+                };
+                send.send_response(
+                    Response::builder()
+                        .status(status)
+                        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                        .unwrap(),
+                );
+            }
+            asked
         });
         let image = own_image(&client, "dljob-7d9f-x2k", "dljob-system").await;
-        server.await.unwrap();
+        assert_eq!(server.await.unwrap(), asked);
         image
+    }
+
+    async fn image_of(pod: Option<Value>) -> Option<String> {
+        image_of_after(vec![pod.ok_or(404)]).await
     }
 
     fn pod(containers: Value) -> Value {
@@ -497,5 +522,22 @@ mod tests {
         assert_eq!(image_of(Some(neither)).await, None);
         // The pod cannot be read (RBAC, gone): the default, said in the log.
         assert_eq!(image_of(None).await, None);
+    }
+
+    /// A passing failure is tried again, three times in all; then the
+    /// default, said in the log.
+    #[tokio::test(start_paused = true)]
+    async fn a_passing_failure_to_read_the_pod_is_tried_again() {
+        let pod = pod(json!([{"name": "dljob", "image": "registry.example/dljob:0.1.0"}]));
+        assert_eq!(
+            image_of_after(vec![Err(503), Err(500), Ok(pod)])
+                .await
+                .as_deref(),
+            Some("registry.example/dljob:0.1.0")
+        );
+        assert_eq!(
+            image_of_after(vec![Err(503), Err(503), Err(503)]).await,
+            None
+        );
     }
 }

@@ -360,7 +360,8 @@ fn agree_with_peers(m: &MemberSpec, peers: &[MemberSpec], named: bool, v: &mut V
 
 /// The indexes of its role a member covers: a plain pod its own, a
 /// workload `offset..offset + size` (a workload without
-/// `dljob.dev/index-offset` is the whole role).
+/// `dljob.dev/index-offset` is the whole role: its count, or the size it
+/// has now where the role is elastic and resizes).
 pub(crate) fn covers(m: &MemberSpec) -> Option<(u32, u32)> {
     match m.kind {
         Kind::Pod if m.owner == member::PodOwner::None => m.index.map(|i| (i, i + 1)),
@@ -368,7 +369,10 @@ pub(crate) fn covers(m: &MemberSpec) -> Option<(u32, u32)> {
         _ => {
             let offset = m.index_offset.unwrap_or(0);
             let size = m.size.unwrap_or(0);
-            let end = if m.index_offset.is_some() {
+            let resizes =
+                crate::frameworks::ElasticRole::of(m.framework, &m.spec.replicas, m.spec.elastic)
+                    .is_some_and(|e| e.role == m.role);
+            let end = if m.index_offset.is_some() || resizes {
                 offset.saturating_add(size)
             } else {
                 m.spec.replicas.count_or_zero(&m.role)

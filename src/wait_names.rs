@@ -160,36 +160,37 @@ fn write_termination_message(path: &Path, message: &str) {
     }
 }
 
-/// Waiting reasons of a container that cannot start as it is: its image
-/// cannot be pulled, its runtime refuses it, or it keeps failing.
-const CANNOT_RUN: &[&str] = &[
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "ErrImageNeverPull",
-    "InvalidImageName",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "RunContainerError",
-    "CrashLoopBackOff",
-];
-
 /// What went wrong with a pod's name wait, read from the status of its
-/// init container [`c::WAIT_FOR_NAMES_CONTAINER`], in a few words: it gave
-/// up (its termination message, which begins with [`c::NAME_WAIT_GAVE_UP`],
-/// up to the first `;`: which name, after how long, and why), or it cannot
-/// run (a waiting reason of [`CANNOT_RUN`], or an exit other than 0). None
-/// while it waits and once it found its names. The reconciler's
-/// `NameWaitFailed` condition and `dljob describe` say it.
+/// init container [`c::WAIT_FOR_NAMES_CONTAINER`], in a few words that stay
+/// the same while it stays wrong (so that the reconciler's `NameWaitFailed`
+/// condition and Event do not change with every retry of the kubelet's):
+///
+/// - it gave up: its termination message, which begins with
+///   [`c::NAME_WAIT_GAVE_UP`], up to the first `;` (which name, after how
+///   long, and why);
+/// - it cannot run: an exit other than 0, now or in its last run (a wait
+///   the kubelet restarts, running or backing off again), with its reason
+///   and termination message; its image cannot be pulled (`ErrImagePull`
+///   and `ImagePullBackOff` alike, without the kubelet's message, which
+///   changes as it retries: `kubectl describe pod` shows it); or its
+///   container cannot be made.
+///
+/// None while it waits and once it found its names. `dljob describe` says
+/// it too.
 pub fn problem(status: &ContainerStatus) -> Option<String> {
     let state = status.state.as_ref()?;
-    if let Some(t) = &state.terminated {
+    if let Some(t) = state.terminated.as_ref().filter(|t| t.exit_code == 0) {
         let message = t.message.as_deref().unwrap_or("").trim();
-        if t.exit_code == 0 {
-            let gave_up = message.strip_prefix(c::NAME_WAIT_GAVE_UP)?;
-            let what = gave_up.split(';').next().unwrap_or(gave_up).trim_start();
-            return Some(format!("gave up {what}"));
-        }
+        let gave_up = message.strip_prefix(c::NAME_WAIT_GAVE_UP)?;
+        let what = gave_up.split(';').next().unwrap_or(gave_up).trim_start();
+        return Some(format!("gave up {what}"));
+    }
+    let failed = std::iter::once(state)
+        .chain(status.last_state.as_ref())
+        .find_map(|s| s.terminated.as_ref().filter(|t| t.exit_code != 0));
+    if let Some(t) = failed {
         let reason = t.reason.as_deref().unwrap_or("Error");
+        let message = t.message.as_deref().unwrap_or("").trim();
         return Some(if message.is_empty() {
             format!("cannot run: it exited {} ({reason})", t.exit_code)
         } else {
@@ -199,14 +200,15 @@ pub fn problem(status: &ContainerStatus) -> Option<String> {
             )
         });
     }
-    let waiting = state.waiting.as_ref()?;
-    let reason = waiting.reason.as_deref()?;
-    CANNOT_RUN
-        .contains(&reason)
-        .then(|| match waiting.message.as_deref() {
-            Some(m) if !m.is_empty() => format!("cannot run: {reason} ({m})"),
-            _ => format!("cannot run: {reason}"),
-        })
+    match state.waiting.as_ref()?.reason.as_deref()? {
+        "ErrImagePull" | "ImagePullBackOff" | "ErrImageNeverPull" | "InvalidImageName" => Some(
+            format!("cannot run: its image {} cannot be pulled", status.image),
+        ),
+        reason @ ("CreateContainerConfigError" | "CreateContainerError" | "RunContainerError") => {
+            Some(format!("cannot run: {reason}"))
+        }
+        _ => None,
+    }
 }
 
 /// `dljob wait-for-names`.

@@ -1032,7 +1032,7 @@ async fn describe_lists_the_name_waits_that_failed() {
 Name waits that failed (kubectl logs POD -c dljob-wait-for-names):
   POD             WAIT
   tf-ps-worker-0  gave up after 600s: tf-ps-chief-0.tf-ps.capture-397557.svc does not resolve (Name or service not known)
-  tf-ps-ps-0      cannot run: ImagePullBackOff (Back-off pulling image \"ghcr.io/dljob/dljob:0.1.0\")
+  tf-ps-ps-0      cannot run: its image ghcr.io/dljob/dljob:0.1.0 cannot be pulled
 "
     );
 }

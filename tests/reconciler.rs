@@ -1998,6 +1998,42 @@ async fn a_refused_service_is_a_condition_not_a_failed_reconcile() {
     .await;
 }
 
+/// In a namespace being deleted the Service's create is refused (403) like
+/// every create there: not a condition or a Warning, the reconcile ends
+/// with the error the controller takes quietly (the job goes with its
+/// namespace), and no status is written.
+#[tokio::test]
+async fn a_create_refused_by_a_namespace_being_deleted_is_no_condition() {
+    let job = dljob("pytorch", PYTORCH);
+    let world = World {
+        pods: vec![
+            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
+            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
+        ],
+        ..World::default()
+    };
+    let (ctx, handle) = context(world, vec![job.clone()]);
+    let (result, _) = reconcile_with(
+        job,
+        ctx,
+        handle,
+        vec![call(
+            "POST",
+            services_uri(),
+            |_| {},
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": format!("services \"mnist\" is forbidden: unable to create new content in namespace {NS} because it is being terminated"),
+                "reason": "Forbidden", "code": 403,
+                "details": {"name": "mnist", "kind": "services",
+                    "causes": [{"reason": "NamespaceTerminating", "message": format!("namespace {NS} is being terminated"), "field": "metadata.namespace"}]}}),
+        )],
+    )
+    .await;
+    let error = result.expect_err("the reconcile ends");
+    let error = dljob::telemetry::Chain(&error).to_string();
+    assert!(error.contains("because it is being terminated"), "{error}");
+}
+
 /// A coscheduling job on a cluster without the scheduler-plugins CRDs:
 /// the read of its PodGroup is answered as the real API server answers a
 /// path it does not serve (`404 page not found`, not a Status). The job

@@ -492,6 +492,31 @@ fn an_elastic_role_is_any_size_of_its_range() {
     );
 }
 
+/// An elastic role's whole-role workload covers the size it has, not the
+/// declared count: grown over an index a plain pod of the role holds, it
+/// is refused, since its pod of that index would be.
+#[test]
+fn an_elastic_workload_grown_over_a_plain_pods_index_is_refused() {
+    let cfg = Config::default();
+    let annotations = json!({"dljob.dev/framework": "pytorch", "dljob.dev/replicas": "master=1,worker=3", "dljob.dev/elastic": "2:5"});
+    let mut a = annotations.clone();
+    a["dljob.dev/index"] = json!("3");
+    let plain = pod(
+        json!({"dljob.dev/job": "el", "dljob.dev/role": "worker"}),
+        a,
+    );
+    accepted(Kind::Pod, &plain);
+    let peers = peers_of([(Kind::Pod, &plain)], Some("ml"), &cfg);
+    let mut set = sts(3, annotations);
+    set["metadata"]["labels"]["dljob.dev/job"] = json!("el");
+    assert!(problems_with(Kind::StatefulSet, &set, None, &peers).is_empty());
+    set["spec"]["replicas"] = json!(4);
+    assert_eq!(
+        problems_with(Kind::StatefulSet, &set, None, &peers),
+        vec!["this StatefulSet covers worker 0 to 3 but Pod \"p\" of job \"el\" already covers worker 3: move this set's range (dljob.dev/index-offset) past it"]
+    );
+}
+
 /// Under Kueue the group is the declared total on every pod, and Kueue
 /// deletes pods beyond it: an elastic role may shrink there, not grow.
 #[test]

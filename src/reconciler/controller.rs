@@ -52,6 +52,7 @@ pub fn plan_of(job: &DLJob) -> Result<JobPlan, Error> {
         elastic: job.spec.elastic,
         name: job.name_any(),
         scale_to: job.spec.elastic_replicas,
+        fixed_total: job.spec.scheduler().is_some_and(|s| s.fixed_total()),
     })
 }
 

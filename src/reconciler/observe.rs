@@ -216,7 +216,7 @@ mod tests {
 
     /// A member pod whose init container `dljob-wait-for-names` has
     /// `state`, beside a user's init container that failed.
-    fn pod_with_wait(state: Value) -> Pod {
+    fn pod_with_wait(state: Value, last: Value) -> Pod {
         serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "xg-worker-0", "namespace": "ml", "uid": "u1",
@@ -228,15 +228,15 @@ mod tests {
                 {"name": "fetch", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
                  "state": {"terminated": {"exitCode": 1, "reason": "Error"}}},
                 {"name": "dljob-wait-for-names", "image": "ghcr.io/dljob/dljob:0.1.0", "imageID": "", "ready": false, "restartCount": 0,
-                 "state": state}
+                 "state": state, "lastState": last}
             ]}
         }))
         .unwrap()
     }
 
     /// What the status function sees of the pod once the cache trimmed it.
-    fn seen(state: Value) -> (Option<String>, Option<Vec<ContainerStatus>>) {
-        let mut pod = pod_with_wait(state);
+    fn seen(state: Value, last: Value) -> (Option<String>, Option<Vec<ContainerStatus>>) {
+        let mut pod = pod_with_wait(state, last);
         crate::reconciler::trim::trim_pod(&mut pod);
         let kept = pod.status.as_ref().unwrap().init_container_statuses.clone();
         let member = crate::member::parse(
@@ -266,6 +266,7 @@ mod tests {
         let (problem, kept) = seen(
             json!({"terminated": {"exitCode": 0, "reason": "Completed", "message": message,
             "containerID": "containerd://abc", "startedAt": "2026-12-07T01:00:00Z", "finishedAt": "2026-12-07T01:10:00Z"}}),
+            json!({}),
         );
         assert_eq!(
             problem.as_deref(),
@@ -286,24 +287,72 @@ mod tests {
     }
 
     #[test]
-    fn a_name_wait_that_cannot_run_says_why() {
-        let (problem, _) = seen(json!({"waiting": {"reason": "ImagePullBackOff",
-            "message": "Back-off pulling image \"ghcr.io/dljob/dljob:0.1.0\""}}));
-        assert_eq!(
-            problem.as_deref(),
-            Some("cannot run: ImagePullBackOff (Back-off pulling image \"ghcr.io/dljob/dljob:0.1.0\")")
+    fn a_name_wait_that_cannot_run_says_why_in_words_that_stay() {
+        // The kubelet alternates these two while it retries, with its own
+        // changing words: one sentence for both, so the condition and its
+        // Event do not change with every retry.
+        for reason in ["ErrImagePull", "ImagePullBackOff"] {
+            let (problem, _) = seen(
+                json!({"waiting": {"reason": reason, "message": format!("{reason}: try {}", reason.len())}}),
+                json!({}),
+            );
+            assert_eq!(
+                problem.as_deref(),
+                Some("cannot run: its image ghcr.io/dljob/dljob:0.1.0 cannot be pulled"),
+                "{reason}"
+            );
+        }
+        let (problem, _) = seen(
+            json!({"terminated": {"exitCode": 139, "reason": "Error"}}),
+            json!({}),
         );
-        let (problem, _) = seen(json!({"terminated": {"exitCode": 139, "reason": "Error"}}));
         assert_eq!(
             problem.as_deref(),
             Some("cannot run: it exited 139 (Error)")
         );
-        let (problem, _) = seen(json!({"terminated": {"exitCode": 1, "reason": "StartError",
-            "message": "exec format error"}}));
+        let (problem, _) = seen(
+            json!({"terminated": {"exitCode": 128, "reason": "StartError", "message": "exec format error"}}),
+            json!({}),
+        );
         assert_eq!(
             problem.as_deref(),
-            Some("cannot run: it exited 1 (StartError: exec format error)")
+            Some("cannot run: it exited 128 (StartError: exec format error)")
         );
+        // Restarted by the kubelet (a pod that restarts): backing off, then
+        // running again, it is still the exit of its last run.
+        let failed = json!({"terminated": {"exitCode": 2, "reason": "Error", "containerID": "containerd://a"}});
+        for now in [
+            json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}}),
+            json!({"running": {"startedAt": "2026-12-07T01:00:00Z"}}),
+        ] {
+            let (problem, kept) = seen(now.clone(), json!(failed));
+            assert_eq!(
+                problem.as_deref(),
+                Some("cannot run: it exited 2 (Error)"),
+                "{now}"
+            );
+            let kept = &kept.unwrap()[0];
+            assert_eq!(kept.state.as_ref().unwrap().running, None);
+            assert_eq!(
+                kept.state
+                    .as_ref()
+                    .unwrap()
+                    .waiting
+                    .as_ref()
+                    .and_then(|w| w.message.clone()),
+                None
+            );
+            assert_eq!(
+                kept.last_state
+                    .as_ref()
+                    .unwrap()
+                    .terminated
+                    .as_ref()
+                    .unwrap()
+                    .container_id,
+                None
+            );
+        }
     }
 
     #[test]
@@ -315,7 +364,7 @@ mod tests {
             // A user's own container of that name, which ended well.
             json!({"terminated": {"exitCode": 0, "reason": "Completed", "message": "all good"}}),
         ] {
-            let (problem, kept) = seen(state.clone());
+            let (problem, kept) = seen(state.clone(), json!({}));
             assert_eq!(problem, None, "{state}");
             assert_eq!(kept, None, "{state}");
         }

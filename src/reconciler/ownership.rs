@@ -162,9 +162,15 @@ pub(super) async fn keep(
 /// itself (400, 403, 422: a quota, a policy, an admission webhook) is
 /// reported as refused. Both are tried again at the next reconcile. What
 /// is not the request's fault (a 404 of a built-in kind, 409, 429, 5xx, no
-/// answer) is the reconcile's error, retried with backoff.
+/// answer, a namespace being deleted) is the reconcile's error, retried
+/// with backoff (the last one quietly).
 fn optional_failure(owned: &Owned, e: kube::Error) -> Result<Kept, kube::Error> {
     const REFUSALS: [u16; 3] = [400, 403, 422];
+    // A namespace being deleted refuses every create (403): the reconcile
+    // is told so and says nothing, as for any write there.
+    if super::failure::namespace_terminating(&e) {
+        return Err(e);
+    }
     match e {
         kube::Error::Api(s) if owned.install_hint.is_some() && s.code == NOT_FOUND => {
             tracing::warn!(object = %owned.describe(), kind = %owned.kind(), "the cluster does not serve this kind");

@@ -176,34 +176,50 @@ pub(crate) const MAX_NAME_WAIT_MESSAGE: usize = 300;
 
 /// The status of dljob's name wait ([`c::WAIT_FOR_NAMES_CONTAINER`]) as
 /// the cache keeps it: only when it went wrong (it gave up, cannot start,
-/// or exited other than 0), its state alone and its messages cut to
-/// [`MAX_NAME_WAIT_MESSAGE`].
+/// or exited other than 0), its image, state and failed last run alone,
+/// the termination messages and image cut to [`MAX_NAME_WAIT_MESSAGE`] and
+/// the kubelet's waiting messages dropped.
 fn trimmed_name_wait(status: ContainerStatus) -> Option<ContainerStatus> {
-    let cut = |m: &mut Option<String>| {
-        if let Some(m) = m.as_mut() {
-            if m.len() > MAX_NAME_WAIT_MESSAGE {
-                let mut end = MAX_NAME_WAIT_MESSAGE;
-                while !m.is_char_boundary(end) {
-                    end -= 1;
-                }
-                m.truncate(end);
-                m.push('…');
+    let cut = |m: &mut String| {
+        if m.len() > MAX_NAME_WAIT_MESSAGE {
+            let mut end = MAX_NAME_WAIT_MESSAGE;
+            while !m.is_char_boundary(end) {
+                end -= 1;
             }
+            m.truncate(end);
+            m.push('…');
         }
     };
+    let trim_state = |state: &mut k8s_openapi::api::core::v1::ContainerState| {
+        if let Some(t) = state.terminated.as_mut() {
+            t.message.as_mut().map(cut);
+            t.container_id = None;
+            t.started_at = None;
+            t.finished_at = None;
+        }
+        if let Some(w) = state.waiting.as_mut() {
+            w.message = None; // the kubelet's, which changes as it retries
+        }
+        state.running = None;
+    };
     let mut state = status.state?;
-    if let Some(t) = state.terminated.as_mut() {
-        cut(&mut t.message);
-        t.container_id = None;
-        t.started_at = None;
-        t.finished_at = None;
-    }
-    if let Some(w) = state.waiting.as_mut() {
-        cut(&mut w.message);
-    }
+    trim_state(&mut state);
+    // Its last run, where it failed: a restarted wait's reason while it
+    // runs or backs off again.
+    let last_state = status
+        .last_state
+        .filter(|s| s.terminated.as_ref().is_some_and(|t| t.exit_code != 0))
+        .map(|mut s| {
+            trim_state(&mut s);
+            s
+        });
+    let mut image = status.image;
+    cut(&mut image);
     let kept = ContainerStatus {
         name: status.name,
+        image,
         state: Some(state),
+        last_state,
         ..ContainerStatus::default()
     };
     crate::wait_names::problem(&kept).is_some().then_some(kept)

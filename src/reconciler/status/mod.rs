@@ -59,6 +59,9 @@ pub struct JobPlan {
     /// `spec.elasticReplicas` (the scale subresource): the elastic role's
     /// replicas wanted.
     pub scale_to: Option<u32>,
+    /// The gang scheduler's group is the declared total (Kueue's, which
+    /// deletes pods beyond it): the elastic role grows no further.
+    pub fixed_total: bool,
 }
 
 impl JobPlan {
@@ -76,6 +79,7 @@ impl std::fmt::Debug for JobPlan {
             .field("elastic", &self.elastic)
             .field("name", &self.name)
             .field("scale_to", &self.scale_to)
+            .field("fixed_total", &self.fixed_total)
             .finish()
     }
 }
@@ -505,7 +509,7 @@ pub(super) fn wanted(plan: &JobPlan, roles: &BTreeMap<String, RoleStatus>) -> u3
     plan.topology
         .roles()
         .map(|(r, n)| roles.get(r).and_then(|s| s.replicas).unwrap_or(n))
-        .sum()
+        .fold(0, u32::saturating_add)
 }
 
 /// The elastic role's replicas now, from its workloads (the StatefulSets'
@@ -563,7 +567,7 @@ fn set_elastic_size(
             e.elastic,
             e.range.start(),
             e.range.end(),
-            e.others + now
+            e.others.saturating_add(now)
         ),
     })
 }
@@ -591,6 +595,13 @@ fn resize_to_spec(
             "spec.elasticReplicas is {wanted} but {}: kubectl scale dljob/{} --replicas=N with N within it",
             e.said(),
             plan.name
+        )];
+    }
+    let declared = plan.topology.count_or_zero(e.role);
+    if plan.fixed_total && wanted > declared {
+        return vec![format!(
+            "spec.elasticReplicas is {wanted} but role {} keeps at most its declared {declared}: its gang scheduler's group is the job's declared total and pods beyond it are deleted as excess (Kueue)",
+            e.role
         )];
     }
     let running: Vec<(Kind, &str, &str, u32, bool)> = workloads

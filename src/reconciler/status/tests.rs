@@ -19,6 +19,7 @@ fn plan(framework: &str, topology: &str) -> JobPlan {
         elastic: None,
         name: "mnist".to_owned(),
         scale_to: None,
+        fixed_total: false,
     }
 }
 
@@ -1711,10 +1712,8 @@ fn a_name_wait_that_failed_is_a_condition_and_one_event() {
     // Seven pods, one that cannot run: five named, the rest counted, both
     // fixes said; a new Event for the new message.
     let mut seven = members(7);
-    seven[7].name_wait = Some(
-        "cannot run: ImagePullBackOff (Back-off pulling image \"ghcr.io/dljob/dljob:0.1.0\")"
-            .to_owned(),
-    );
+    seven[7].name_wait =
+        Some("cannot run: its image ghcr.io/dljob/dljob:0.1.0 cannot be pulled".to_owned());
     let worse = next(&p, &observed(seven), Some(&again.status), Some(1), t(10));
     let condition = worse
         .status
@@ -2001,6 +2000,30 @@ fn the_scale_subresource_resizes_the_elastic_role() {
         refused(&out).as_deref(),
         Some("spec.elasticReplicas is 4 but role worker has no running StatefulSet or Indexed Job to resize (bare pods are created and deleted by you)")
     );
+    // Under Kueue the workers do not grow past their declared count.
+    let mut kueue = p.clone();
+    kueue.fixed_total = true;
+    let out = next(
+        &kueue,
+        &with(vec![statefulset("w", "worker", 3)]),
+        None,
+        Some(1),
+        t(0),
+    );
+    assert_eq!(out.actions, vec![]);
+    assert_eq!(
+        refused(&out).as_deref(),
+        Some("spec.elasticReplicas is 4 but role worker keeps at most its declared 3: its gang scheduler's group is the job's declared total and pods beyond it are deleted as excess (Kueue)")
+    );
+    kueue.scale_to = Some(2);
+    let out = next(
+        &kueue,
+        &with(vec![statefulset("w", "worker", 3)]),
+        None,
+        Some(1),
+        t(0),
+    );
+    assert_eq!(out.actions.len(), 1, "shrinking is fine: {:?}", out.actions);
     // A finished job is not resized.
     let mut finished = out.status.clone();
     finished.phase = Phase::Succeeded;
