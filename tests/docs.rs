@@ -708,3 +708,35 @@ fn the_autoscaler_example_targets_an_elastic_dljob_within_its_range() {
     let crd = std::fs::read_to_string(repo().join("crds/dljob.yaml")).unwrap();
     assert!(crd.contains("specReplicasPath: .spec.elasticReplicas"));
 }
+
+/// docs/operations.md's table of `dljob serve` flags names every flag
+/// `dljob serve --help` has (a new flag is documented where operators read
+/// about running the webhook).
+#[test]
+fn every_serve_flag_is_in_the_operations_table() {
+    let help = Command::new(env!("CARGO_BIN_EXE_dljob"))
+        .args(["serve", "--help"])
+        .output()
+        .expect("dljob serve --help runs");
+    let help = String::from_utf8(help.stdout).unwrap();
+    let ops = std::fs::read_to_string(repo().join("docs/operations.md")).unwrap();
+    let flags: BTreeSet<&str> = help
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l.strip_prefix("-h, ").unwrap_or(l);
+            let l = l.split_once(", ").map_or(l, |(_, long)| long);
+            let flag = l.split([' ', '=']).next()?;
+            (flag.starts_with("--") && flag != "--help").then_some(flag)
+        })
+        .collect();
+    assert!(flags.len() > 15, "{flags:?}");
+    let missing: Vec<&&str> = flags
+        .iter()
+        .filter(|f| !ops.contains(&format!("`{f}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/operations.md does not name {missing:?}"
+    );
+}
