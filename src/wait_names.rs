@@ -262,28 +262,36 @@ mod tests {
         }
     }
 
-    fn names(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| (*s).to_owned()).collect()
+    /// Waits for `names`, bounded by `limit` seconds, where each name of
+    /// `appear` resolves from its second on: the outcome, the lookups made
+    /// (name, second) and the lines said.
+    fn waited(
+        appear: Vec<(&'static str, u64)>,
+        names: &[&str],
+        limit: u64,
+    ) -> (Outcome, Vec<(String, u64)>, Vec<String>) {
+        let mut fake = Fake {
+            now: Duration::ZERO,
+            appear: appear
+                .into_iter()
+                .map(|(n, at)| (n, Duration::from_secs(at)))
+                .collect(),
+            lookups: Vec::new(),
+        };
+        let names: Vec<String> = names.iter().map(|s| (*s).to_owned()).collect();
+        let mut said = Vec::new();
+        let outcome = wait(&mut fake, &names, Duration::from_secs(limit), &mut |l| {
+            said.push(l);
+        });
+        (outcome, fake.lookups, said)
     }
 
     #[test]
     fn waits_for_each_name_in_turn_backing_off_to_five_seconds() {
-        let mut fake = Fake {
-            now: Duration::ZERO,
-            appear: vec![("a", Duration::from_secs(17)), ("b", Duration::ZERO)],
-            lookups: Vec::new(),
-        };
-        let mut said = Vec::new();
-        let outcome = wait(
-            &mut fake,
-            &names(&["a", "b"]),
-            Duration::from_secs(600),
-            &mut |l| said.push(l),
-        );
+        let (outcome, lookups, said) = waited(vec![("a", 17), ("b", 0)], &["a", "b"], 600);
         assert_eq!(outcome, Outcome::Resolved);
         // Pauses 1, 2, 3, 4, 5, 5: looked up at 0, 1, 3, 6, 10, 15, 20.
-        let at: Vec<u64> = fake
-            .lookups
+        let at: Vec<u64> = lookups
             .iter()
             .filter(|(n, _)| n == "a")
             .map(|(_, s)| *s)
@@ -300,18 +308,7 @@ mod tests {
 
     #[test]
     fn gives_up_at_the_bound_saying_so_every_thirty_seconds() {
-        let mut fake = Fake {
-            now: Duration::ZERO,
-            appear: vec![("a", Duration::ZERO)],
-            lookups: Vec::new(),
-        };
-        let mut said = Vec::new();
-        let outcome = wait(
-            &mut fake,
-            &names(&["a", "never"]),
-            Duration::from_secs(62),
-            &mut |l| said.push(l),
-        );
+        let (outcome, lookups, said) = waited(vec![("a", 0)], &["a", "never"], 62);
         assert_eq!(
             outcome,
             Outcome::GaveUp {
@@ -321,7 +318,7 @@ mod tests {
             }
         );
         // The last pause is cut to the bound: the last lookup is at 62 s.
-        assert_eq!(fake.lookups.last(), Some(&("never".to_owned(), 62)));
+        assert_eq!(lookups.last(), Some(&("never".to_owned(), 62)));
         assert_eq!(
             said,
             [
@@ -334,14 +331,9 @@ mod tests {
 
     #[test]
     fn a_zero_bound_looks_once() {
-        let mut fake = Fake {
-            now: Duration::ZERO,
-            appear: vec![],
-            lookups: Vec::new(),
-        };
-        let outcome = wait(&mut fake, &names(&["x"]), Duration::ZERO, &mut |_| {});
+        let (outcome, lookups, _) = waited(vec![], &["x"], 0);
         assert!(matches!(outcome, Outcome::GaveUp { .. }));
-        assert_eq!(fake.lookups.len(), 1);
+        assert_eq!(lookups.len(), 1);
     }
 
     #[test]

@@ -371,6 +371,7 @@ worker-1 | worker 1 ready
 #[tokio::test]
 async fn logs_reads_an_init_container_by_name() {
     const WAIT: &str = "dljob-wait-for-names";
+    let wait_log = |pod: &str| log_uri(pod, &format!("&container={WAIT}"));
     let with_wait = |mut pod: Value| {
         pod["spec"]["initContainers"] =
             json!([{"name": WAIT, "image": "ghcr.io/dljob/dljob:0.1.0"}]);
@@ -387,11 +388,11 @@ async fn logs_reads_an_init_container_by_name() {
             ),
         ),
         get(
-            log_uri("tf-ps-worker-0", &format!("&container={WAIT}")),
+            wait_log("tf-ps-worker-0"),
             Answer::Text("dljob: tf-ps-worker-0.tf-ps.capture-397557.svc resolves (waited 2s)\n"),
         ),
         get(
-            log_uri("tf-ps-worker-1", &format!("&container={WAIT}")),
+            wait_log("tf-ps-worker-1"),
             Answer::Text("dljob: tf-ps-worker-1.tf-ps.capture-397557.svc resolves (waited 0s)\n"),
         ),
     ];
@@ -404,14 +405,8 @@ async fn logs_reads_an_init_container_by_name() {
         seen,
         [
             format!("GET {PODS}?&{SELECTOR}"),
-            format!(
-                "GET {}",
-                log_uri("tf-ps-worker-0", &format!("&container={WAIT}"))
-            ),
-            format!(
-                "GET {}",
-                log_uri("tf-ps-worker-1", &format!("&container={WAIT}"))
-            ),
+            format!("GET {}", wait_log("tf-ps-worker-0")),
+            format!("GET {}", wait_log("tf-ps-worker-1")),
         ]
     );
     assert_eq!(

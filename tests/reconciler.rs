@@ -574,6 +574,23 @@ fn suspended(name: &'static str, job: &Job) -> Call {
     )
 }
 
+/// A Warning Event about the DLJob, of `reason` and exactly `note`.
+fn warning(reason: &'static str, note: impl Into<String>) -> Call {
+    let note = note.into();
+    call(
+        "POST",
+        events_uri(),
+        move |b| {
+            assert_eq!(b["type"], "Warning");
+            assert_eq!(b["reason"], reason);
+            assert_eq!(b["note"], note.as_str());
+            assert_eq!(b["regarding"]["kind"], "DLJob");
+            assert_eq!(b["regarding"]["name"], "mnist");
+        },
+        Value::Null,
+    )
+}
+
 fn event(reason: &'static str) -> Call {
     call(
         "POST",
@@ -609,16 +626,22 @@ fn with_status(job: &DLJob, status: &Value) -> Value {
 
 const PYTORCH: &str = "master=1,worker=1";
 
-#[tokio::test]
-async fn new_job_gets_its_service_a_status_and_an_event() {
-    let job = dljob("pytorch", PYTORCH);
-    let world = World {
+/// The pytorch job's master and worker, bare pods both running, and
+/// nothing else.
+fn both_running() -> World {
+    World {
         pods: vec![
             bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
             bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
         ],
         ..World::default()
-    };
+    }
+}
+
+#[tokio::test]
+async fn new_job_gets_its_service_a_status_and_an_event() {
+    let job = dljob("pytorch", PYTORCH);
+    let world = both_running();
     let (ctx, handle) = context(world, vec![job.clone()]);
     let jj = job.clone();
     let metrics = reconcile_expecting(
@@ -1612,17 +1635,7 @@ async fn a_name_wait_that_gave_up_gets_a_condition_and_one_event() {
                 },
                 with_status(&jj, &json!({"status": {"phase": "Running"}})),
             ),
-            call(
-                "POST",
-                events_uri(),
-                |b| {
-                    assert_eq!(b["type"], "Warning");
-                    assert_eq!(b["reason"], "NameWaitFailed");
-                    assert_eq!(b["note"], MESSAGE);
-                    assert_eq!(b["regarding"]["name"], "mnist");
-                },
-                Value::Null,
-            ),
+            warning("NameWaitFailed", MESSAGE),
         ],
     )
     .await;
@@ -1941,18 +1954,11 @@ async fn a_volcano_compat_job_gets_its_config_map_of_volcanos_files() {
 async fn a_refused_service_is_a_condition_not_a_failed_reconcile() {
     const QUOTA: &str = "services \"mnist\" is forbidden: exceeded quota: team-quota, requested: services=1, used: services=10, limited: services=10";
     let job = dljob("pytorch", PYTORCH);
-    let world = World {
-        pods: vec![
-            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
-            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
-        ],
-        ..World::default()
-    };
+    let world = both_running();
     let (ctx, handle) = context(world, vec![job.clone()]);
     let jj = job.clone();
     let message = format!("Service/mnist was refused: {QUOTA}");
     let expected = message.clone();
-    let noted = message.clone();
     reconcile_expecting(
         job,
         ctx,
@@ -1983,16 +1989,7 @@ async fn a_refused_service_is_a_condition_not_a_failed_reconcile() {
                 with_status(&jj, &json!({"status": {"phase": "Running"}})),
             ),
             event("Running"),
-            call(
-                "POST",
-                events_uri(),
-                move |b| {
-                    assert_eq!(b["type"], "Warning");
-                    assert_eq!(b["reason"], "OwnedObjectRefused");
-                    assert_eq!(b["note"], noted.as_str());
-                },
-                Value::Null,
-            ),
+            warning("OwnedObjectRefused", message),
         ],
     )
     .await;
@@ -2005,13 +2002,7 @@ async fn a_refused_service_is_a_condition_not_a_failed_reconcile() {
 #[tokio::test]
 async fn a_create_refused_by_a_namespace_being_deleted_is_no_condition() {
     let job = dljob("pytorch", PYTORCH);
-    let world = World {
-        pods: vec![
-            bare_pod("mnist", "pytorch", PYTORCH, "master", 0, running()),
-            bare_pod("mnist", "pytorch", PYTORCH, "worker", 0, running()),
-        ],
-        ..World::default()
-    };
+    let world = both_running();
     let (ctx, handle) = context(world, vec![job.clone()]);
     let (result, _) = reconcile_with(
         job,

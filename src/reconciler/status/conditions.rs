@@ -79,77 +79,44 @@ pub(super) fn set_conditions(conditions: &mut Vec<Condition>, verdict: &Verdict,
 /// The condition saying an owned object's kind is not served.
 pub const OWNED_UNAVAILABLE: &str = "GangUnavailable";
 
-/// Sets [`OWNED_UNAVAILABLE`] from the owned objects the cluster does not
-/// serve (each a message naming what to install); see
+/// The problem condition [`OWNED_UNAVAILABLE`], set from the owned objects
+/// the cluster does not serve (each a message naming what to install); see
 /// [`set_problem_condition`].
-pub fn set_owned_condition(
-    conditions: &mut Vec<Condition>,
-    not_served: &[String],
-    now: Timestamp,
-) -> Option<JobEvent> {
-    set_problem_condition(
-        conditions,
-        Problem {
-            type_: OWNED_UNAVAILABLE,
-            reason: "PodGroupNotApplied",
-            cleared_reason: "PodGroupServed",
-            cleared_message: "the gang scheduler's PodGroup is kept",
-        },
-        not_served,
-        now,
-    )
-}
+pub(super) const UNAVAILABLE_PROBLEM: Problem = Problem {
+    type_: OWNED_UNAVAILABLE,
+    reason: "PodGroupNotApplied",
+    cleared_reason: "PodGroupServed",
+    cleared_message: "the gang scheduler's PodGroup is kept",
+};
 
 /// The condition saying an object dljob keeps for the job (its Service,
 /// SSH Secret, TensorBoard, Volcano's ConfigMap) was refused by the API
 /// server or not kept whole.
 pub const OWNED_REFUSED: &str = "OwnedObjectRefused";
 
-/// Sets [`OWNED_REFUSED`] from the owned objects refused (each a message
-/// naming it, the API server's words and the way out); see
-/// [`set_problem_condition`].
-pub(super) fn set_refused_condition(
-    conditions: &mut Vec<Condition>,
-    refused: &[String],
-    now: Timestamp,
-) -> Option<JobEvent> {
-    set_problem_condition(
-        conditions,
-        Problem {
-            type_: OWNED_REFUSED,
-            reason: "RefusedByAPIServer",
-            cleared_reason: "OwnedObjectsWritten",
-            cleared_message: "every object dljob keeps for the job is written",
-        },
-        refused,
-        now,
-    )
-}
+/// The problem condition [`OWNED_REFUSED`], set from the owned objects
+/// refused (each a message naming it, the API server's words and the way
+/// out).
+pub(super) const REFUSED_PROBLEM: Problem = Problem {
+    type_: OWNED_REFUSED,
+    reason: "RefusedByAPIServer",
+    cleared_reason: "OwnedObjectsWritten",
+    cleared_message: "every object dljob keeps for the job is written",
+};
 
 /// The condition saying an object dljob would keep for the job exists and
 /// is not this DLJob's: left alone.
 pub const OWNERSHIP_CONFLICT: &str = "OwnershipConflict";
 
-/// Sets [`OWNERSHIP_CONFLICT`] from the objects of the job's names that
-/// this DLJob does not control (each a message naming the object, whose it
-/// is and the fix); see [`set_problem_condition`].
-pub fn set_ownership_condition(
-    conditions: &mut Vec<Condition>,
-    foreign: &[String],
-    now: Timestamp,
-) -> Option<JobEvent> {
-    set_problem_condition(
-        conditions,
-        Problem {
-            type_: OWNERSHIP_CONFLICT,
-            reason: "NotControlledByThisJob",
-            cleared_reason: "OwnedObjectsKept",
-            cleared_message: "every object dljob keeps for the job is this DLJob's",
-        },
-        foreign,
-        now,
-    )
-}
+/// The problem condition [`OWNERSHIP_CONFLICT`], set from the objects of
+/// the job's names that this DLJob does not control (each a message naming
+/// the object, whose it is and the fix).
+pub(super) const OWNERSHIP_PROBLEM: Problem = Problem {
+    type_: OWNERSHIP_CONFLICT,
+    reason: "NotControlledByThisJob",
+    cleared_reason: "OwnedObjectsKept",
+    cleared_message: "every object dljob keeps for the job is this DLJob's",
+};
 
 /// The condition saying the job's SSH Secret was deleted.
 pub const SSH_SECRET_LOST: &str = "SSHSecretLost";
@@ -241,25 +208,14 @@ pub(super) fn set_name_wait_condition(
 /// scale subresource) cannot be applied, and why.
 pub const SCALE_NOT_APPLIED: &str = "ScaleNotApplied";
 
-/// Sets [`SCALE_NOT_APPLIED`] from why `spec.elasticReplicas` cannot be
-/// applied; see [`set_problem_condition`].
-pub(super) fn set_scale_condition(
-    conditions: &mut Vec<Condition>,
-    problems: &[String],
-    now: Timestamp,
-) -> Option<JobEvent> {
-    set_problem_condition(
-        conditions,
-        Problem {
-            type_: SCALE_NOT_APPLIED,
-            reason: "CannotScale",
-            cleared_reason: "Scaled",
-            cleared_message: "spec.elasticReplicas is applied, or unset",
-        },
-        problems,
-        now,
-    )
-}
+/// The problem condition [`SCALE_NOT_APPLIED`], set from why
+/// `spec.elasticReplicas` cannot be applied.
+pub(super) const SCALE_PROBLEM: Problem = Problem {
+    type_: SCALE_NOT_APPLIED,
+    reason: "CannotScale",
+    cleared_reason: "Scaled",
+    cleared_message: "spec.elasticReplicas is applied, or unset",
+};
 
 /// A condition that reports problems while there are any.
 pub(super) struct Problem {

@@ -35,15 +35,17 @@ mod tests;
 
 use self::conditions::{set_condition, set_conditions, set_problem_condition, Problem};
 pub use self::conditions::{
-    set_lost_secret_condition, set_owned_condition, set_ownership_condition, NAME_WAIT_FAILED,
-    OWNED_REFUSED, OWNED_UNAVAILABLE, OWNERSHIP_CONFLICT, SCALE_NOT_APPLIED, SSH_SECRET_LOST,
+    set_lost_secret_condition, NAME_WAIT_FAILED, OWNED_REFUSED, OWNED_UNAVAILABLE,
+    OWNERSHIP_CONFLICT, SCALE_NOT_APPLIED, SSH_SECRET_LOST,
 };
-use self::conditions::{set_name_wait_condition, set_refused_condition, set_scale_condition};
+use self::conditions::{
+    set_name_wait_condition, OWNERSHIP_PROBLEM, REFUSED_PROBLEM, SCALE_PROBLEM, UNAVAILABLE_PROBLEM,
+};
 use self::decide::{decide, Members};
 use self::finish::{clean_up, mark_finished};
 pub use self::gate::LAUNCHER_GATED;
 use self::gate::{gate_finished, release_gated};
-use self::sizes::set_size_condition;
+use self::sizes::SIZE_PROBLEM;
 pub use self::sizes::{size_mismatches, SIZE_MISMATCH};
 
 /// What the job's members agree on (from the DLJob spec).
@@ -441,13 +443,16 @@ pub fn next(
     if !prev.phase.is_finished() {
         set_conditions(&mut status.conditions, &verdict, now);
     }
-    events.extend(set_size_condition(
-        &mut status.conditions,
-        &size_mismatches(
-            &plan.topology,
-            plan.resizable().as_ref(),
-            &observed.workloads,
-        ),
+    let mismatches = size_mismatches(
+        &plan.topology,
+        plan.resizable().as_ref(),
+        &observed.workloads,
+    );
+    let conditions = &mut status.conditions;
+    events.extend(set_problem_condition(
+        conditions,
+        SIZE_PROBLEM,
+        &mismatches,
         now,
     ));
     if verdict.phase.is_finished() {
@@ -458,33 +463,43 @@ pub fn next(
     if let Some(secret) = &observed.owned.created_secret {
         status.ssh_secret = Some(secret.clone());
     }
-    events.extend(set_owned_condition(
-        &mut status.conditions,
-        &observed.owned.unavailable,
+    let owned = &observed.owned;
+    let conditions = &mut status.conditions;
+    events.extend(set_problem_condition(
+        conditions,
+        UNAVAILABLE_PROBLEM,
+        &owned.unavailable,
         now,
     ));
     events.extend(set_lost_secret_condition(
-        &mut status.conditions,
-        observed.owned.lost_secret.as_deref(),
+        conditions,
+        owned.lost_secret.as_deref(),
         now,
     ));
-    events.extend(set_ownership_condition(
-        &mut status.conditions,
-        &observed.owned.foreign,
+    events.extend(set_problem_condition(
+        conditions,
+        OWNERSHIP_PROBLEM,
+        &owned.foreign,
         now,
     ));
-    events.extend(set_refused_condition(
-        &mut status.conditions,
-        &observed.owned.refused,
+    events.extend(set_problem_condition(
+        conditions,
+        REFUSED_PROBLEM,
+        &owned.refused,
         now,
     ));
-    events.extend(set_name_wait_condition(&mut status.conditions, &pods, now));
+    events.extend(set_name_wait_condition(conditions, &pods, now));
     let unscaled = if verdict.phase.is_finished() {
         Vec::new()
     } else {
         resize_to_spec(plan, &observed.workloads, &mut actions)
     };
-    events.extend(set_scale_condition(&mut status.conditions, &unscaled, now));
+    events.extend(set_problem_condition(
+        conditions,
+        SCALE_PROBLEM,
+        &unscaled,
+        now,
+    ));
     status.selector = plan.resizable().map(|e| {
         format!(
             "{}={},{}={}",

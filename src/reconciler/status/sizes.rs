@@ -1,14 +1,10 @@
 //! Member workloads whose size differs from their role's count (what
 //! `kubectl scale` does, which no webhook sees), with the fix.
 
-use super::set_problem_condition;
-use super::JobEvent;
 use super::Problem;
 use super::Workload;
 use crate::contract::Topology;
 use crate::frameworks::ElasticRole;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
 
 /// The condition type reporting member workloads whose size differs from
@@ -208,25 +204,14 @@ fn elastic_mismatches(e: &ElasticRole, workloads: &[Workload]) -> Vec<String> {
     out
 }
 
-/// Sets [`SIZE_MISMATCH`] from the workloads whose size differs from
-/// their role's count; see [`set_problem_condition`].
-pub(super) fn set_size_condition(
-    conditions: &mut Vec<Condition>,
-    mismatches: &[String],
-    now: Timestamp,
-) -> Option<JobEvent> {
-    set_problem_condition(
-        conditions,
-        Problem {
-            type_: SIZE_MISMATCH,
-            reason: "SizeDiffersFromTopology",
-            cleared_reason: "SizesMatchTopology",
-            cleared_message: "every member StatefulSet and Job has its role's size",
-        },
-        mismatches,
-        now,
-    )
-}
+/// The problem condition [`SIZE_MISMATCH`], set from the workloads whose
+/// size differs from their role's count.
+pub(super) const SIZE_PROBLEM: Problem = Problem {
+    type_: SIZE_MISMATCH,
+    reason: "SizeDiffersFromTopology",
+    cleared_reason: "SizesMatchTopology",
+    cleared_message: "every member StatefulSet and Job has its role's size",
+};
 
 #[cfg(test)]
 mod tests {

@@ -103,6 +103,15 @@ fn completed(role: &str, index: u32, run: &str) -> ObservedPod {
     )
 }
 
+/// The message of the condition `type_` where it is True.
+fn true_message(out: &Outcome, type_: &str) -> Option<String> {
+    out.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .map(|c| c.message.clone())
+}
+
 fn running(role: &str, index: u32) -> ObservedPod {
     pod(role, index, PodOwner::None, ContainerState::Running)
 }
@@ -1792,13 +1801,7 @@ fn an_elastic_role_resizes_within_its_range() {
             .map(|e| e.note.clone())
             .collect()
     };
-    let mismatch = |out: &Outcome| {
-        out.status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == SIZE_MISMATCH && c.status == "True")
-            .map(|c| c.message.clone())
-    };
+    let mismatch = |out: &Outcome| true_message(out, SIZE_MISMATCH);
     let first = next(&p, &members(3), None, Some(1), t(0));
     assert_eq!(first.status.phase, Phase::Running);
     assert_eq!(first.status.replicas["worker"].replicas, Some(3));
@@ -1905,21 +1908,14 @@ fn the_scale_subresource_resizes_the_elastic_role() {
         parallelism: completions,
         offset,
     };
-    let refused = |out: &Outcome| {
-        out.status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == SCALE_NOT_APPLIED && c.status == "True")
-            .map(|c| c.message.clone())
+    let refused = |out: &Outcome| true_message(out, SCALE_NOT_APPLIED);
+    // A first look at the job, its workers `workloads`.
+    let look = |plan: &JobPlan, workloads: Vec<Workload>| {
+        next(plan, &with(workloads), None, Some(1), t(0))
     };
+    let three = || vec![statefulset("w", "worker", 3)];
     // Unset: nothing to do, and the selector is there for an autoscaler.
-    let out = next(
-        &p,
-        &with(vec![statefulset("w", "worker", 3)]),
-        None,
-        Some(1),
-        t(0),
-    );
+    let out = look(&p, three());
     assert_eq!(out.actions, vec![]);
     assert_eq!(
         out.status.selector.as_deref(),
@@ -1928,13 +1924,7 @@ fn the_scale_subresource_resizes_the_elastic_role() {
     // Grown to 4: the StatefulSet is resized, guarded by its uid; the Job
     // likewise (completions and parallelism).
     p.scale_to = Some(4);
-    let out = next(
-        &p,
-        &with(vec![statefulset("w", "worker", 3)]),
-        None,
-        Some(1),
-        t(0),
-    );
+    let out = look(&p, three());
     assert_eq!(
         out.actions,
         vec![Action::Resize {
@@ -1945,7 +1935,7 @@ fn the_scale_subresource_resizes_the_elastic_role() {
         }]
     );
     assert_eq!(refused(&out), None);
-    let out = next(&p, &with(vec![job("w", 3, None)]), None, Some(1), t(0));
+    let out = look(&p, vec![job("w", 3, None)]);
     assert_eq!(
         out.actions,
         vec![Action::Resize {
@@ -1966,13 +1956,7 @@ fn the_scale_subresource_resizes_the_elastic_role() {
     assert_eq!(done.actions, vec![]);
     // Beyond the range, several sets, bare pods: said, not applied.
     p.scale_to = Some(5);
-    let out = next(
-        &p,
-        &with(vec![statefulset("w", "worker", 3)]),
-        None,
-        Some(1),
-        t(0),
-    );
+    let out = look(&p, three());
     assert_eq!(out.actions, vec![]);
     assert_eq!(
         refused(&out).as_deref(),
@@ -1983,19 +1967,13 @@ fn the_scale_subresource_resizes_the_elastic_role() {
         .iter()
         .any(|e| e.warning && e.reason == SCALE_NOT_APPLIED));
     p.scale_to = Some(4);
-    let out = next(
-        &p,
-        &with(vec![job("a", 2, Some(0)), job("b", 1, Some(2))]),
-        None,
-        Some(1),
-        t(0),
-    );
+    let out = look(&p, vec![job("a", 2, Some(0)), job("b", 1, Some(2))]);
     assert_eq!(out.actions, vec![]);
     assert_eq!(
         refused(&out).as_deref(),
         Some("spec.elasticReplicas is 4 but role worker is split over several workloads (Job a, Job b): resize them yourself, within the range, and remove spec.elasticReplicas")
     );
-    let out = next(&p, &with(vec![]), None, Some(1), t(0));
+    let out = look(&p, vec![]);
     assert_eq!(
         refused(&out).as_deref(),
         Some("spec.elasticReplicas is 4 but role worker has no running StatefulSet or Indexed Job to resize (bare pods are created and deleted by you)")
@@ -2003,37 +1981,19 @@ fn the_scale_subresource_resizes_the_elastic_role() {
     // Under Kueue the workers do not grow past their declared count.
     let mut kueue = p.clone();
     kueue.fixed_total = true;
-    let out = next(
-        &kueue,
-        &with(vec![statefulset("w", "worker", 3)]),
-        None,
-        Some(1),
-        t(0),
-    );
+    let out = look(&kueue, three());
     assert_eq!(out.actions, vec![]);
     assert_eq!(
         refused(&out).as_deref(),
         Some("spec.elasticReplicas is 4 but role worker keeps at most its declared 3: its gang scheduler's group is the job's declared total and pods beyond it are deleted as excess (Kueue)")
     );
     kueue.scale_to = Some(2);
-    let out = next(
-        &kueue,
-        &with(vec![statefulset("w", "worker", 3)]),
-        None,
-        Some(1),
-        t(0),
-    );
+    let out = look(&kueue, three());
     assert_eq!(out.actions.len(), 1, "shrinking is fine: {:?}", out.actions);
     // A finished job is not resized.
     let mut finished = out.status.clone();
     finished.phase = Phase::Succeeded;
-    let out = next(
-        &p,
-        &with(vec![statefulset("w", "worker", 3)]),
-        Some(&finished),
-        Some(1),
-        t(9),
-    );
+    let out = next(&p, &with(three()), Some(&finished), Some(1), t(9));
     assert!(
         out.actions
             .iter()
@@ -2044,14 +2004,11 @@ fn the_scale_subresource_resizes_the_elastic_role() {
     // Not elastic: nothing resized, the reason said.
     let mut fixed = plan("pytorch", "master=1,worker=3");
     fixed.scale_to = Some(4);
-    let out = next(
-        &fixed,
-        &with(vec![statefulset("w", "worker", 3)]),
-        None,
-        Some(1),
-        t(0),
-    );
+    let out = look(&fixed, three());
     assert_eq!(out.actions, vec![]);
     assert_eq!(out.status.selector, None);
-    assert!(refused(&out).unwrap().contains("the job is not elastic"));
+    assert_eq!(
+        refused(&out).as_deref(),
+        Some("spec.elasticReplicas is 4 but the job is not elastic (dljob.dev/elastic): its size is its members'; remove spec.elasticReplicas")
+    );
 }
